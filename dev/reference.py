@@ -1,0 +1,377 @@
+#!/usr/bin/python3
+"""Independent PyTorch (autograd, float64) reference for attnres.c, written from SPEC.md.
+
+Usage (needs /usr/bin/python3, which has torch):
+  dev/reference.py --all tests/data            regenerate every committed state file
+  dev/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
+  dev/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
+  dev/reference.py --selftest                  finite differences, sanity and round-trip
+
+All arithmetic is float64. Parameters are drawn as float32 (what the file stores) and then
+widened, so the file holds exactly the parameters that were used.
+
+State file (little-endian), in this order:
+  int32[256]   header: [0] magic 20261125, [1] version 1, [2] B, [3] T, [4] V, [5] d,
+               [6] L, [7] H, [8] G, [9] F, [10] S (0 none, 1 full, >=2 block size in
+               sub-layers), [11] 0, [12] K (AdamW steps replayed); rest 0
+  float32[64]  [0] RMSNorm eps, [1] RoPE base, [2] lr, [3] beta1, [4] beta2, [5] Adam eps,
+               [6] weight decay; rest 0
+  float32      parameters, canonical SPEC order, each flattened row-major
+  int32[B*T]   x (tokens), then int32[B*T] y (targets, -1 = ignored)
+  float32      logits [B*T*V], then the loss (one value)
+  float32      gradients of the loss, same layout as the parameters
+  float32[K]   loss before each of K AdamW steps on the same batch (first = loss above)
+Size: 1024 + 256 + 4*(P + 2*B*T + B*T*V + 1 + P + K) bytes, P = parameter count.
+"""
+import argparse, math, os, sys
+import numpy as np
+import torch
+import torch.nn.functional as Fn
+
+MAGIC, VERSION = 20261125, 1
+DECAYED = {"wte", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "lm_head"}
+DEFAULT_HP = dict(eps=1e-6, base=10000.0, lr=1e-3, beta1=0.9, beta2=0.95, adam_eps=1e-8, wd=0.1)
+
+
+def shapes(c):
+    """Canonical parameter order and shapes (SPEC 'Parameters')."""
+    B, T, V, d, L, H, G, F, S = (c[k] for k in "B T V d L H G F S".split())
+    hs = d // H
+    out = [("wte", (V, d)), ("attn_norm", (L, d)), ("wq", (L, H * hs, d)), ("wk", (L, G * hs, d)),
+           ("wv", (L, G * hs, d)), ("wo", (L, d, H * hs)), ("mlp_norm", (L, d)),
+           ("wg", (L, F, d)), ("wu", (L, F, d)), ("wd", (L, d, F))]
+    if S > 0:
+        out += [("res_query", (2 * L + 1, d)), ("res_norm", (2 * L + 1, d))]
+    return out + [("final_norm", (d,)), ("lm_head", (V, d))]
+
+
+def init_params(c, init, seed):
+    """init='spec': exactly SPEC's init. init='rand': every path non-trivial (larger matrices,
+    gains 1+0.3*N(0,1), pseudo-queries N(0,0.5))."""
+    g = torch.Generator().manual_seed(seed)
+    p = {}
+    for name, shp in shapes(c):
+        n = lambda std: torch.randn(shp, generator=g, dtype=torch.float32) * std
+        if name in ("attn_norm", "mlp_norm", "res_norm", "final_norm"):
+            t = torch.ones(shp) if init == "spec" else 1 + n(0.3)
+        elif name == "res_query":
+            t = torch.zeros(shp) if init == "spec" else n(0.5)
+        elif init == "spec":
+            t = n(0.02 / math.sqrt(2 * c["L"]) if name in ("wo", "wd") else 0.02)
+        else:
+            t = n(1.0 if name == "wte" else 0.2)
+        p[name] = t.float().double()  # drawn as float32, computed in float64
+    return p
+
+
+def rmsnorm(x, g, eps):
+    return g * x / torch.sqrt((x * x).mean(-1, keepdim=True) + eps)
+
+
+def rope(x, base):
+    """x: (B, T, heads, hs); rotate interleaved pairs (2j, 2j+1) by t * base^(-2j/hs)."""
+    T, hs = x.shape[1], x.shape[3]
+    t = torch.arange(T, dtype=torch.float64)
+    j = torch.arange(hs // 2, dtype=torch.float64)
+    theta = t[:, None] * base ** (-2 * j / hs)  # (T, hs/2)
+    cos, sin = torch.cos(theta)[None, :, None, :], torch.sin(theta)[None, :, None, :]
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).reshape(x.shape)
+
+
+def attention(x, wq, wk, wv, wo, c, base):
+    B, T, d = x.shape
+    H, G = c["H"], c["G"]
+    hs = d // H
+    q = rope((x @ wq.T).view(B, T, H, hs), base).transpose(1, 2)  # (B, H, T, hs)
+    k = rope((x @ wk.T).view(B, T, G, hs), base).transpose(1, 2)  # (B, G, T, hs)
+    v = (x @ wv.T).view(B, T, G, hs).transpose(1, 2)
+    k = k.repeat_interleave(H // G, dim=1)  # query head h reads kv head h // (H/G)
+    v = v.repeat_interleave(H // G, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(hs)
+    causal = torch.ones(T, T, dtype=torch.bool).triu(1)
+    scores = scores.masked_fill(causal, float("-inf"))
+    y = torch.softmax(scores, dim=-1) @ v  # (B, H, T, hs)
+    return y.transpose(1, 2).reshape(B, T, H * hs) @ wo.T
+
+
+def mlp(x, wg, wu, wd):
+    return (Fn.silu(x @ wg.T) * (x @ wu.T)) @ wd.T
+
+
+def depth_attention(sources, w, g, eps, trace=None):
+    """DA(V) = sum_i softmax_i(w . rmsnorm(V_i; g)) V_i, per position."""
+    V = torch.stack(sources)  # (n, B, T, d)
+    s = (rmsnorm(V, g, eps) * w).sum(-1)  # (n, B, T)
+    alpha = torch.softmax(s, dim=0)
+    h = (alpha[..., None] * V).sum(0)
+    if trace is not None:
+        trace.append((alpha.detach(), V.detach(), h.detach()))
+    return h
+
+
+def forward(p, x, y, c, hp, trace=None):
+    """Returns (logits (B,T,V), loss). SPEC 'Forward pass'."""
+    L, S, eps, base = c["L"], c["S"], hp["eps"], hp["base"]
+
+    def sublayer(l, h):
+        n = l // 2
+        if l % 2 == 0:
+            return attention(rmsnorm(h, p["attn_norm"][n], eps), p["wq"][n], p["wk"][n],
+                             p["wv"][n], p["wo"][n], c, base)
+        return mlp(rmsnorm(h, p["mlp_norm"][n], eps), p["wg"][n], p["wu"][n], p["wd"][n])
+
+    x0 = p["wte"][x]
+    if S == 0:  # standard PreNorm residual
+        out = x0
+        for l in range(2 * L):
+            out = out + sublayer(l, out)
+    else:  # block AttnRes (full = block with S = 1)
+        wq_, gq_ = p["res_query"], p["res_norm"]
+        blocks, partial = [x0], None
+        for l in range(2 * L):
+            i = l % S  # position inside block 1 + l // S
+            srcs = blocks if i == 0 else blocks + [partial]
+            f = sublayer(l, depth_attention(srcs, wq_[l], gq_[l], eps, trace))
+            partial = f if i == 0 else partial + f
+            if i == S - 1:  # block complete
+                blocks.append(partial)
+                partial = None
+        out = depth_attention(blocks, wq_[2 * L], gq_[2 * L], eps, trace)
+    logits = rmsnorm(out, p["final_norm"], eps) @ p["lm_head"].T
+    loss = Fn.cross_entropy(logits.reshape(-1, c["V"]), y.reshape(-1), ignore_index=-1)
+    return logits, loss
+
+
+def loss_and_grads(p, x, y, c, hp):
+    q = {k: v.detach().clone().requires_grad_(True) for k, v in p.items()}
+    logits, loss = forward(q, x, y, c, hp)
+    loss.backward()
+    return logits.detach(), loss.detach(), {k: v.grad.detach() for k, v in q.items()}
+
+
+def adamw_replay(p, x, y, c, hp, K):
+    """K AdamW steps (SPEC 'Optimiser'), float64; returns the loss before each step."""
+    p = {k: v.clone() for k, v in p.items()}
+    m = {k: torch.zeros_like(v) for k, v in p.items()}
+    v2 = {k: torch.zeros_like(v) for k, v in p.items()}
+    b1, b2, lr, eps = hp["beta1"], hp["beta2"], hp["lr"], hp["adam_eps"]
+    losses = []
+    for t in range(1, K + 1):
+        _, loss, g = loss_and_grads(p, x, y, c, hp)
+        losses.append(loss.item())
+        for k in p:
+            m[k] = b1 * m[k] + (1 - b1) * g[k]
+            v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
+            mhat, vhat = m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)
+            wd = hp["wd"] if k in DECAYED else 0.0
+            p[k] = p[k] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * p[k])
+    return losses
+
+
+def make_batch(c, seed, ignore):
+    g = torch.Generator().manual_seed(seed + 1)
+    x = torch.randint(0, c["V"], (c["B"], c["T"]), generator=g)
+    y = torch.randint(0, c["V"], (c["B"], c["T"]), generator=g)
+    n = min(round(ignore * y.numel()), y.numel() - 1)  # exactly n ignored, >= 1 kept
+    y.view(-1)[torch.randperm(y.numel(), generator=g)[:n]] = -1
+    return x, y
+
+
+def compute(p, x, y, c, hp, K):
+    logits, loss, grads = loss_and_grads(p, x, y, c, hp)
+    return dict(logits=logits, loss=loss, grads=grads, losses=adamw_replay(p, x, y, c, hp, K))
+
+
+def file_size(c, K):
+    P = sum(math.prod(s) for _, s in shapes(c))
+    BT = c["B"] * c["T"]
+    return 1024 + 256 + 4 * (P + 2 * BT + BT * c["V"] + 1 + P + K)
+
+
+def write_state(path, c, hp, K, p, x, y, r):
+    hdr = np.zeros(256, "<i4")
+    hdr[:13] = [MAGIC, VERSION, c["B"], c["T"], c["V"], c["d"], c["L"], c["H"], c["G"],
+                c["F"], c["S"], 0, K]
+    fl = np.zeros(64, "<f4")
+    fl[:7] = [hp[k] for k in ("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd")]
+    f32 = lambda t: np.asarray(t.detach().numpy() if torch.is_tensor(t) else t).astype("<f4")
+    parts = [hdr, fl] + [f32(p[n]) for n, _ in shapes(c)]
+    parts += [x.numpy().astype("<i4"), y.numpy().astype("<i4"), f32(r["logits"]),
+              f32(r["loss"]).reshape(1)]
+    parts += [f32(r["grads"][n]) for n, _ in shapes(c)] + [f32(r["losses"])]
+    with open(path, "wb") as fh:
+        for a in parts:
+            fh.write(a.tobytes())
+    # round-trip: exact size, and everything reads back as written
+    assert os.path.getsize(path) == file_size(c, K), "bad file size"
+    c2, hp2, K2, p2, x2, y2, r2 = read_state(path)
+    assert c2 == c and K2 == K and torch.equal(x2, x) and torch.equal(y2, y)
+    assert all(torch.equal(p2[n], p[n].float().double()) for n in p)
+    assert torch.equal(r2["logits"], torch.from_numpy(f32(r["logits"]).astype(np.float64)))
+    assert torch.equal(r2["losses"], torch.from_numpy(f32(r["losses"]).astype(np.float64)))
+
+
+def read_state(path):
+    buf = open(path, "rb").read()
+    hdr = np.frombuffer(buf, "<i4", 256, 0)
+    fl = np.frombuffer(buf, "<f4", 64, 1024)
+    assert hdr[0] == MAGIC and hdr[1] == VERSION, f"{path}: bad magic/version"
+    c = dict(zip("B T V d L H G F S".split(), (int(v) for v in hdr[2:11])))
+    K = int(hdr[12])
+    hp = dict(zip(("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd"),
+                  (float(v) for v in fl[:7])))
+    off = 1280
+    if len(buf) != file_size(c, K):
+        sys.exit(f"{path}: size {len(buf)} != expected {file_size(c, K)}")
+
+    def take(dtype, shape):
+        nonlocal off
+        n = math.prod(shape)
+        a = np.frombuffer(buf, dtype, n, off).reshape(shape)
+        off += 4 * n
+        return torch.from_numpy(a.astype(np.float64 if dtype == "<f4" else np.int64))
+
+    BT = (c["B"], c["T"])
+    p = {n: take("<f4", s) for n, s in shapes(c)}
+    x, y = take("<i4", BT), take("<i4", BT)
+    r = dict(logits=take("<f4", BT + (c["V"],)), loss=take("<f4", (1,))[0])
+    r["grads"] = {n: take("<f4", s) for n, s in shapes(c)}
+    r["losses"] = take("<f4", (K,))
+    return c, hp, K, p, x, y, r
+
+
+def check(path, tol):
+    """Recompute a state file from its parameters and batch; print per-tensor differences.
+    max_rel = max|a-b| / max(max|ref|, 1e-6), i.e. relative to the tensor's scale."""
+    c, hp, K, p, x, y, got = read_state(path)
+    assert x.min() >= 0 and x.max() < c["V"] and y.min() >= -1 and y.max() < c["V"], "bad batch"
+    ref = compute(p, x, y, c, hp, K)
+    print(f"{path}: {c} K={K} hp={hp}")
+    rows = [("logits", got["logits"], ref["logits"]), ("loss", got["loss"], ref["loss"])]
+    rows += [("d" + n, got["grads"][n], ref["grads"][n]) for n, _ in shapes(c)]
+    rows += [("adamw_losses", got["losses"], torch.tensor(ref["losses"]))]
+    worst = 0.0
+    for name, a, b in rows:
+        a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
+        if b.numel() == 0:
+            continue
+        dmax, scale = (a - b).abs().max().item(), b.abs().max().item()
+        rel = dmax / max(scale, 1e-6)
+        worst = max(worst, rel)
+        print(f"  {name:14s} max_abs {dmax:.3e}  max_rel {rel:.3e}  (scale {scale:.3e})"
+              + ("  <-- FAIL" if rel > tol else ""))
+    print(f"  worst max_rel {worst:.3e}: {'OK' if worst <= tol else 'FAIL'} (tol {tol:g})")
+    return worst <= tol
+
+
+def generate(path, c, K, init, ignore, seed, hp=DEFAULT_HP):
+    hp = {k: float(np.float32(v)) for k, v in hp.items()}  # the values the file stores
+    p = init_params(c, init, seed)
+    x, y = make_batch(c, seed, ignore)
+    write_state(path, c, hp, K, p, x, y, compute(p, x, y, c, hp, K))
+    print(f"{path}: {os.path.getsize(path)} bytes  S={c['S']} B={c['B']} T={c['T']} V={c['V']}"
+          f" d={c['d']} L={c['L']} H={c['H']} G={c['G']} F={c['F']} K={K} init={init}"
+          f" ignored={int((y == -1).sum())}")
+
+
+def cfg(B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, S=0):
+    if not (d % H == 0 and (d // H) % 2 == 0 and H % G == 0 and (S <= 1 or (2 * L) % S == 0)):
+        sys.exit(f"bad config: need d % H == 0, even d/H, H % G == 0, S | 2L (d={d} H={H} "
+                 f"G={G} L={L} S={S})")
+    return dict(B=B, T=T, V=V, d=d, L=L, H=H, G=G, F=F, S=S)
+
+
+# name: (config, K, init, ignored-target fraction, seed)
+ALL = {
+    "none_mha_rand": (cfg(T=7, V=11, H=4, G=4, F=24, S=0), 3, "rand", 0.25, 1),
+    "none_gqa_spec": (cfg(T=8, V=13, H=4, G=2, F=32, S=0), 4, "spec", 0.0, 2),
+    "full_gqa_rand": (cfg(T=7, V=17, H=4, G=2, F=32, S=1), 4, "rand", 0.25, 3),
+    "full_mqa_spec": (cfg(T=6, V=13, H=4, G=1, F=24, S=1), 3, "spec", 0.2, 4),
+    "block_s2_mqa_rand": (cfg(T=9, V=13, L=3, H=4, G=1, F=40, S=2), 5, "rand", 0.2, 5),
+    "block_s3_gqa_rand": (cfg(T=5, V=11, L=3, H=8, G=4, F=24, S=3), 4, "rand", 0.3, 6),
+    "block_s4_gqa_rand": (cfg(T=7, V=13, L=4, H=4, G=2, F=24, S=4), 4, "rand", 0.25, 7),
+    "block_s4_mha_spec": (cfg(T=8, V=11, L=2, H=2, G=2, F=32, S=4), 3, "spec", 0.0, 8),
+    "block_s6_mha_rand": (cfg(B=3, T=6, V=11, L=3, H=2, G=2, F=24, S=6), 3, "rand", 0.0, 9),
+}
+
+
+def selftest():
+    hp, ok = DEFAULT_HP, True
+    tiny = lambda S, L=2, H=2, G=1: cfg(B=2, T=5, V=7, d=8, L=L, H=H, G=G, F=12, S=S)
+    for S, L, H, G in [(0, 2, 4, 2), (1, 2, 2, 2), (2, 2, 4, 2), (4, 2, 2, 1), (3, 3, 4, 1),
+                       (6, 3, 2, 2)]:
+        c = tiny(S, L, H, G)
+        p = init_params(c, "rand", 100 + S)
+        x, y = make_batch(c, 100 + S, 0.3)
+        _, _, g = loss_and_grads(p, x, y, c, hp)
+        worst, gen = 0.0, torch.Generator().manual_seed(S)
+        for n in p:  # (1) central finite differences on a few elements per tensor
+            floor = 1e-3 * g[n].abs().max().item()
+            for idx in torch.randint(0, p[n].numel(), (4,), generator=gen).tolist():
+                e = 1e-5
+                q = {k: v.clone() for k, v in p.items()}
+                q[n].view(-1)[idx] += e
+                lp = forward(q, x, y, c, hp)[1].item()
+                q[n].view(-1)[idx] -= 2 * e
+                lm = forward(q, x, y, c, hp)[1].item()
+                fd, an = (lp - lm) / (2 * e), g[n].view(-1)[idx].item()
+                worst = max(worst, abs(fd - an) / max(abs(an), floor, 1e-12))
+        ok &= worst < 1e-6
+        print(f"finite differences S={S} L={L} H={H} G={G}: worst rel err {worst:.2e}")
+        if S > 0:  # (2) first sub-layer's pseudo-query/gain get exactly zero gradient
+            z = g["res_query"][0].abs().max().item() + g["res_norm"][0].abs().max().item()
+            ok &= z == 0.0
+            print(f"  grad of res_query[0], res_norm[0]: {z}")
+            ps = init_params(c, "spec", 7)
+            _, _, gs = loss_and_grads(ps, x, y, c, hp)
+            ok &= gs["res_query"][0].abs().max().item() == 0 and gs["res_norm"][0].abs().max() == 0
+            trace, mean = [], True
+            forward(ps, x, y, c, hp, trace)  # (2) SPEC init: every DA is the exact mean
+            for alpha, V, h in trace:
+                mean &= bool((alpha == 1.0 / V.shape[0]).all())
+                mean &= torch.allclose(h, V.mean(0), rtol=1e-14, atol=1e-17)
+            ok &= mean
+            print(f"  SPEC init: {len(trace)} depth attentions all exact means: {mean}")
+    path = "/tmp/attnres_selftest.bin"  # (3) round-trip + size (asserted inside write_state)
+    c, K = tiny(4), 3
+    generate(path, c, K, "rand", 0.3, 11)
+    ok &= os.path.getsize(path) == file_size(c, K) and check(path, 1e-6)
+    print("SELFTEST", "PASSED" if ok else "FAILED")
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--all", metavar="DIR")
+    ap.add_argument("--out", metavar="FILE")
+    ap.add_argument("--check", metavar="FILE")
+    ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--tol", type=float, default=1e-4)
+    ap.add_argument("--mode", choices=["none", "full", "block"], default="block")
+    for k, v in dict(S=4, B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, K=3, seed=0).items():
+        ap.add_argument("--" + k, type=int, default=v)
+    ap.add_argument("--init", choices=["spec", "rand"], default="rand")
+    ap.add_argument("--ignore", type=float, default=0.2, help="fraction of targets set to -1")
+    a = ap.parse_args()
+    if a.selftest:
+        sys.exit(0 if selftest() else 1)
+    if a.check:
+        sys.exit(0 if check(a.check, a.tol) else 1)
+    if a.all:
+        os.makedirs(a.all, exist_ok=True)
+        for name, (c, K, init, ignore, seed) in ALL.items():
+            generate(os.path.join(a.all, name + ".bin"), c, K, init, ignore, seed)
+        print("total", sum(os.path.getsize(os.path.join(a.all, n + ".bin")) for n in ALL), "bytes")
+    elif a.out:
+        S = {"none": 0, "full": 1}.get(a.mode, a.S)
+        if a.mode == "block" and S < 2:
+            sys.exit("--mode block needs --S >= 2")
+        c = cfg(a.B, a.T, a.V, a.d, a.L, a.H, a.G, a.F, S)
+        generate(a.out, c, a.K, a.init, a.ignore, a.seed)
+    else:
+        ap.print_help()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,48 @@
+// crossentropy.c — softmax over the vocabulary and cross-entropy with ignored targets.
+#include <math.h>
+#include "layers.h"
+
+// logits, probs (N,V); losses (N); a target of -1 is ignored (loss 0, no gradient).
+// loss = logsumexp(logits) - logits[target], computed with the row max subtracted so that
+// large logits cannot overflow. Returns the number of counted rows.
+size_t crossentropy_forward(float* losses, float* probs, const float* logits,
+                            const int* targets, size_t N, size_t V) {
+    size_t count = 0;
+    #pragma omp parallel for reduction(+:count)
+    for (size_t n = 0; n < N; n++) {
+        const float* z = logits + n * V;
+        float* p = probs + n * V;
+        float max_logit = -INFINITY;
+        for (size_t i = 0; i < V; i++) { if (z[i] > max_logit) { max_logit = z[i]; } }
+        float sum = 0.0f;
+        for (size_t i = 0; i < V; i++) {
+            p[i] = expf(z[i] - max_logit);
+            sum += p[i];
+        }
+        for (size_t i = 0; i < V; i++) { p[i] /= sum; }
+        int target = targets[n];
+        if (target < 0) {
+            losses[n] = 0.0f;
+        } else {
+            losses[n] = logf(sum) + max_logit - z[target];
+            count++;
+        }
+    }
+    return count;
+}
+
+// forward was: loss = -log softmax(z)[target]  =>  dz = probs - onehot(target)
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets,
+                           float scale, size_t N, size_t V) {
+    #pragma omp parallel for
+    for (size_t n = 0; n < N; n++) {
+        int target = targets[n];
+        if (target < 0) { continue; }
+        const float* p = probs + n * V;
+        float* dz = dlogits + n * V;
+        for (size_t i = 0; i < V; i++) {
+            float indicator = (i == (size_t)target) ? 1.0f : 0.0f;
+            dz[i] += scale * (p[i] - indicator);
+        }
+    }
+}

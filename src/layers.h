@@ -1,0 +1,103 @@
+// layers.h — every layer of attnres.c, forward and backward side by side.
+//
+// One flat C file per layer in src/ holds the pair. Conventions (as in llm.c):
+//   - arguments: outputs first, then what the forward saved, then inputs/weights, then sizes;
+//   - all tensors are float32, row-major; N is the number of rows (positions, N = B*T);
+//   - a linear map with weight W of shape [OUT, IN] computes y = x W^T (no biases);
+//   - backward functions ACCUMULATE (+=) into every gradient they write, so a tensor that
+//     feeds several consumers (AttnRes sends each source to many sub-layers, as value and
+//     as key) gets the sum of all its gradients; buffers are zeroed once per step;
+//   - results do not depend on the OpenMP thread count except where a comment says so
+//     (reductions over rows use per-thread partial sums, combined in thread order).
+#ifndef ATTNRES_LAYERS_H
+#define ATTNRES_LAYERS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RMSNORM_EPS 1e-6f
+#define ROPE_BASE 10000.0
+
+// ---- embedding.c -------------------------------------------------------------------------
+// out (N,C) = wte[tokens], tokens (N) in [0,V)
+void embedding_forward(float* out, const int* tokens, const float* wte, size_t N, size_t C);
+// dwte (V,C) += scatter of dout (N,C) by token
+void embedding_backward(float* dwte, const float* dout, const int* tokens, size_t N, size_t C);
+
+// ---- rmsnorm.c ---------------------------------------------------------------------------
+// out = weight * x * rstd, rstd = 1/sqrt(mean(x^2) + eps) per row; inp, out (N,C), rstd (N)
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight,
+                     size_t N, size_t C);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, size_t N, size_t C);
+
+// ---- linear.c ----------------------------------------------------------------------------
+// out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN). Overwrites out.
+void linear_forward(float* out, const float* inp, const float* weight,
+                    size_t N, size_t IN, size_t OUT);
+// dinp (N,IN) += dout . weight; dweight (OUT,IN) += dout^T . inp
+void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                     const float* weight, size_t N, size_t IN, size_t OUT);
+
+// ---- rope.c ------------------------------------------------------------------------------
+// Rotary position embedding on (B,T,n_heads*head_size): position t = row index within T;
+// pair j = dims (2j,2j+1) of each head turns by theta = t * 10000^(-2j/head_size).
+// out may equal inp (in place).
+void rope_forward(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
+                  size_t head_size);
+// dinp += R^T dout (the rotation's transpose: turn back by -theta)
+void rope_backward(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
+                   size_t head_size);
+
+// ---- attention.c -------------------------------------------------------------------------
+// Causal grouped-query attention. q (B,T,H*hs), k and v (B,T,G*hs), out (B,T,H*hs),
+// att (B,H,T,T) saves the softmax probabilities (entries above the diagonal are 0).
+// Query head h reads key/value head h / (H/G). Scores q.k / sqrt(hs) over t' <= t.
+void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                       size_t B, size_t T, size_t H, size_t G, size_t hs);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
+                        const float* q, const float* k, const float* v,
+                        size_t B, size_t T, size_t H, size_t G, size_t hs);
+
+// ---- swiglu.c ----------------------------------------------------------------------------
+// The gate of the SwiGLU MLP: out = silu(gate) * up, silu(a) = a * sigmoid(a); all (N,F).
+void swiglu_forward(float* out, const float* gate, const float* up, size_t N, size_t F);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                     const float* up, size_t N, size_t F);
+
+// ---- depth_attention.c -------------------------------------------------------------------
+// The AttnRes operator: softmax attention over n_sources depth sources, per row.
+// sources[i] points at a (N,C) tensor V_i; query w (C) and norm weight g (C).
+//   k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s), out = sum_i alpha_i V_i.
+// Saves alpha (N,n_sources) and key_rstd (N,n_sources) for the backward.
+void depth_attention_forward(float* out, float* alpha, float* key_rstd,
+                             const float* const* sources, const float* query,
+                             const float* norm_weight, size_t n_sources, size_t N, size_t C);
+// dsources[i] (N,C) += value path + key path; dquery (C) and dnorm_weight (C) +=.
+void depth_attention_backward(float* const* dsources, float* dquery, float* dnorm_weight,
+                              const float* dout, const float* alpha, const float* key_rstd,
+                              const float* const* sources, const float* query,
+                              const float* norm_weight, size_t n_sources, size_t N, size_t C);
+
+// ---- crossentropy.c ----------------------------------------------------------------------
+// Softmax + cross-entropy per row. logits, probs (N,V); losses (N); targets (N), -1 = ignored
+// (its loss is 0). Returns the number of rows whose target is not -1.
+size_t crossentropy_forward(float* losses, float* probs, const float* logits,
+                            const int* targets, size_t N, size_t V);
+// dlogits += scale * (probs - onehot(target)) on rows whose target is not -1;
+// for a mean loss, scale = 1 / (number of counted rows).
+void crossentropy_backward(float* dlogits, const float* probs, const int* targets,
+                           float scale, size_t N, size_t V);
+
+// ---- adamw.c -----------------------------------------------------------------------------
+// One AdamW step (PyTorch semantics) on n parameters; t counts from 1.
+void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

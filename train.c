@@ -1,0 +1,410 @@
+// train.c — the attnres.c trainer: parse flags, build the model and data, train with AdamW
+// (warmup + cosine decay, gradient clipping), evaluate, checkpoint, resume.
+// Run `./train --help` for the flags. Start reading at main() at the bottom.
+#define _POSIX_C_SOURCE 200809L  // clock_gettime
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "checkpoint.h"
+#include "dataset.h"
+#include "model.h"
+#include "util.h"
+
+typedef struct {
+    ModelConfig model;       // vocab_size is set by the data
+    const char* mode;        // none | full | block
+    const char* task;        // reverse | copy | sort | text
+    const char* text_path;
+    int length, symbols, eval_examples;
+    int batch, seq_len, steps, warmup, threads, eval_every, log_every;
+    float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
+    unsigned long long seed;
+    const char* checkpoint;
+    int resume;
+} Options;
+
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_U64, OPT_SWITCH } OptionKind;
+typedef struct {
+    const char* flag;
+    OptionKind kind;
+    void* value;
+    const char* help;
+} Flag;
+
+static Options defaults(void) {
+    Options o = {0};
+    o.model = (ModelConfig){0, 64, 4, 4, 2, 176, 4};
+    o.mode = "block";
+    o.task = "reverse";
+    o.text_path = NULL;
+    o.length = 8; o.symbols = 16; o.eval_examples = 500;
+    o.batch = 32; o.seq_len = 0; o.steps = 1500; o.warmup = 100; o.threads = 0;
+    o.eval_every = 250; o.log_every = 50;
+    o.lr = 3e-3f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
+    o.beta1 = 0.9f; o.beta2 = 0.95f; o.adam_eps = 1e-8f;
+    o.seed = 1337;
+    o.checkpoint = NULL;
+    o.resume = 0;
+    return o;
+}
+
+static int flag_table(Options* o, Flag* flags) {
+    Flag table[] = {
+        {"--d", OPT_INT, &o->model.d_model, "model width d"},
+        {"--L", OPT_INT, &o->model.n_layers, "transformer layers (2L sub-layers)"},
+        {"--H", OPT_INT, &o->model.n_heads, "query heads"},
+        {"--G", OPT_INT, &o->model.n_kv_heads, "key/value heads (H % G == 0)"},
+        {"--F", OPT_INT, &o->model.ffn_hidden, "SwiGLU hidden width"},
+        {"--mode", OPT_STRING, &o->mode, "residual mode: none | full | block"},
+        {"--block-size", OPT_INT, &o->model.block_size, "block mode: sub-layers per block S (divides 2L)"},
+        {"--task", OPT_STRING, &o->task, "reverse | copy | sort | text"},
+        {"--text", OPT_STRING, &o->text_path, "text file for --task text (bytes, V = 256)"},
+        {"--length", OPT_INT, &o->length, "tasks: symbols per prompt (T = 2 * length)"},
+        {"--symbols", OPT_INT, &o->symbols, "tasks: distinct symbols (V = symbols + 1)"},
+        {"--eval-examples", OPT_INT, &o->eval_examples, "held-out examples (tasks) / max eval rows (text)"},
+        {"--batch", OPT_INT, &o->batch, "batch size B"},
+        {"--seq-len", OPT_INT, &o->seq_len, "sequence length T (text; tasks: 0 or 2*length)"},
+        {"--steps", OPT_INT, &o->steps, "training steps"},
+        {"--lr", OPT_FLOAT, &o->lr, "peak learning rate"},
+        {"--warmup", OPT_INT, &o->warmup, "linear warmup steps"},
+        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "cosine decay ends at lr * this"},
+        {"--weight-decay", OPT_FLOAT, &o->weight_decay, "AdamW weight decay (matrices only)"},
+        {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)"},
+        {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1"},
+        {"--beta2", OPT_FLOAT, &o->beta2, "AdamW beta2"},
+        {"--seed", OPT_U64, &o->seed, "random seed (init and data)"},
+        {"--threads", OPT_INT, &o->threads, "OpenMP threads (0 = all cores)"},
+        {"--eval-every", OPT_INT, &o->eval_every, "evaluate (and checkpoint) every N steps"},
+        {"--log-every", OPT_INT, &o->log_every, "print a training line every N steps"},
+        {"--checkpoint", OPT_STRING, &o->checkpoint, "checkpoint file (written at each eval)"},
+        {"--resume", OPT_SWITCH, &o->resume, "continue from --checkpoint"},
+    };
+    int n = (int)(sizeof(table) / sizeof(table[0]));
+    if (flags != NULL) { memcpy(flags, table, sizeof(table)); }
+    return n;
+}
+
+#define MAX_FLAGS 64
+
+static void print_help(void) {
+    Options o = defaults();
+    Flag flags[MAX_FLAGS];
+    int n = flag_table(&o, flags);
+    printf("usage: ./train [flags]    (defaults train block AttnRes on sequence reversal)\n\n");
+    for (int i = 0; i < n; i++) {
+        char value[64];
+        switch (flags[i].kind) {
+            case OPT_INT: snprintf(value, sizeof(value), "%d", *(int*)flags[i].value); break;
+            case OPT_FLOAT: snprintf(value, sizeof(value), "%g", *(float*)flags[i].value); break;
+            case OPT_U64: snprintf(value, sizeof(value), "%llu", *(unsigned long long*)flags[i].value); break;
+            case OPT_STRING: {
+                const char* s = *(const char**)flags[i].value;
+                snprintf(value, sizeof(value), "%s", s ? s : "(none)");
+                break;
+            }
+            case OPT_SWITCH: snprintf(value, sizeof(value), "off"); break;
+        }
+        printf("  %-16s %-50s [%s]\n", flags[i].flag, flags[i].help, value);
+    }
+    printf("  %-16s %s\n", "--help", "show this help");
+}
+
+// One-line error and a non-zero exit.
+static void die(const char* fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    exit(1);
+}
+
+static void parse_flags(Options* o, int argc, char** argv) {
+    Flag flags[MAX_FLAGS];
+    int n = flag_table(o, flags);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            print_help();
+            exit(0);
+        }
+        const Flag* f = NULL;
+        for (int j = 0; j < n; j++) {
+            if (strcmp(argv[i], flags[j].flag) == 0) { f = &flags[j]; }
+        }
+        if (f == NULL) { die("unknown flag '%s' (see ./train --help)", argv[i]); }
+        if (f->kind == OPT_SWITCH) { *(int*)f->value = 1; continue; }
+        if (i + 1 >= argc) { die("flag '%s' needs a value", f->flag); }
+        const char* s = argv[++i];
+        char* end = NULL;
+        errno = 0;
+        if (f->kind == OPT_INT) {
+            long v = strtol(s, &end, 10);
+            if (*s == '\0' || *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
+                die("flag '%s' expects an integer, got '%s'", f->flag, s);
+            }
+            *(int*)f->value = (int)v;
+        } else if (f->kind == OPT_U64) {
+            unsigned long long v = strtoull(s, &end, 10);
+            if (*s == '\0' || *s == '-' || *end != '\0' || errno != 0) {
+                die("flag '%s' expects a non-negative integer, got '%s'", f->flag, s);
+            }
+            *(unsigned long long*)f->value = v;
+        } else if (f->kind == OPT_FLOAT) {
+            float v = strtof(s, &end);
+            if (*s == '\0' || *end != '\0' || errno != 0 || !isfinite(v)) {
+                die("flag '%s' expects a number, got '%s'", f->flag, s);
+            }
+            *(float*)f->value = v;
+        } else {
+            *(const char**)f->value = s;
+        }
+    }
+}
+
+// Checks every flag that the model and data do not check themselves.
+static void validate(Options* o) {
+    const char* positive[] = {"--batch", "--steps", "--eval-every", "--log-every",
+                              "--eval-examples"};
+    int values[] = {o->batch, o->steps, o->eval_every, o->log_every, o->eval_examples};
+    for (int i = 0; i < 5; i++) {
+        if (values[i] <= 0) { die("%s must be positive", positive[i]); }
+    }
+    if (o->warmup < 0 || o->threads < 0 || o->seq_len < 0) {
+        die("--warmup, --threads and --seq-len must not be negative");
+    }
+    if (!(o->lr > 0.0f) || o->final_lr_frac < 0.0f || o->weight_decay < 0.0f ||
+        o->grad_clip < 0.0f) {
+        die("--lr must be positive; --final-lr-frac, --weight-decay, --grad-clip non-negative");
+    }
+    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f && o->beta2 >= 0.0f && o->beta2 < 1.0f)) {
+        die("--beta1 and --beta2 must be in [0, 1)");
+    }
+    if (strcmp(o->mode, "none") == 0) {
+        o->model.block_size = 0;
+    } else if (strcmp(o->mode, "full") == 0) {
+        o->model.block_size = 1;
+    } else if (strcmp(o->mode, "block") == 0) {
+        if (o->model.block_size < 2) {
+            die("--mode block needs --block-size >= 2 (S = 1 is --mode full)");
+        }
+    } else {
+        die("unknown --mode '%s' (valid: none, full, block)", o->mode);
+    }
+    if (o->resume && o->checkpoint == NULL) { die("--resume needs --checkpoint PATH"); }
+}
+
+// Linear warmup to lr, then cosine decay to lr * final_lr_frac at the last step.
+static float learning_rate(const Options* o, int step) {
+    if (step < o->warmup) { return o->lr * (float)(step + 1) / (float)o->warmup; }
+    int decay_steps = o->steps - o->warmup;
+    float progress = decay_steps > 1 ? (float)(step - o->warmup) / (float)(decay_steps - 1) : 1.0f;
+    float cosine = 0.5f * (1.0f + cosf(3.14159265358979f * progress));
+    float min_lr = o->lr * o->final_lr_frac;
+    return min_lr + (o->lr - min_lr) * cosine;
+}
+
+static double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static size_t argmax(const float* p, size_t n) {
+    size_t best = 0;
+    for (size_t i = 1; i < n; i++) { if (p[i] > p[best]) { best = i; } }
+    return best;
+}
+
+typedef struct {
+    float val_loss;
+    float accuracy;     // next-token accuracy on the scored positions (teacher forcing), %
+    float exact_match;  // tasks: whole answers right under greedy decoding, %; text: -1
+} EvalResult;
+
+// Greedy decoding of the answers of eval rows x (rows, T): the prompt and separator are given,
+// each answer token is the argmax given everything before it, fed back as the next input.
+// Returns the number of rows whose whole answer equals the target in y.
+static size_t greedy_exact_matches(Model* m, const Dataset* ds, const int* x, const int* y,
+                                   size_t rows, int* work) {
+    size_t T = (size_t)ds->seq_len, V = (size_t)ds->vocab_size;
+    size_t start = (size_t)ds->answer_start, n_answer = (size_t)ds->answer_len;
+    int* seq = mallocCheck(rows * T * sizeof(int));      // inputs, answers filled in as decoded
+    int* answer = mallocCheck(rows * n_answer * sizeof(int));
+    memcpy(seq, x, rows * T * sizeof(int));
+    for (size_t t = start; t < start + n_answer; t++) {
+        size_t len = t + 1;  // causal: positions after t cannot change the prediction at t
+        for (size_t r = 0; r < rows; r++) { memcpy(work + r * len, seq + r * T, len * sizeof(int)); }
+        model_forward(m, work, NULL, rows, len);
+        const float* probs = model_probs(m);
+        for (size_t r = 0; r < rows; r++) {
+            int token = (int)argmax(probs + (r * len + t) * V, V);
+            answer[r * n_answer + (t - start)] = token;
+            if (t + 1 < T) { seq[r * T + t + 1] = token; }
+        }
+    }
+    size_t matches = 0;
+    for (size_t r = 0; r < rows; r++) {
+        int ok = 1;
+        for (size_t i = 0; i < n_answer; i++) { ok &= answer[r * n_answer + i] == y[r * T + start + i]; }
+        matches += (size_t)ok;
+    }
+    free(seq);
+    free(answer);
+    return matches;
+}
+
+static EvalResult evaluate(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
+                           int* work) {
+    size_t T = (size_t)ds->seq_len, V = (size_t)ds->vocab_size;
+    size_t rows = dataset_eval_rows(ds);
+    if (rows > (size_t)o->eval_examples) { rows = (size_t)o->eval_examples; }
+    double loss_sum = 0.0;
+    size_t scored = 0, correct = 0, matches = 0;
+    for (size_t first = 0; first < rows; first += m->max_B) {
+        size_t b = rows - first < m->max_B ? rows - first : m->max_B;
+        dataset_eval_batch(ds, x, y, b, first);
+        model_forward(m, x, y, b, T);
+        const float* probs = model_probs(m);
+        size_t count = 0;
+        for (size_t i = 0; i < b * T; i++) {
+            if (y[i] < 0) { continue; }
+            count++;
+            correct += argmax(probs + i * V, V) == (size_t)y[i];
+        }
+        loss_sum += (double)m->loss * (double)count;
+        scored += count;
+        if (ds->kind != TASK_TEXT) { matches += greedy_exact_matches(m, ds, x, y, b, work); }
+    }
+    EvalResult r;
+    r.val_loss = (float)(loss_sum / (double)scored);
+    r.accuracy = 100.0f * (float)correct / (float)scored;
+    r.exact_match = ds->kind == TASK_TEXT ? -1.0f : 100.0f * (float)matches / (float)rows;
+    return r;
+}
+
+static void save_checkpoint(const Model* m, const Options* o, int step) {
+    char err[512];
+    if (checkpoint_save(m, o->checkpoint, step, err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
+}
+
+int main(int argc, char** argv) {
+    Options o = defaults();
+    parse_flags(&o, argc, argv);
+    validate(&o);
+    if (o.threads > 0) { omp_set_num_threads(o.threads); }
+
+    // data: the task or text file fixes V and T
+    Dataset ds;
+    char err[512];
+    int status;
+    if (strcmp(o.task, "text") == 0) {
+        if (o.text_path == NULL) { die("--task text needs --text FILE"); }
+        if (o.seq_len == 0) { o.seq_len = 64; }
+        status = dataset_init_text(&ds, o.text_path, o.seq_len, o.seed, err, sizeof(err));
+    } else {
+        if (o.seq_len != 0 && o.seq_len != 2 * o.length) {
+            die("--seq-len %d does not fit the task: --length %d needs T = 2 * length = %d",
+                o.seq_len, o.length, 2 * o.length);
+        }
+        status = dataset_init_task(&ds, o.task, o.length, o.symbols, (size_t)o.eval_examples,
+                                   o.seed, err, sizeof(err));
+    }
+    if (status != 0) { die("%s", err); }
+    o.model.vocab_size = ds.vocab_size;
+    if (model_config_check(&o.model, err, sizeof(err)) != 0) { die("%s", err); }
+
+    size_t B = (size_t)o.batch, T = (size_t)ds.seq_len;
+    size_t eval_B = B < 64 ? 64 : B;  // evaluation runs in bigger batches
+    Model model;
+    model_build(&model, &o.model, eval_B, T);
+    model_init_params(&model, o.seed);
+    int start_step = 0;
+    if (o.resume) {
+        if (checkpoint_load(&model, o.checkpoint, &start_step, err, sizeof(err)) != 0) {
+            die("%s", err);
+        }
+        if (start_step > o.steps) {
+            die("checkpoint %s is at step %d, beyond --steps %d", o.checkpoint, start_step, o.steps);
+        }
+    }
+    int* x = mallocCheck(eval_B * T * sizeof(int));
+    int* y = mallocCheck(eval_B * T * sizeof(int));
+    int* work = mallocCheck(eval_B * T * sizeof(int));
+
+    const ModelConfig* c = &o.model;
+    printf("attnres.c | mode %s (S=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
+           "task %s T=%zu B=%zu | threads %d\n", o.mode, c->block_size, c->d_model, c->n_layers,
+           c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size, model.num_params, o.task,
+           T, B, omp_get_max_threads());
+    if (start_step > 0) { printf("resumed from %s at step %d\n", o.checkpoint, start_step); }
+
+    EvalResult last = {NAN, NAN, NAN};
+    double train_start = now_seconds(), window_start = train_start;
+    double loss_window = 0.0;
+    int window_steps = 0;
+    for (int step = start_step; step < o.steps; step++) {
+        dataset_train_batch(&ds, x, y, B, (uint64_t)step);
+        float loss = model_forward(&model, x, y, B, T);
+        model_zero_grad(&model);
+        model_backward(&model);
+        float norm = model_grad_norm(&model);
+        if (!isfinite(loss) || !isfinite(norm)) {
+            fprintf(stderr, "error: loss is %s at step %d (gradient norm %g); training stopped%s%s\n",
+                    isfinite(loss) ? "finite but the gradient is not" : "NaN/Inf", step + 1,
+                    (double)norm, o.checkpoint ? ", last good checkpoint kept at " : "",
+                    o.checkpoint ? o.checkpoint : "");
+            return 1;
+        }
+        if (o.grad_clip > 0.0f && norm > o.grad_clip) {
+            float scale = o.grad_clip / norm;
+            for (size_t i = 0; i < model.num_params; i++) { model.grads_memory[i] *= scale; }
+        }
+        float lr = learning_rate(&o, step);
+        model_update(&model, lr, o.beta1, o.beta2, o.adam_eps, o.weight_decay, step + 1);
+        loss_window += loss;
+        window_steps++;
+
+        int done = step + 1;
+        if (done % o.log_every == 0 || done == o.steps) {
+            double now = now_seconds(), elapsed = now - window_start;
+            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %7.2f ms/step\n",
+                   done, o.steps, loss_window / window_steps, (double)lr, (double)norm,
+                   (double)(window_steps * B * T) / elapsed, 1000.0 * elapsed / window_steps);
+            fflush(stdout);
+            loss_window = 0.0;
+            window_steps = 0;
+            window_start = now;
+        }
+        if (done % o.eval_every == 0 || done == o.steps) {
+            double eval_start = now_seconds();
+            last = evaluate(&model, &ds, &o, x, y, work);
+            printf("eval step %5d | val_loss %.4f | accuracy %.2f%%", done, (double)last.val_loss,
+                   (double)last.accuracy);
+            if (last.exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)last.exact_match); }
+            printf("\n");
+            fflush(stdout);
+            if (o.checkpoint != NULL) { save_checkpoint(&model, &o, done); }
+            window_start += now_seconds() - eval_start;  // keep eval time out of ms/step
+        }
+    }
+    double total = now_seconds() - train_start;
+    printf("final | steps %d | val_loss %.4f | accuracy %.2f%%", o.steps, (double)last.val_loss,
+           (double)last.accuracy);
+    if (last.exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)last.exact_match); }
+    printf(" | time %.1f s\n", total);
+    free(x);
+    free(y);
+    free(work);
+    model_free(&model);
+    dataset_free(&ds);
+    return 0;
+}
