@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# ensure_deps.sh — make sure the packages `make test` needs are installed.
+# As root it installs what is missing (apt-get update, then apt-get install -y ...);
+# otherwise it prints the exact command to run and fails.
+set -u
+missing=()
+[ -f /usr/include/doctest/doctest.h ] || missing+=(doctest-dev)
+[ -f /usr/include/boost/context/fiber.hpp ] && ls /usr/lib/*/libboost_context.so >/dev/null 2>&1 \
+    || missing+=(libboost-context-dev)
+for extra in "$@"; do
+    case "$extra" in
+        gnuplot) command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox) ;;
+    esac
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -eq 0 ]; then
+    echo "installing ${missing[*]} ..."
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null && apt-get install -y -q "${missing[@]}" >/dev/null \
+        || { echo "error: apt-get install -y ${missing[*]} failed" >&2; exit 1; }
+else
+    echo "error: missing packages; run: sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
