@@ -38,5 +38,107 @@ check_state: dev/check_state.c $(OBJ)
 test_attnres: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(CXXFLAGS) $(TEST_OBJ) $(OBJ) -o $@ $(LDLIBS)
 
+bench: build/bench
+	./build/bench
+
+build/bench: dev/bench.c $(OBJ)
+	$(CC) $(CFLAGS) dev/bench.c $(OBJ) -o $@ $(LDLIBS)
+
+# `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests
+# then exercise the sanitized ./train on every bad input.
+SAN_OBJ = $(patsubst %.c,build/asan/%.o,$(SRC_C))
+SAN_TEST_OBJ = $(patsubst %.cpp,build/asan/%.o,$(TEST_CPP))
+build/asan/%.o: %.c $(wildcard src/*.h data/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) -c $< -o $@
+build/asan/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) -c $< -o $@
+build/asan/train: train.c $(SAN_OBJ)
+	$(CC) $(CFLAGS) $(ASAN_FLAGS) train.c $(SAN_OBJ) -o $@ $(LDLIBS)
+build/asan/test_attnres: $(SAN_TEST_OBJ) $(SAN_OBJ)
+	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) $(SAN_TEST_OBJ) $(SAN_OBJ) -o $@ $(LDLIBS)
+asan:
+	@dev/ensure_deps.sh
+	@$(MAKE) --no-print-directory build/asan/train build/asan/test_attnres
+	ATTNRES_TRAIN=build/asan/train ./build/asan/test_attnres
+
+# `make test`: install what is missing (doctest, boost.context), build, run every suite.
+# With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check).
+TEST_BINS = all test_attnres test_cuda_emu test_cuda_emu_asan
+test:
+	@dev/ensure_deps.sh
+	@$(MAKE) --no-print-directory $(TEST_BINS) $(if $(wildcard $(NVCC)),cuda_check)
+	@tests/run_all.sh
+
+# `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
+# `./train --diagnostics DIR` (dev/plots.sh). `make compare`: none, full and block AttnRes
+# on one task with one budget over 3 seeds, a table and the charts (dev/compare.sh).
+.PHONY: plots compare
+plots:
+	@dev/ensure_deps.sh gnuplot
+	@test -n "$(RUN)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir]' >&2; exit 1; }
+	dev/plots.sh $(if $(OUT),-o $(OUT)) $(RUN)
+
+compare: all
+	@dev/ensure_deps.sh gnuplot
+	dev/compare.sh $(OUT)
+
 clean:
-	rm -rf build train check_state test_attnres train_cuda test_cuda_emu
+	rm -rf build train check_state test_attnres train_cuda test_cuda_emu test_cuda_emu_asan
+
+# ---- CUDA ----
+# cuda/*.cu mirrors src/*.c kernel for kernel. `make cuda_check` compiles every file with nvcc
+# for sm_80 and sm_90, warnings (ptxas: double precision, spills, local memory) as errors.
+# Without a GPU the kernels are tested by compiling the same files as C++ against
+# tests/cuda_emu.h, which runs every CUDA thread as a fiber (boost.context), and comparing them
+# with the CPU layers: `make test_cuda` runs that suite in both thread orders and under ASan.
+NVCC       ?= /usr/local/cuda/bin/nvcc
+NVCCFLAGS  = -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -Werror all-warnings -Xptxas -warn-double-usage,-warn-spills,-warn-lmem-usage \
+             -Xcompiler -Wall,-Wextra,-Werror -Isrc -Icuda
+CUDA_SRC   = $(wildcard cuda/*.cu)
+CUDA_DEPS  = $(wildcard cuda/*.cuh) src/layers.h
+CUDA_OBJ   = $(patsubst %.cu,build/%.o,$(CUDA_SRC))
+EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Itests -Icuda -Isrc -Idata
+EMU_TESTS  = $(wildcard tests/cuda_test_*.cpp)
+EMU_OBJ    = $(patsubst %,build/emu/%.o,$(CUDA_SRC) $(EMU_TESTS))
+ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
+ASAN_OBJ   = $(patsubst %,build/emu_asan/%.o,$(CUDA_SRC) $(EMU_TESTS)) $(SAN_OBJ)
+
+.PHONY: cuda_check test_cuda
+cuda_check: $(CUDA_OBJ)
+
+build/cuda/%.o: cuda/%.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+build/emu/%.cu.o: %.cu $(CUDA_DEPS) tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 $(EMU_FLAGS) -x c++ -c $< -o $@
+
+build/emu/%.cpp.o: %.cpp $(CUDA_DEPS) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 $(EMU_FLAGS) -c $< -o $@
+
+test_cuda_emu: $(EMU_OBJ) $(OBJ)
+	$(CXX) -fopenmp $(EMU_OBJ) $(OBJ) -o $@ -lboost_context $(LDLIBS)
+
+# the same suite under AddressSanitizer and UBSan, linked with the sanitized CPU layers of
+# `make asan` ($(SAN_OBJ)); -fsanitize-sections puts red zones between the __shared__ arrays
+build/emu_asan/%.cu.o: %.cu $(CUDA_DEPS) tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -fsanitize-sections=cuda_emu_shared $(EMU_FLAGS) -x c++ -c $< -o $@
+
+build/emu_asan/%.cpp.o: %.cpp $(CUDA_DEPS) $(wildcard tests/*.h)
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -fsanitize-sections=cuda_emu_shared $(EMU_FLAGS) -c $< -o $@
+
+test_cuda_emu_asan: $(ASAN_OBJ)
+	$(CXX) $(ASAN_FLAGS) -fopenmp $(ASAN_OBJ) -o $@ -lboost_context $(LDLIBS)
+
+# nvcc proves the kernels compile for the GPU wherever it is installed
+test_cuda: test_cuda_emu test_cuda_emu_asan $(if $(wildcard $(NVCC)),cuda_check)
+	CUDA_EMU_ORDER=forward ./test_cuda_emu
+	CUDA_EMU_ORDER=reverse ./test_cuda_emu
+	CUDA_EMU_ORDER=reverse ./test_cuda_emu_asan

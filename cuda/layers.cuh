@@ -1,0 +1,85 @@
+// layers.cuh — every layer of attnres.c on the GPU, the mirror of src/layers.h.
+//
+// cuda/X.cu mirrors src/X.c: function F there is F_cuda here, with the same arguments in the
+// same order, all tensors device pointers, sizes size_t. The contract is layers.h's:
+// outputs first, row-major float32, N = B*T rows, y = x W^T, and every backward ACCUMULATES
+// (+=) into the gradients it writes. Kernels run on cuda_stream (common.cuh), asynchronously,
+// except where a comment says the call synchronises.
+//
+// Determinism: every output element, weight gradients included, has one owning thread that
+// sums in a fixed order, so results repeat bit for bit from run to run (no float atomics).
+#ifndef ATTNRES_LAYERS_CUH
+#define ATTNRES_LAYERS_CUH
+
+#include <stddef.h>
+
+#include "layers.h"  // RMSNORM_EPS, ROPE_BASE
+
+// ---- embedding.cu ------------------------------------------------------------------------
+void embedding_forward_cuda(float* out, const int* tokens, const float* wte, size_t N, size_t C);
+void embedding_backward_cuda(float* dwte, const float* dout, const int* tokens, size_t N, size_t C);
+
+// ---- rmsnorm.cu --------------------------------------------------------------------------
+void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight,
+                          size_t N, size_t C);
+void rmsnorm_backward_cuda(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, const float* rstd, size_t N, size_t C);
+
+// ---- linear.cu ---------------------------------------------------------------------------
+void linear_forward_cuda(float* out, const float* inp, const float* weight,
+                         size_t N, size_t IN, size_t OUT);
+void linear_backward_cuda(float* dinp, float* dweight, const float* dout, const float* inp,
+                          const float* weight, size_t N, size_t IN, size_t OUT);
+
+// ---- rope.cu -----------------------------------------------------------------------------
+void rope_forward_cuda(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
+                       size_t head_size);
+void rope_forward_at_cuda(float* out, const float* inp, size_t position, size_t N, size_t n_heads,
+                          size_t head_size);
+void rope_backward_cuda(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
+                        size_t head_size);
+
+// ---- attention.cu ------------------------------------------------------------------------
+void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
+                            const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
+// Keeps a private (B,H,T,T) scratch for the score gradients (see Scratch in common.cuh).
+void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* att,
+                             const float* q, const float* k, const float* v,
+                             size_t B, size_t T, size_t H, size_t G, size_t hs);
+
+// ---- swiglu.cu ---------------------------------------------------------------------------
+void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t N, size_t F);
+void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const float* gate,
+                          const float* up, size_t N, size_t F);
+
+// ---- depth_attention.cu ------------------------------------------------------------------
+// sources and dsources are HOST arrays of n_sources DEVICE pointers; they travel to the
+// kernels by value, so n_sources <= DEPTH_ATTENTION_MAX_SOURCES (2L+1 sources in `full` mode).
+#define DEPTH_ATTENTION_MAX_SOURCES 64
+void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
+                                  const float* const* sources, const float* query,
+                                  const float* norm_weight, size_t n_sources, size_t N, size_t C);
+// Keeps a private (N,n_sources) scratch for the score gradients.
+void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
+                                   const float* dout, const float* alpha, const float* key_rstd,
+                                   const float* const* sources, const float* query,
+                                   const float* norm_weight, size_t n_sources, size_t N, size_t C);
+
+// ---- crossentropy.cu ---------------------------------------------------------------------
+// Returns the number of rows whose target is not -1; counting copies targets to the host,
+// so this call synchronises.
+size_t crossentropy_forward_cuda(float* losses, float* probs, const float* logits,
+                                 const int* targets, size_t N, size_t V);
+void crossentropy_backward_cuda(float* dlogits, const float* probs, const int* targets,
+                                float scale, size_t N, size_t V);
+
+// ---- adamw.cu ----------------------------------------------------------------------------
+void adamw_update_cuda(float* params, const float* grads, float* m, float* v, size_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+// The global gradient norm sqrt(sum grads^2) over n floats, as model_grad_norm; it returns
+// to the host, so it synchronises.
+float global_norm_cuda(const float* grads, size_t n);
+// Clipping as train.c does it: when norm > max_norm, grads *= max_norm / norm.
+void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm);
+
+#endif

@@ -1,0 +1,462 @@
+// cuda_test_layers.cpp — every CUDA kernel of cuda/, forward and backward, against its CPU
+// twin in src/ on random inputs. Built by g++ with tests/cuda_emu.h (no GPU needed): every
+// CUDA computation runs twice, with the emulator's threads resumed in forward and in reverse
+// order, and the two results must agree bit for bit (a race, or an order-dependent sum, shows)
+// before the forward-order result is compared with the CPU.
+//
+// Backward buffers start from random values on both sides, so the checks also prove that
+// the kernels accumulate (+=) as layers.h demands.
+//
+// Tolerances |cuda - cpu| <= atol + rtol * |cpu| (inputs O(1); the errors come from summing
+// in another order, and on a GPU from fused multiply-adds and expf within 2 ulp; run with
+// GRADCHECK_VERBOSE=1 to see how much of each tolerance is used):
+//   kernel            atol   rtol   why
+//   embedding         0      0      a copy; the backward adds the rows of a token in order
+//   rmsnorm           1e-5   1e-5   one reduction over C per row (N for the weight)
+//   linear            1e-5   1e-5   dot products of up to 80 terms, tiled in another order
+//   rope              1e-5   1e-5   float angle and sincospif against a double-angle table
+//   attention         1e-5   1e-5   scores over hs, softmax over T, sums over T and heads
+//   swiglu            1e-6   1e-5   elementwise, expf
+//   depth attention   1e-5   1e-5   reductions over C per source and over N for dw, dg
+//   crossentropy      1e-6   1e-5   softmax over V; the count is exact
+//   adamw             1e-7   1e-5   elementwise, same formula
+//   global norm       0      1e-5   float partial sums against one sum in double
+#include <doctest/doctest.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "gradcheck.h"
+#include "layers.cuh"
+#include "layers.h"
+
+using gradcheck::compare_exact;
+using gradcheck::compare_within;
+using gradcheck::Rng;
+using gradcheck::Tolerance;
+
+typedef std::vector<float> Floats;
+struct Output {
+    std::string name;
+    Floats values;
+};
+typedef std::vector<Output> Outputs;
+
+// Device copies of host data, freed together when the Device goes out of scope.
+struct Device {
+    std::vector<void*> allocations;
+    template <typename T>
+    T* upload(const std::vector<T>& host) {
+        T* device;
+        cudaCheck(cudaMalloc(&device, host.size() * sizeof(T)));
+        cudaCheck(cudaMemcpy(device, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
+        allocations.push_back(device);
+        return device;
+    }
+    float* zeros(size_t n) { return upload(Floats(n, 0.0f)); }
+    ~Device() {
+        for (void* p : allocations) cudaCheck(cudaFree(p));
+    }
+};
+template <typename T>
+std::vector<T> download(const T* device, size_t n) {
+    std::vector<T> host(n);
+    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+// Runs a CUDA computation (upload, kernels, download) in both thread orders, checks that the
+// results are identical, and returns those of the forward order.
+Outputs run_cuda(const std::function<Outputs()>& computation) {
+    cuda_emu::Order saved = cuda_emu::order;
+    cuda_emu::order = cuda_emu::Order::forward;
+    Outputs forward = computation();
+    cuda_emu::order = cuda_emu::Order::reverse;
+    Outputs reverse = computation();
+    cuda_emu::order = saved;
+    REQUIRE(forward.size() == reverse.size());
+    for (size_t i = 0; i < forward.size(); i++) {
+        REQUIRE(forward[i].values.size() == reverse[i].values.size());
+        compare_exact(forward[i].name + ", reverse vs forward thread order",
+                      reverse[i].values.data(), forward[i].values.data(), forward[i].values.size());
+    }
+    return forward;
+}
+
+void check(const Output& cuda, const Floats& cpu, Tolerance tol) {
+    REQUIRE(cuda.values.size() == cpu.size());
+    compare_within(cuda.name, cuda.values.data(), cpu.data(), cpu.size(), tol);
+}
+
+// ---- embedding ---------------------------------------------------------------------------
+TEST_CASE("embedding forward and backward on the GPU match the CPU, with repeated tokens") {
+    size_t V = 0, C = 0;
+    std::vector<int> tokens;
+    SUBCASE("V=5 C=3") { V = 5; C = 3; tokens = {1, 3, 1, 1, 0, 3}; }
+    SUBCASE("V=11 C=37, one token everywhere") { V = 11; C = 37; tokens = {4, 4, 4, 4, 4, 4, 4}; }
+    SUBCASE("V=13 C=130") { V = 13; C = 130; tokens = {12, 0, 12, 5, 2, 5, 5, 0, 9}; }
+    size_t N = tokens.size();
+    Rng rng(1);
+    Floats wte = rng.uniform_vector(V * C, -1, 1), dout = rng.uniform_vector(N * C, -1, 1);
+    Floats dwte0 = rng.uniform_vector(V * C, -1, 1);
+
+    Floats out(N * C), dwte = dwte0;
+    embedding_forward(out.data(), tokens.data(), wte.data(), N, C);
+    embedding_backward(dwte.data(), dout.data(), tokens.data(), N, C);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float* d_out = d.zeros(N * C);
+        float* d_dwte = d.upload(dwte0);
+        int* d_tokens = d.upload(tokens);
+        embedding_forward_cuda(d_out, d_tokens, d.upload(wte), N, C);
+        embedding_backward_cuda(d_dwte, d.upload(dout), d_tokens, N, C);
+        return Outputs{{"out", download(d_out, N * C)}, {"dwte", download(d_dwte, V * C)}};
+    });
+    compare_exact("out", cuda[0].values.data(), out.data(), out.size());
+    compare_exact("dwte", cuda[1].values.data(), dwte.data(), dwte.size());
+}
+
+// ---- rmsnorm -----------------------------------------------------------------------------
+TEST_CASE("rmsnorm forward and backward on the GPU match the CPU") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t N = 0, C = 0;
+    SUBCASE("N=1 C=4") { N = 1; C = 4; }
+    SUBCASE("N=5 C=33") { N = 5; C = 33; }
+    SUBCASE("N=9 C=130") { N = 9; C = 130; }
+    Rng rng(2);
+    Floats inp = rng.uniform_vector(N * C, -2, 2), weight = rng.uniform_vector(C, 0.5, 1.5);
+    Floats dout = rng.uniform_vector(N * C, -1, 1);
+    Floats dinp0 = rng.uniform_vector(N * C, -1, 1), dweight0 = rng.uniform_vector(C, -1, 1);
+
+    Floats out(N * C), rstd(N), dinp = dinp0, dweight = dweight0;
+    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C);
+    rmsnorm_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(),
+                     rstd.data(), N, C);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_out = d.zeros(N * C), *d_rstd = d.zeros(N);
+        float *d_dinp = d.upload(dinp0), *d_dweight = d.upload(dweight0);
+        float *d_inp = d.upload(inp), *d_weight = d.upload(weight);
+        rmsnorm_forward_cuda(d_out, d_rstd, d_inp, d_weight, N, C);
+        rmsnorm_backward_cuda(d_dinp, d_dweight, d.upload(dout), d_inp, d_weight, d_rstd, N, C);
+        return Outputs{{"out", download(d_out, N * C)}, {"rstd", download(d_rstd, N)},
+                       {"dinp", download(d_dinp, N * C)}, {"dweight", download(d_dweight, C)}};
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], rstd, tol);
+    check(cuda[2], dinp, tol);
+    check(cuda[3], dweight, tol);
+}
+
+// ---- linear ------------------------------------------------------------------------------
+TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around the tile") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t N = 0, IN = 0, OUT = 0;
+    SUBCASE("N=1 IN=1 OUT=1") { N = 1; IN = 1; OUT = 1; }
+    SUBCASE("N=5 IN=7 OUT=3") { N = 5; IN = 7; OUT = 3; }
+    SUBCASE("N=16 IN=16 OUT=16, one whole tile") { N = 16; IN = 16; OUT = 16; }
+    SUBCASE("N=33 IN=40 OUT=17, tiles plus remainders") { N = 33; IN = 40; OUT = 17; }
+    SUBCASE("N=20 IN=80 OUT=48") { N = 20; IN = 80; OUT = 48; }
+    Rng rng(3);
+    Floats inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
+    Floats dout = rng.uniform_vector(N * OUT, -1, 1);
+    Floats dinp0 = rng.uniform_vector(N * IN, -1, 1);
+    Floats dweight0 = rng.uniform_vector(OUT * IN, -1, 1);
+
+    Floats out(N * OUT), dinp = dinp0, dweight = dweight0;
+    linear_forward(out.data(), inp.data(), weight.data(), N, IN, OUT);
+    linear_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(),
+                    N, IN, OUT);
+
+    Floats stale = rng.uniform_vector(N * OUT, -1, 1);  // what out holds before: overwritten
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float* d_out = d.upload(stale);
+        float *d_dinp = d.upload(dinp0), *d_dweight = d.upload(dweight0);
+        float *d_inp = d.upload(inp), *d_weight = d.upload(weight);
+        linear_forward_cuda(d_out, d_inp, d_weight, N, IN, OUT);
+        linear_backward_cuda(d_dinp, d_dweight, d.upload(dout), d_inp, d_weight, N, IN, OUT);
+        return Outputs{{"out", download(d_out, N * OUT)}, {"dinp", download(d_dinp, N * IN)},
+                       {"dweight", download(d_dweight, OUT * IN)}};
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], dinp, tol);
+    check(cuda[2], dweight, tol);
+}
+
+// ---- rope --------------------------------------------------------------------------------
+TEST_CASE("rope forward (in place, at one position) and backward on the GPU match the CPU") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t B = 0, T = 0, n_heads = 0, hs = 0;
+    SUBCASE("B=1 T=5 heads=1 hs=2") { B = 1; T = 5; n_heads = 1; hs = 2; }
+    SUBCASE("B=2 T=7 heads=3 hs=8") { B = 2; T = 7; n_heads = 3; hs = 8; }
+    SUBCASE("B=1 T=33 heads=2 hs=64") { B = 1; T = 33; n_heads = 2; hs = 64; }
+    size_t n = B * T * n_heads * hs;
+    Rng rng(4);
+    Floats inp = rng.uniform_vector(n, -1, 1), dout = rng.uniform_vector(n, -1, 1);
+    Floats dinp0 = rng.uniform_vector(n, -1, 1);
+
+    size_t position = T - 1;  // the decoder's rotation: every row (of B*T) at one position
+    Floats out(n), out_at(n), dinp = dinp0;
+    rope_forward(out.data(), inp.data(), B, T, n_heads, hs);
+    rope_forward_at(out_at.data(), inp.data(), position, B * T, n_heads, hs);
+    rope_backward(dinp.data(), dout.data(), B, T, n_heads, hs);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_out = d.zeros(n), *d_inplace = d.upload(inp), *d_dinp = d.upload(dinp0);
+        float *d_inp = d.upload(inp), *d_out_at = d.zeros(n);
+        rope_forward_cuda(d_out, d_inp, B, T, n_heads, hs);
+        rope_forward_cuda(d_inplace, d_inplace, B, T, n_heads, hs);
+        rope_forward_at_cuda(d_out_at, d_inp, position, B * T, n_heads, hs);
+        rope_backward_cuda(d_dinp, d.upload(dout), B, T, n_heads, hs);
+        return Outputs{{"out", download(d_out, n)}, {"out (in place)", download(d_inplace, n)},
+                       {"out at one position", download(d_out_at, n)},
+                       {"dinp", download(d_dinp, n)}};
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], out, tol);
+    check(cuda[2], out_at, tol);
+    check(cuda[3], dinp, tol);
+}
+
+// ---- attention ---------------------------------------------------------------------------
+TEST_CASE("attention forward and backward on the GPU match the CPU (causal, grouped-query)") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t B = 0, T = 0, H = 0, G = 0, hs = 0;
+    SUBCASE("B=2 T=5 H=4 G=2 hs=8, GQA") { B = 2; T = 5; H = 4; G = 2; hs = 8; }
+    SUBCASE("B=1 T=7 H=3 G=1 hs=16, one kv head") { B = 1; T = 7; H = 3; G = 1; hs = 16; }
+    SUBCASE("B=2 T=37 H=2 G=2 hs=4, G=H, T over a warp") { B = 2; T = 37; H = 2; G = 2; hs = 4; }
+    SUBCASE("B=1 T=9 H=6 G=3 hs=40, hs over a warp") { B = 1; T = 9; H = 6; G = 3; hs = 40; }
+    SUBCASE("B=2 T=1 H=2 G=1 hs=2") { B = 2; T = 1; H = 2; G = 1; hs = 2; }
+    size_t nq = B * T * H * hs, nkv = B * T * G * hs, natt = B * H * T * T;
+    Rng rng(5);
+    Floats q = rng.uniform_vector(nq, -1, 1), k = rng.uniform_vector(nkv, -1, 1);
+    Floats v = rng.uniform_vector(nkv, -1, 1), dout = rng.uniform_vector(nq, -1, 1);
+    Floats dq0 = rng.uniform_vector(nq, -1, 1), dk0 = rng.uniform_vector(nkv, -1, 1);
+    Floats dv0 = rng.uniform_vector(nkv, -1, 1);
+
+    Floats out(nq), att(natt), dq = dq0, dk = dk0, dv = dv0;
+    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(),
+                       v.data(), B, T, H, G, hs);
+
+    Floats stale = rng.uniform_vector(natt, -1, 1);  // what att holds before: overwritten
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_out = d.zeros(nq), *d_att = d.upload(stale);
+        float *d_q = d.upload(q), *d_k = d.upload(k), *d_v = d.upload(v);
+        float *d_dq = d.upload(dq0), *d_dk = d.upload(dk0), *d_dv = d.upload(dv0);
+        attention_forward_cuda(d_out, d_att, d_q, d_k, d_v, B, T, H, G, hs);
+        attention_backward_cuda(d_dq, d_dk, d_dv, d.upload(dout), d_att, d_q, d_k, d_v,
+                                B, T, H, G, hs);
+        return Outputs{{"out", download(d_out, nq)}, {"att", download(d_att, natt)},
+                       {"dq", download(d_dq, nq)}, {"dk", download(d_dk, nkv)},
+                       {"dv", download(d_dv, nkv)}};
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], att, tol);
+    check(cuda[2], dq, tol);
+    check(cuda[3], dk, tol);
+    check(cuda[4], dv, tol);
+}
+
+// ---- swiglu ------------------------------------------------------------------------------
+TEST_CASE("swiglu forward and backward on the GPU match the CPU") {
+    const Tolerance tol{1e-6, 1e-5};
+    size_t N = 0, F = 0;
+    SUBCASE("N=1 F=1") { N = 1; F = 1; }
+    SUBCASE("N=7 F=100") { N = 7; F = 100; }
+    Rng rng(6);
+    Floats gate = rng.uniform_vector(N * F, -6, 6), up = rng.uniform_vector(N * F, -2, 2);
+    Floats dout = rng.uniform_vector(N * F, -1, 1);
+    Floats dgate0 = rng.uniform_vector(N * F, -1, 1), dup0 = rng.uniform_vector(N * F, -1, 1);
+
+    Floats out(N * F), dgate = dgate0, dup = dup0;
+    swiglu_forward(out.data(), gate.data(), up.data(), N, F);
+    swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), N, F);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_out = d.zeros(N * F), *d_gate = d.upload(gate), *d_up = d.upload(up);
+        float *d_dgate = d.upload(dgate0), *d_dup = d.upload(dup0);
+        swiglu_forward_cuda(d_out, d_gate, d_up, N, F);
+        swiglu_backward_cuda(d_dgate, d_dup, d.upload(dout), d_gate, d_up, N, F);
+        return Outputs{{"out", download(d_out, N * F)}, {"dgate", download(d_dgate, N * F)},
+                       {"dup", download(d_dup, N * F)}};
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], dgate, tol);
+    check(cuda[2], dup, tol);
+}
+
+// ---- depth attention ---------------------------------------------------------------------
+TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t n_sources = 0, N = 0, C = 0;
+    SUBCASE("1 source (its query gets exactly zero gradient)") { n_sources = 1; N = 3; C = 8; }
+    SUBCASE("2 sources, N=5 C=7") { n_sources = 2; N = 5; C = 7; }
+    SUBCASE("5 sources, N=9 C=70") { n_sources = 5; N = 9; C = 70; }
+    SUBCASE("37 sources, more than a warp") { n_sources = 37; N = 3; C = 33; }
+    Rng rng(7);
+    std::vector<Floats> sources, dsources0;
+    for (size_t i = 0; i < n_sources; i++) {
+        float scale = 0.5f + (float)i / (float)n_sources;  // sources of different sizes
+        sources.push_back(rng.uniform_vector(N * C, -scale, scale));
+        dsources0.push_back(rng.uniform_vector(N * C, -1, 1));
+    }
+    Floats query = rng.uniform_vector(C, -1, 1), norm_weight = rng.uniform_vector(C, 0.5, 1.5);
+    Floats dout = rng.uniform_vector(N * C, -1, 1);
+    Floats dquery0 = rng.uniform_vector(C, -1, 1), dnorm_weight0 = rng.uniform_vector(C, -1, 1);
+
+    Floats out(N * C), alpha(N * n_sources), key_rstd(N * n_sources);
+    Floats dquery = dquery0, dnorm_weight = dnorm_weight0;
+    std::vector<Floats> dsources = dsources0;
+    std::vector<const float*> source_ptrs;
+    std::vector<float*> dsource_ptrs;
+    for (size_t i = 0; i < n_sources; i++) {
+        source_ptrs.push_back(sources[i].data());
+        dsource_ptrs.push_back(dsources[i].data());
+    }
+    depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), source_ptrs.data(),
+                            query.data(), norm_weight.data(), n_sources, N, C);
+    depth_attention_backward(dsource_ptrs.data(), dquery.data(), dnorm_weight.data(), dout.data(),
+                             alpha.data(), key_rstd.data(), source_ptrs.data(), query.data(),
+                             norm_weight.data(), n_sources, N, C);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        std::vector<const float*> d_sources;
+        std::vector<float*> d_dsources;
+        for (size_t i = 0; i < n_sources; i++) {
+            d_sources.push_back(d.upload(sources[i]));
+            d_dsources.push_back(d.upload(dsources0[i]));
+        }
+        float *d_out = d.zeros(N * C), *d_alpha = d.zeros(N * n_sources);
+        float *d_key_rstd = d.zeros(N * n_sources);
+        float *d_query = d.upload(query), *d_norm_weight = d.upload(norm_weight);
+        float *d_dquery = d.upload(dquery0), *d_dnorm_weight = d.upload(dnorm_weight0);
+        depth_attention_forward_cuda(d_out, d_alpha, d_key_rstd, d_sources.data(), d_query,
+                                     d_norm_weight, n_sources, N, C);
+        depth_attention_backward_cuda(d_dsources.data(), d_dquery, d_dnorm_weight, d.upload(dout),
+                                      d_alpha, d_key_rstd, d_sources.data(), d_query,
+                                      d_norm_weight, n_sources, N, C);
+        Outputs result{{"out", download(d_out, N * C)}, {"alpha", download(d_alpha, N * n_sources)},
+                       {"key_rstd", download(d_key_rstd, N * n_sources)},
+                       {"dquery", download(d_dquery, C)},
+                       {"dnorm_weight", download(d_dnorm_weight, C)}};
+        for (size_t i = 0; i < n_sources; i++)
+            result.push_back(
+                {"dsources[" + std::to_string(i) + "]", download(d_dsources[i], N * C)});
+        return result;
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], alpha, tol);
+    check(cuda[2], key_rstd, tol);
+    check(cuda[3], dquery, tol);
+    check(cuda[4], dnorm_weight, tol);
+    for (size_t i = 0; i < n_sources; i++)
+        check(cuda[5 + i], dsources[i], tol);
+    if (n_sources == 1) {
+        compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
+        compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);
+    }
+}
+
+// ---- crossentropy ------------------------------------------------------------------------
+TEST_CASE("crossentropy forward and backward on the GPU match the CPU, with ignored targets") {
+    const Tolerance tol{1e-6, 1e-5};
+    size_t V = 0;
+    std::vector<int> targets;
+    SUBCASE("V=5") { V = 5; targets = {0, -1, 4, 2, -1, 1}; }
+    SUBCASE("V=100, over a warp") { V = 100; targets = {99, 3, -1, 64, 31, 32, 0}; }
+    SUBCASE("every target ignored") { V = 7; targets = {-1, -1, -1}; }
+    size_t N = targets.size();
+    Rng rng(8);
+    Floats logits = rng.uniform_vector(N * V, -8, 8);
+    Floats dlogits0 = rng.uniform_vector(N * V, -1, 1);
+
+    Floats losses(N), probs(N * V), dlogits = dlogits0;
+    size_t counted = crossentropy_forward(losses.data(), probs.data(), logits.data(),
+                                          targets.data(), N, V);
+    float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
+    crossentropy_backward(dlogits.data(), probs.data(), targets.data(), scale, N, V);
+
+    size_t counted_cuda = 0;
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_losses = d.zeros(N), *d_probs = d.zeros(N * V), *d_dlogits = d.upload(dlogits0);
+        int* d_targets = d.upload(targets);
+        counted_cuda =
+            crossentropy_forward_cuda(d_losses, d_probs, d.upload(logits), d_targets, N, V);
+        crossentropy_backward_cuda(d_dlogits, d_probs, d_targets, scale, N, V);
+        return Outputs{{"losses", download(d_losses, N)}, {"probs", download(d_probs, N * V)},
+                       {"dlogits", download(d_dlogits, N * V)}};
+    });
+    CHECK(counted_cuda == counted);
+    check(cuda[0], losses, tol);
+    check(cuda[1], probs, tol);
+    check(cuda[2], dlogits, tol);
+}
+
+// ---- adamw and gradient clipping -----------------------------------------------------------
+TEST_CASE("adamw update on the GPU matches the CPU") {
+    const Tolerance tol{1e-7, 1e-5};
+    int t = 0;
+    float weight_decay = 0.0f;
+    SUBCASE("first step") { t = 1; weight_decay = 0.1f; }
+    SUBCASE("step 7, no weight decay") { t = 7; weight_decay = 0.0f; }
+    size_t n = 1000;
+    Rng rng(9);
+    Floats params0 = rng.uniform_vector(n, -1, 1), grads = rng.uniform_vector(n, -1, 1);
+    Floats m0 = rng.uniform_vector(n, -0.1f, 0.1f), v0 = rng.uniform_vector(n, 0, 0.01f);
+    const float lr = 3e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+
+    Floats params = params0, m = m0, v = v0;
+    adamw_update(params.data(), grads.data(), m.data(), v.data(), n, lr, beta1, beta2, eps,
+                 weight_decay, t);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_params = d.upload(params0), *d_m = d.upload(m0), *d_v = d.upload(v0);
+        adamw_update_cuda(d_params, d.upload(grads), d_m, d_v, n, lr, beta1, beta2, eps,
+                          weight_decay, t);
+        return Outputs{{"params", download(d_params, n)}, {"m", download(d_m, n)},
+                       {"v", download(d_v, n)}};
+    });
+    check(cuda[0], params, tol);
+    check(cuda[1], m, tol);
+    check(cuda[2], v, tol);
+}
+
+TEST_CASE("global gradient norm and clipping on the GPU match a double-precision reference") {
+    size_t n = 0;
+    SUBCASE("n=1") { n = 1; }
+    SUBCASE("n=300, fewer than the grid's threads") { n = 300; }
+    SUBCASE("n=70001, many per thread") { n = 70001; }
+    Rng rng(10);
+    Floats grads = rng.uniform_vector(n, -1, 1);
+    double sum_sq = 0.0;
+    for (float g : grads) sum_sq += (double)g * g;
+    float norm = (float)sqrt(sum_sq), max_norm = 0.5f * norm;
+    Floats clipped = grads, unchanged = grads;
+    for (float& g : clipped) g *= max_norm / norm;
+
+    float norm_cuda = 0.0f;
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_grads = d.upload(grads), *d_unchanged = d.upload(grads);
+        norm_cuda = global_norm_cuda(d_grads, n);
+        clip_gradients_cuda(d_grads, n, norm_cuda, max_norm);
+        clip_gradients_cuda(d_unchanged, n, norm_cuda, 2.0f * norm);  // under the limit
+        return Outputs{{"clipped grads", download(d_grads, n)},
+                       {"grads under the limit", download(d_unchanged, n)}};
+    });
+    CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-5));
+    check(cuda[0], clipped, Tolerance{0, 1e-5});
+    compare_exact("grads under the limit", cuda[1].values.data(), unchanged.data(), n);
+}
