@@ -13,6 +13,8 @@
 #include <time.h>
 #include "checkpoint.h"
 #include "dataset.h"
+#include "diagnostics.h"
+#include "inference.h"
 #include "model.h"
 #include "util.h"
 
@@ -27,6 +29,12 @@ typedef struct {
     unsigned long long seed;
     const char* checkpoint;
     int resume;
+    int stop_after;
+    const char* diagnostics;  // directory for the CSVs of diagnostics.h, NULL = off
+    int sample;                                // --sample: generate from --checkpoint
+    const char *prompt, *prompt_tokens;        // NULL = none given
+    int sample_tokens, top_k;                  // 0 = default length / all tokens
+    float temperature;                         // 0 = greedy
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_U64, OPT_SWITCH } OptionKind;
@@ -69,7 +77,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--symbols", OPT_INT, &o->symbols, "tasks: distinct symbols (V = symbols + 1)"},
         {"--eval-examples", OPT_INT, &o->eval_examples, "held-out examples (tasks) / max eval rows (text)"},
         {"--batch", OPT_INT, &o->batch, "batch size B"},
-        {"--seq-len", OPT_INT, &o->seq_len, "sequence length T (text; tasks: 0 or 2*length)"},
+        {"--seq-len", OPT_INT, &o->seq_len, "sequence length T (text: 0 = 64; tasks: 0 or 2*length)"},
         {"--steps", OPT_INT, &o->steps, "training steps"},
         {"--lr", OPT_FLOAT, &o->lr, "peak learning rate"},
         {"--warmup", OPT_INT, &o->warmup, "linear warmup steps"},
@@ -78,12 +86,20 @@ static int flag_table(Options* o, Flag* flags) {
         {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)"},
         {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1"},
         {"--beta2", OPT_FLOAT, &o->beta2, "AdamW beta2"},
-        {"--seed", OPT_U64, &o->seed, "random seed (init and data)"},
+        {"--seed", OPT_U64, &o->seed, "random seed (init and data; --sample: draws)"},
         {"--threads", OPT_INT, &o->threads, "OpenMP threads (0 = all cores)"},
         {"--eval-every", OPT_INT, &o->eval_every, "evaluate (and checkpoint) every N steps"},
         {"--log-every", OPT_INT, &o->log_every, "print a training line every N steps"},
         {"--checkpoint", OPT_STRING, &o->checkpoint, "checkpoint file (written at each eval)"},
         {"--resume", OPT_SWITCH, &o->resume, "continue from --checkpoint"},
+        {"--stop-after", OPT_INT, &o->stop_after, "stop after N steps of this run (0 = at --steps; the schedule still spans --steps)"},
+        {"--diagnostics", OPT_STRING, &o->diagnostics, "write loss/magnitude/grad/alpha CSVs into DIR"},
+        {"--sample", OPT_SWITCH, &o->sample, "generate from --checkpoint instead of training"},
+        {"--prompt", OPT_STRING, &o->prompt, "--sample: text prompt (text models, V = 256)"},
+        {"--prompt-tokens", OPT_STRING, &o->prompt_tokens, "--sample: prompt token ids, e.g. 3,1,4"},
+        {"--tokens", OPT_INT, &o->sample_tokens, "--sample: tokens to generate (0: answer / 256)"},
+        {"--temperature", OPT_FLOAT, &o->temperature, "--sample: softmax temperature (0 = greedy)"},
+        {"--top-k", OPT_INT, &o->top_k, "--sample: draw among the K likeliest (0 = all)"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     if (flags != NULL) { memcpy(flags, table, sizeof(table)); }
@@ -176,8 +192,8 @@ static void validate(Options* o) {
     for (int i = 0; i < 5; i++) {
         if (values[i] <= 0) { die("%s must be positive", positive[i]); }
     }
-    if (o->warmup < 0 || o->threads < 0 || o->seq_len < 0) {
-        die("--warmup, --threads and --seq-len must not be negative");
+    if (o->warmup < 0 || o->threads < 0 || o->seq_len < 0 || o->stop_after < 0) {
+        die("--warmup, --threads, --seq-len and --stop-after must not be negative");
     }
     if (!(o->lr > 0.0f) || o->final_lr_frac < 0.0f || o->weight_decay < 0.0f ||
         o->grad_clip < 0.0f) {
@@ -230,32 +246,26 @@ typedef struct {
 
 // Greedy decoding of the answers of eval rows x (rows, T): the prompt and separator are given,
 // each answer token is the argmax given everything before it, fed back as the next input.
+// All rows decode in lockstep with the cached decoder (inference.h), one position per step.
 // Returns the number of rows whose whole answer equals the target in y.
 static size_t greedy_exact_matches(Model* m, const Dataset* ds, const int* x, const int* y,
                                    size_t rows, int* work) {
-    size_t T = (size_t)ds->seq_len, V = (size_t)ds->vocab_size;
-    size_t start = (size_t)ds->answer_start, n_answer = (size_t)ds->answer_len;
-    int* seq = mallocCheck(rows * T * sizeof(int));      // inputs, answers filled in as decoded
-    int* answer = mallocCheck(rows * n_answer * sizeof(int));
-    memcpy(seq, x, rows * T * sizeof(int));
-    for (size_t t = start; t < start + n_answer; t++) {
-        size_t len = t + 1;  // causal: positions after t cannot change the prediction at t
-        for (size_t r = 0; r < rows; r++) { memcpy(work + r * len, seq + r * T, len * sizeof(int)); }
-        model_forward(m, work, NULL, rows, len);
-        const float* probs = model_probs(m);
-        for (size_t r = 0; r < rows; r++) {
-            int token = (int)argmax(probs + (r * len + t) * V, V);
-            answer[r * n_answer + (t - start)] = token;
-            if (t + 1 < T) { seq[r * T + t + 1] = token; }
-        }
+    size_t T = (size_t)ds->seq_len, start = (size_t)ds->answer_start;
+    size_t n_prompt = start + 1, n_answer = (size_t)ds->answer_len;  // prompt + separator
+    for (size_t r = 0; r < rows; r++) {
+        memcpy(work + r * n_prompt, x + r * T, n_prompt * sizeof(int));
     }
+    int* answer = mallocCheck(rows * n_answer * sizeof(int));
+    Decoder dec;
+    decoder_build(&dec, m, rows, n_prompt + n_answer - 1);
+    decoder_generate(&dec, work, n_prompt, answer, n_answer, 0.0f, 0, NULL);  // greedy
+    decoder_free(&dec);
     size_t matches = 0;
     for (size_t r = 0; r < rows; r++) {
         int ok = 1;
         for (size_t i = 0; i < n_answer; i++) { ok &= answer[r * n_answer + i] == y[r * T + start + i]; }
         matches += (size_t)ok;
     }
-    free(seq);
     free(answer);
     return matches;
 }
@@ -289,6 +299,26 @@ static EvalResult evaluate(Model* m, const Dataset* ds, const Options* o, int* x
     return r;
 }
 
+// Depth-attention weights averaged over the tokens of the first evaluation batch.
+static void measure_eval_alpha(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
+                               Diagnostics* dg) {
+    size_t rows = dataset_eval_rows(ds);
+    if (rows > (size_t)o->eval_examples) { rows = (size_t)o->eval_examples; }
+    if (rows > m->max_B) { rows = m->max_B; }
+    dataset_eval_batch(ds, x, y, rows, 0);
+    model_forward(m, x, y, rows, (size_t)ds->seq_len);
+    diagnostics_measure_alpha(dg, m);
+}
+
+// argv joined by spaces, for the record of a run
+static void command_line(char* out, size_t len, int argc, char** argv) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < argc && used < len; i++) {
+        used += (size_t)snprintf(out + used, len - used, "%s%s", i ? " " : "", argv[i]);
+    }
+}
+
 static void save_checkpoint(const Model* m, const Options* o, int step) {
     char err[512];
     if (checkpoint_save(m, o->checkpoint, step, err, sizeof(err)) != 0) {
@@ -296,11 +326,117 @@ static void save_checkpoint(const Model* m, const Options* o, int step) {
     }
 }
 
+// "3,1,4" -> tokens (malloc'd), each in [0, V); returns the count or dies.
+static size_t parse_token_list(const char* list, int** tokens, int V) {
+    size_t n = 1;
+    for (const char* c = list; *c; c++) { n += *c == ','; }
+    *tokens = mallocCheck(n * sizeof(int));
+    const char* s = list;
+    for (size_t i = 0; i < n; i++) {
+        char* end = NULL;
+        errno = 0;
+        long v = strtol(s, &end, 10);
+        if (end == s || errno != 0 || v < 0 || v >= V || (*end != ',' && *end != '\0')) {
+            die("--prompt-tokens '%s': expected token ids in [0, %d) separated by commas", list, V);
+        }
+        (*tokens)[i] = (int)v;
+        s = end + 1;
+    }
+    return n;
+}
+
+// --sample: load a checkpoint and generate from a prompt with the cached decoder. The prompt
+// is --prompt (bytes; V = 256 is read as a byte-level text model), --prompt-tokens, or for a
+// task model the first held-out example of --task/--length/--symbols/--seed (pass the
+// training's), whose expected answer is printed too.
+static int sample_main(const Options* o) {
+    char err[512];
+    if (o->checkpoint == NULL) { die("--sample needs --checkpoint PATH"); }
+    if (o->prompt != NULL && o->prompt_tokens != NULL) {
+        die("give --prompt or --prompt-tokens, not both");
+    }
+    if (o->sample_tokens < 0 || o->top_k < 0 || o->temperature < 0.0f) {
+        die("--tokens, --top-k and --temperature must not be negative");
+    }
+    ModelConfig config;
+    int step;
+    if (checkpoint_read_config(o->checkpoint, &config, &step, err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
+    Model model;
+    model_build(&model, &config, 1, 1);
+    if (checkpoint_load(&model, o->checkpoint, &step, err, sizeof(err)) != 0) { die("%s", err); }
+    int V = config.vocab_size, is_text = V == 256;
+
+    int *prompt = NULL, *expected = NULL;
+    size_t n_prompt = 0, n_expected = 0;
+    if (o->prompt != NULL) {
+        if (!is_text) {
+            die("--prompt needs a text model (V = 256), this one has V = %d: use --prompt-tokens", V);
+        }
+        n_prompt = strlen(o->prompt);
+        if (n_prompt == 0) { die("--prompt is empty"); }
+        prompt = mallocCheck(n_prompt * sizeof(int));
+        for (size_t i = 0; i < n_prompt; i++) { prompt[i] = (unsigned char)o->prompt[i]; }
+    } else if (o->prompt_tokens != NULL) {
+        n_prompt = parse_token_list(o->prompt_tokens, &prompt, V);
+    } else if (is_text) {
+        die("--sample with a text model needs --prompt \"text\" or --prompt-tokens");
+    } else {
+        Dataset ds;
+        if (dataset_init_task(&ds, o->task, o->length, o->symbols, (size_t)o->eval_examples,
+                              o->seed, err, sizeof(err)) != 0) { die("%s", err); }
+        if (ds.vocab_size != V) {
+            die("checkpoint %s has V = %d, but --task %s --symbols %d gives V = %d", o->checkpoint,
+                V, o->task, o->symbols, ds.vocab_size);
+        }
+        size_t T = (size_t)ds.seq_len;
+        n_prompt = (size_t)ds.answer_start + 1;  // the prompt and the separator
+        n_expected = (size_t)ds.answer_len;
+        prompt = mallocCheck(T * sizeof(int));
+        int* y = mallocCheck(T * sizeof(int));
+        dataset_eval_batch(&ds, prompt, y, 1, 0);
+        expected = mallocCheck(n_expected * sizeof(int));
+        memcpy(expected, y + ds.answer_start, n_expected * sizeof(int));
+        free(y);
+        dataset_free(&ds);
+    }
+    size_t n_new = o->sample_tokens > 0 ? (size_t)o->sample_tokens
+                                        : (is_text ? 256 : (size_t)o->length);
+
+    Decoder dec;
+    decoder_build(&dec, &model, 1, n_prompt + n_new - 1);
+    int* generated = mallocCheck(n_new * sizeof(int));
+    uint64_t rng = o->seed;
+    decoder_generate(&dec, prompt, n_prompt, generated, n_new, o->temperature, o->top_k, &rng);
+    if (is_text) {
+        for (size_t i = 0; i < n_prompt; i++) { putchar(prompt[i]); }
+        for (size_t i = 0; i < n_new; i++) { putchar(generated[i]); }
+        putchar('\n');
+    } else {
+        const char* labels[] = {"prompt:   ", "generated:", "expected: "};
+        const int* rows[] = {prompt, generated, expected};
+        size_t lengths[] = {n_prompt, n_new, n_expected};
+        for (int r = 0; r < 3 && rows[r] != NULL; r++) {
+            printf("%s", labels[r]);
+            for (size_t i = 0; i < lengths[r]; i++) { printf(" %d", rows[r][i]); }
+            printf("\n");
+        }
+    }
+    free(prompt);
+    free(expected);
+    free(generated);
+    decoder_free(&dec);
+    model_free(&model);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     Options o = defaults();
     parse_flags(&o, argc, argv);
     validate(&o);
     if (o.threads > 0) { omp_set_num_threads(o.threads); }
+    if (o.sample) { return sample_main(&o); }
 
     // data: the task or text file fixes V and T
     Dataset ds;
@@ -346,12 +482,25 @@ int main(int argc, char** argv) {
            c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size, model.num_params, o.task,
            T, B, omp_get_max_threads());
     if (start_step > 0) { printf("resumed from %s at step %d\n", o.checkpoint, start_step); }
+    Diagnostics diag;
+    diagnostics_init(&diag, &o.model);
+    if (o.diagnostics != NULL) {
+        char command[4096];
+        command_line(command, sizeof(command), argc, argv);
+        if (diagnostics_open(&diag, o.diagnostics, o.resume, command, err, sizeof(err)) != 0) {
+            die("%s", err);
+        }
+        diagnostics_attach(&diag, &model);
+    }
 
     EvalResult last = {NAN, NAN, NAN};
     double train_start = now_seconds(), window_start = train_start;
     double loss_window = 0.0;
     int window_steps = 0;
-    for (int step = start_step; step < o.steps; step++) {
+    int end_step = o.steps;  // --stop-after interrupts the run early, as a crash would
+    if (o.stop_after > 0 && start_step + o.stop_after < o.steps) { end_step = start_step + o.stop_after; }
+    if (start_step == end_step) { last = evaluate(&model, &ds, &o, x, y, work); }
+    for (int step = start_step; step < end_step; step++) {
         dataset_train_batch(&ds, x, y, B, (uint64_t)step);
         float loss = model_forward(&model, x, y, B, T);
         model_zero_grad(&model);
@@ -362,7 +511,11 @@ int main(int argc, char** argv) {
                     isfinite(loss) ? "finite but the gradient is not" : "NaN/Inf", step + 1,
                     (double)norm, o.checkpoint ? ", last good checkpoint kept at " : "",
                     o.checkpoint ? o.checkpoint : "");
-            return 1;
+            exit(1);
+        }
+        if (o.diagnostics != NULL && ((step + 1) % o.log_every == 0 || step + 1 == end_step)) {
+            diagnostics_measure_layers(&diag, &model);  // before clipping: the raw gradients
+            diagnostics_write_layers(&diag, step + 1);
         }
         if (o.grad_clip > 0.0f && norm > o.grad_clip) {
             float scale = o.grad_clip / norm;
@@ -374,17 +527,19 @@ int main(int argc, char** argv) {
         window_steps++;
 
         int done = step + 1;
-        if (done % o.log_every == 0 || done == o.steps) {
+        if (done % o.log_every == 0 || done == end_step) {
             double now = now_seconds(), elapsed = now - window_start;
             printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %7.2f ms/step\n",
                    done, o.steps, loss_window / window_steps, (double)lr, (double)norm,
                    (double)(window_steps * B * T) / elapsed, 1000.0 * elapsed / window_steps);
             fflush(stdout);
+            diagnostics_write_train(&diag, done, (float)(loss_window / window_steps), lr, norm,
+                                    (float)(1000.0 * elapsed / window_steps));
             loss_window = 0.0;
             window_steps = 0;
             window_start = now;
         }
-        if (done % o.eval_every == 0 || done == o.steps) {
+        if (done % o.eval_every == 0 || done == end_step) {
             double eval_start = now_seconds();
             last = evaluate(&model, &ds, &o, x, y, work);
             printf("eval step %5d | val_loss %.4f | accuracy %.2f%%", done, (double)last.val_loss,
@@ -392,15 +547,32 @@ int main(int argc, char** argv) {
             if (last.exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)last.exact_match); }
             printf("\n");
             fflush(stdout);
+            if (!isfinite(last.val_loss)) {  // never overwrite the last good checkpoint
+                fprintf(stderr, "error: validation loss is NaN/Inf at step %d; training stopped%s%s\n",
+                        done, o.checkpoint ? ", last good checkpoint kept at " : "",
+                        o.checkpoint ? o.checkpoint : "");
+                exit(1);
+            }
             if (o.checkpoint != NULL) { save_checkpoint(&model, &o, done); }
+            if (o.diagnostics != NULL) {
+                diagnostics_write_eval(&diag, done, last.val_loss, last.accuracy,
+                                       last.exact_match);
+                measure_eval_alpha(&model, &ds, &o, x, y, &diag);
+                diagnostics_write_alpha(&diag, done);
+            }
             window_start += now_seconds() - eval_start;  // keep eval time out of ms/step
         }
     }
     double total = now_seconds() - train_start;
-    printf("final | steps %d | val_loss %.4f | accuracy %.2f%%", o.steps, (double)last.val_loss,
+    printf("final | steps %d | val_loss %.4f | accuracy %.2f%%", end_step, (double)last.val_loss,
            (double)last.accuracy);
     if (last.exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)last.exact_match); }
     printf(" | time %.1f s\n", total);
+    if (c->block_size > 0) {  // the depth-attention heatmap, on the first eval batch
+        measure_eval_alpha(&model, &ds, &o, x, y, &diag);
+        diagnostics_print_heatmap(&diag, stdout);
+    }
+    diagnostics_free(&diag);
     free(x);
     free(y);
     free(work);

@@ -48,6 +48,9 @@ void linear_backward(float* dinp, float* dweight, const float* dout, const float
 // out may equal inp (in place).
 void rope_forward(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
                   size_t head_size);
+// The same rotation for decoding: N rows (n_heads*head_size), all at position `position`.
+void rope_forward_at(float* out, const float* inp, size_t position, size_t N, size_t n_heads,
+                     size_t head_size);
 // dinp += R^T dout (the rotation's transpose: turn back by -theta)
 void rope_backward(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
                    size_t head_size);

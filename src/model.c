@@ -26,9 +26,11 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
     const int values[] = {c->vocab_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads,
                           c->ffn_hidden};
     const char* names[] = {"vocab size", "d", "L", "H", "G", "F"};
+    // upper limits keep every size product (e.g. 2L + 1, V * d) far from int overflow
+    const int limits[] = {1 << 24, 1 << 16, 1 << 12, 1 << 12, 1 << 12, 1 << 20};
     for (int i = 0; i < 6; i++) {
-        if (values[i] <= 0) {
-            snprintf(err, err_len, "%s must be positive (got %d)", names[i], values[i]);
+        if (values[i] <= 0 || values[i] > limits[i]) {
+            snprintf(err, err_len, "%s must be positive and at most %d (got %d)", names[i], limits[i], values[i]);
             return -1;
         }
     }
@@ -338,9 +340,20 @@ static void mlp_sublayer_backward(Model* m, int l, const float* df, float* dh) {
                      s->rstd, N, d);
 }
 
+// sqrt(mean(x^2)) over n values, accumulated in double
+static float rms(const float* x, size_t n) {
+    double sum_sq = 0.0;
+    #pragma omp parallel for reduction(+:sum_sq)
+    for (size_t i = 0; i < n; i++) { sum_sq += (double)x[i] * x[i]; }
+    return (float)sqrt(sum_sq / (double)n);
+}
+
 static void sublayer_forward(Model* m, int l, float* f_out) {
     if (l % 2 == 0) { attention_sublayer_forward(m, l, f_out); }
     else { mlp_sublayer_forward(m, l, f_out); }
+    if (m->sublayer_rms != NULL) {  // diagnostics only; off by default
+        m->sublayer_rms[l] = rms(f_out, m->B * m->T * (size_t)m->config.d_model);
+    }
 }
 
 static void sublayer_backward(Model* m, int l, const float* df, float* dh) {
@@ -514,4 +527,9 @@ const float* model_depth_alpha(const Model* m, int l, size_t* n_sources) {
     if (!is_attnres(m) || l < 0 || l > n_sub(m)) { return NULL; }
     *n_sources = m->acts->sub[l].n_sources;
     return m->acts->sub[l].alpha;
+}
+
+const float* model_sublayer_input(const Model* m, int l) {
+    if (l < 0 || l > n_sub(m)) { return NULL; }
+    return l == n_sub(m) ? m->acts->out : m->acts->sub[l].h;
 }

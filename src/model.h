@@ -64,6 +64,8 @@ typedef struct {
     const int* tokens;     // inputs of the last forward
     const int* targets;    // of the last forward (NULL: no loss)
     float loss;            // mean loss of the last forward, -1 without targets
+    float* sublayer_rms;   // NULL (default) or (2L): model_forward writes the RMS of each
+                           // sub-layer's output f_l here (diagnostics.h)
 } Model;
 
 // Allocates every buffer (params zeroed); the caller then inits or loads params.
@@ -90,6 +92,9 @@ void model_update(Model* m, float lr, float beta1, float beta2, float eps,
 // Depth-attention diagnostics: alpha (B*T, n_sources) of sub-layer l (l = 2L: the output
 // aggregation) from the last forward, and its number of sources. NULL in none mode.
 const float* model_depth_alpha(const Model* m, int l, size_t* n_sources);
+// The hidden state (B*T, d) fed to sub-layer l in the last forward; l = 2L: the final
+// hidden state `out` (before the final rmsnorm).
+const float* model_sublayer_input(const Model* m, int l);
 
 #ifdef __cplusplus
 }

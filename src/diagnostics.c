@@ -1,0 +1,263 @@
+// diagnostics.c — magnitudes, gradient norms and depth-attention weights across depth, as
+// CSV files and a text heatmap (see diagnostics.h). Read-only on the model.
+#define _POSIX_C_SOURCE 200809L  // mkdir
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "diagnostics.h"
+#include "util.h"
+
+void diagnostics_init(Diagnostics* dg, const ModelConfig* c) {
+    memset(dg, 0, sizeof(*dg));
+    dg->config = *c;
+    dg->n_sub = 2 * c->n_layers;
+    dg->n_cols = c->block_size > 0 ? dg->n_sub / c->block_size + 1 : 0;
+    dg->input_rms = callocCheck((size_t)dg->n_sub + 1, sizeof(float));
+    dg->output_rms = callocCheck((size_t)dg->n_sub, sizeof(float));
+    dg->grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
+    dg->res_grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
+    if (dg->n_cols > 0) {
+        dg->alpha = callocCheck((size_t)(dg->n_sub + 1) * dg->n_cols, sizeof(float));
+    }
+}
+
+void diagnostics_free(Diagnostics* dg) {
+    FILE* files[] = {dg->train_csv, dg->eval_csv, dg->layers_csv, dg->alpha_csv};
+    for (int i = 0; i < 4; i++) { if (files[i] != NULL) { fclose(files[i]); } }
+    free(dg->input_rms);
+    free(dg->output_rms);
+    free(dg->grad_norm);
+    free(dg->res_grad_norm);
+    free(dg->alpha);
+    memset(dg, 0, sizeof(*dg));
+}
+
+// mkdir -p
+static int make_dirs(const char* dir) {
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) { return -1; }
+    for (char* p = path + 1; ; p++) {
+        if (*p == '/' || *p == '\0') {
+            char end = *p;
+            *p = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) { return -1; }
+            if (end == '\0') { return 0; }
+            *p = end;
+        }
+    }
+}
+
+// opens dir/name for writing (appending: keep what is there) and writes the header if empty
+static FILE* open_csv(const char* dir, const char* name, const char* header, int append) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    FILE* f = fopen(path, append ? "a" : "w");
+    if (f == NULL) { return NULL; }
+    if (ftell(f) == 0) { fprintf(f, "%s\n", header); }
+    return f;
+}
+
+int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* command,
+                     char* err, size_t err_len) {
+    if (make_dirs(dir) != 0) {
+        snprintf(err, err_len, "cannot create the diagnostics directory %s: %s", dir,
+                 strerror(errno));
+        return -1;
+    }
+    const char* names[] = {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv"};
+    const char* headers[] = {
+        "key,value",
+        "step,train_loss,lr,grad_norm,ms_per_step",
+        "step,val_loss,accuracy,exact_match",
+        "step,index,name,input_rms,output_rms,grad_norm,res_grad_norm",
+        "step,row,row_name,source,source_name,alpha"};
+    FILE* files[5];
+    for (int i = 0; i < 5; i++) {
+        files[i] = open_csv(dir, names[i], headers[i], append && i > 0);
+        if (files[i] == NULL) {
+            snprintf(err, err_len, "cannot write %s/%s: %s", dir, names[i], strerror(errno));
+            for (int j = 0; j < i; j++) { fclose(files[j]); }
+            return -1;
+        }
+    }
+    const ModelConfig* c = &dg->config;
+    const char* mode = c->block_size == 0 ? "none" : c->block_size == 1 ? "full" : "block";
+    fprintf(files[0], "mode,%s\nblock_size,%d\nd_model,%d\nn_layers,%d\nn_heads,%d\n"
+            "n_kv_heads,%d\nffn_hidden,%d\nvocab_size,%d\ncommand,%s\n", mode, c->block_size,
+            c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size,
+            command != NULL ? command : "");
+    fclose(files[0]);
+    dg->train_csv = files[1];
+    dg->eval_csv = files[2];
+    dg->layers_csv = files[3];
+    dg->alpha_csv = files[4];
+    return 0;
+}
+
+void diagnostics_attach(Diagnostics* dg, Model* m) { m->sublayer_rms = dg->output_rms; }
+
+static double sum_squares(const float* x, size_t n) {
+    double sum = 0.0;
+    #pragma omp parallel for reduction(+:sum)
+    for (size_t i = 0; i < n; i++) { sum += (double)x[i] * x[i]; }
+    return sum;
+}
+
+float tensor_rms(const float* x, size_t n) {
+    return n > 0 ? (float)sqrt(sum_squares(x, n) / (double)n) : 0.0f;
+}
+
+void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
+    const ModelConfig* c = &m->config;
+    size_t N = m->B * m->T, d = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
+    size_t hs = d / c->n_heads, q_dim = c->n_heads * hs, kv_dim = c->n_kv_heads * hs;
+    int L2 = dg->n_sub;
+    for (int l = 0; l <= L2; l++) {
+        dg->input_rms[l] = tensor_rms(model_sublayer_input(m, l), N * d);
+    }
+
+    const ParameterTensors* g = &m->grads;
+    dg->grad_norm[0] = (float)sqrt(sum_squares(g->wte, V * d));
+    for (int l = 0; l < L2; l++) {
+        size_t layer = (size_t)l / 2;
+        double sum;
+        if (l % 2 == 0) {
+            sum = sum_squares(g->attn_norm + layer * d, d)
+                + sum_squares(g->wq + layer * q_dim * d, q_dim * d)
+                + sum_squares(g->wk + layer * kv_dim * d, kv_dim * d)
+                + sum_squares(g->wv + layer * kv_dim * d, kv_dim * d)
+                + sum_squares(g->wo + layer * d * q_dim, d * q_dim);
+        } else {
+            sum = sum_squares(g->mlp_norm + layer * d, d)
+                + sum_squares(g->wg + layer * F * d, F * d)
+                + sum_squares(g->wu + layer * F * d, F * d)
+                + sum_squares(g->wd + layer * d * F, d * F);
+        }
+        dg->grad_norm[1 + l] = (float)sqrt(sum);
+    }
+    dg->grad_norm[L2 + 1] = (float)sqrt(sum_squares(g->final_norm, d)
+                                        + sum_squares(g->lm_head, V * d));
+    for (int l = 0; l <= L2; l++) {
+        double sum = c->block_size > 0 ? sum_squares(g->res_query + (size_t)l * d, d)
+                                           + sum_squares(g->res_norm + (size_t)l * d, d) : 0.0;
+        dg->res_grad_norm[1 + l] = (float)sqrt(sum);
+    }
+    dg->res_grad_norm[0] = 0.0f;
+}
+
+void diagnostics_measure_alpha(Diagnostics* dg, const Model* m) {
+    size_t N = m->B * m->T;
+    for (int l = 0; l <= dg->n_sub && dg->alpha != NULL; l++) {
+        size_t n = 0;
+        const float* alpha = model_depth_alpha(m, l, &n);
+        float* row = dg->alpha + (size_t)l * dg->n_cols;
+        for (int i = 0; i < dg->n_cols; i++) {
+            if ((size_t)i >= n) { row[i] = NAN; continue; }
+            double sum = 0.0;
+            for (size_t t = 0; t < N; t++) { sum += alpha[t * n + i]; }
+            row[i] = (float)(sum / (double)N);
+        }
+    }
+}
+
+void diagnostics_row_name(const Diagnostics* dg, int row, char* name, size_t len) {
+    if (row < 0) { snprintf(name, len, "emb"); }
+    else if (row >= dg->n_sub) { snprintf(name, len, "out"); }
+    else { snprintf(name, len, "L%d.%s", row / 2, row % 2 == 0 ? "attn" : "mlp"); }
+}
+
+void diagnostics_source_name(const Diagnostics* dg, int col, char* name, size_t len) {
+    if (col == 0) { snprintf(name, len, "emb"); }
+    else if (dg->config.block_size == 1) {
+        snprintf(name, len, "%c%d", col % 2 == 1 ? 'a' : 'm', (col - 1) / 2);
+    }
+    else { snprintf(name, len, "b%d", col); }
+}
+
+void diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
+                             float ms_per_step) {
+    if (dg->train_csv == NULL) { return; }
+    fprintf(dg->train_csv, "%d,%.6g,%.6g,%.6g,%.4g\n", step, (double)loss, (double)lr,
+            (double)grad_norm, (double)ms_per_step);
+    fflush(dg->train_csv);
+}
+
+void diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
+                            float exact_match) {
+    if (dg->eval_csv == NULL) { return; }
+    fprintf(dg->eval_csv, "%d,%.6g,%.4f,", step, (double)val_loss, (double)accuracy);
+    if (exact_match >= 0.0f) { fprintf(dg->eval_csv, "%.4f", (double)exact_match); }
+    fprintf(dg->eval_csv, "\n");
+    fflush(dg->eval_csv);
+}
+
+void diagnostics_write_layers(Diagnostics* dg, int step) {
+    FILE* f = dg->layers_csv;
+    if (f == NULL) { return; }
+    int attnres = dg->config.block_size > 0;
+    char name[32];
+    fprintf(f, "%d,-1,emb,,,%.6g,\n", step, (double)dg->grad_norm[0]);
+    for (int l = 0; l < dg->n_sub; l++) {
+        diagnostics_row_name(dg, l, name, sizeof(name));
+        fprintf(f, "%d,%d,%s,%.6g,%.6g,%.6g,", step, l, name, (double)dg->input_rms[l],
+                (double)dg->output_rms[l], (double)dg->grad_norm[1 + l]);
+        if (attnres) { fprintf(f, "%.6g", (double)dg->res_grad_norm[1 + l]); }
+        fprintf(f, "\n");
+    }
+    fprintf(f, "%d,%d,out,%.6g,,%.6g,", step, dg->n_sub, (double)dg->input_rms[dg->n_sub],
+            (double)dg->grad_norm[dg->n_sub + 1]);
+    if (attnres) { fprintf(f, "%.6g", (double)dg->res_grad_norm[dg->n_sub + 1]); }
+    fprintf(f, "\n");
+    fflush(f);
+}
+
+void diagnostics_write_alpha(Diagnostics* dg, int step) {
+    if (dg->alpha_csv == NULL || dg->alpha == NULL) { return; }
+    char row_name[32], source_name[32];
+    for (int l = 0; l <= dg->n_sub; l++) {
+        diagnostics_row_name(dg, l, row_name, sizeof(row_name));
+        for (int i = 0; i < dg->n_cols; i++) {
+            float a = dg->alpha[(size_t)l * dg->n_cols + i];
+            if (isnan(a)) { continue; }
+            diagnostics_source_name(dg, i, source_name, sizeof(source_name));
+            fprintf(dg->alpha_csv, "%d,%d,%s,%d,%s,%.5f\n", step, l, row_name, i, source_name,
+                    (double)a);
+        }
+    }
+    fflush(dg->alpha_csv);
+}
+
+// A cell is two shade characters and the weight in %: "▓▓ 52"; "    ·" where no source.
+void diagnostics_print_heatmap(const Diagnostics* dg, FILE* out) {
+    if (dg->alpha == NULL) { return; }
+    static const char* const shades[] = {" ", "░", "▒", "▓", "█"};
+    static const int bounds[] = {5, 20, 40, 70};  // shade k: percent >= bounds[k-1]
+    char name[32];
+    fprintf(out, "depth attention (%% of each row, mean over tokens): the input of each "
+                 "sub-layer (rows)\nis this mix of the sources (columns)\n%-8s", "");
+    for (int i = 0; i < dg->n_cols; i++) {
+        diagnostics_source_name(dg, i, name, sizeof(name));
+        fprintf(out, " %5s", name);
+    }
+    fprintf(out, "\n");
+    for (int l = 0; l <= dg->n_sub; l++) {
+        diagnostics_row_name(dg, l, name, sizeof(name));
+        fprintf(out, "%-8s", name);
+        for (int i = 0; i < dg->n_cols; i++) {
+            float a = dg->alpha[(size_t)l * dg->n_cols + i];
+            if (isnan(a)) { fprintf(out, "     ·"); continue; }
+            int percent = (int)lrintf(100.0f * a), k = 0;
+            while (k < 4 && percent >= bounds[k]) { k++; }
+            fprintf(out, " %s%s%3d", shades[k], shades[k], percent);
+        }
+        fprintf(out, "\n");
+    }
+    fprintf(out, "%-8s ' ' < 5%%  ░ < 20%%  ▒ < 40%%  ▓ < 70%%  █ >= 70%%\n%-8s ", "", "");
+    if (dg->config.block_size == 1) {
+        fprintf(out, "a<i>, m<i>: the output of layer i's attention, MLP\n");
+    } else {
+        fprintf(out, "b<n>: block n of %d sub-layers (its partial sum, in rows inside it)\n",
+                dg->config.block_size);
+    }
+}

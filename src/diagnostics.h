@@ -1,0 +1,91 @@
+// diagnostics.h — what happens across depth while training: the measurements behind the
+// PreNorm-dilution story (SPEC.md, seeds/004 and 000) and the depth-attention heatmap.
+//
+// Measured from the model's buffers after a forward (and backward), never changing them:
+//   - input_rms[l]: RMS of the hidden state h_l fed to sub-layer l; [2L] is the final hidden
+//     state `out`. In none mode it grows with depth (h is a sum); AttnRes keeps it bounded.
+//   - output_rms[l]: RMS of the sub-layer output f_l, written by model_forward itself while
+//     diagnostics_attach has set m->sublayer_rms (f_l is a scratch buffer there).
+//   - grad_norm: L2 norm of the gradient of each group of weights, in depth order:
+//     [0] embedding (wte); [1+l] sub-layer l's own weights (attention of layer l/2:
+//     attn_norm, wq, wk, wv, wo; MLP: mlp_norm, wg, wu, wd); [2L+1] head (final_norm,
+//     lm_head). res_grad_norm[1+l] is that of the depth attention before sub-layer l
+//     (res_query and res_norm row l), [2L+1] of the output aggregation (row 2L); 0 elsewhere
+//     and in none mode. The squares of both arrays add up to the global norm squared.
+//   - alpha: the depth-attention weights averaged over the tokens of the last forward,
+//     (2L+1, n_cols): row l is sub-layer l (row 2L the output aggregation), column i its
+//     source i. Sources are numbered by block (b_0 = embedding; in block mode a sub-layer
+//     that is not first in its block sees its block's partial sum in that block's column;
+//     in full mode column i >= 1 is the output of sub-layer i-1). NAN where a row has no
+//     such source.
+//
+// With a directory, each record appends CSV rows there (files described in
+// diagnostics_open). Off by default in train.c (--diagnostics DIR): no cost when off.
+#ifndef ATTNRES_DIAGNOSTICS_H
+#define ATTNRES_DIAGNOSTICS_H
+
+#include <stdio.h>
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    ModelConfig config;
+    int n_sub;            // 2L
+    int n_cols;           // depth-attention source columns, 2L/S + 1 (0 in none mode)
+    float* input_rms;     // (2L+1)
+    float* output_rms;    // (2L)
+    float* grad_norm;     // (2L+2)
+    float* res_grad_norm; // (2L+2)
+    float* alpha;         // (2L+1, n_cols), NULL in none mode
+    FILE *train_csv, *eval_csv, *layers_csv, *alpha_csv;  // NULL without a directory
+} Diagnostics;
+
+void diagnostics_init(Diagnostics* dg, const ModelConfig* c);
+void diagnostics_free(Diagnostics* dg);  // closes the CSV files
+
+// Creates dir (and parents) and opens its CSV files, headers first:
+//   meta.csv    key,value: mode, block_size, d_model, n_layers, n_heads, n_kv_heads,
+//               ffn_hidden, vocab_size, command
+//   train.csv   step,train_loss,lr,grad_norm,ms_per_step            (each log step)
+//   eval.csv    step,val_loss,accuracy,exact_match                  (each eval; % units;
+//               exact_match empty for text)
+//   layers.csv  step,index,name,input_rms,output_rms,grad_norm,res_grad_norm   (each log
+//               step; index -1 "emb", 0..2L-1 "L<i>.attn"/"L<i>.mlp", 2L "out"; empty
+//               where a value does not apply)
+//   alpha.csv   step,row,row_name,source,source_name,alpha           (each eval, AttnRes)
+// append (resuming): keep existing rows and headers. Returns 0, or -1 with a reason in err.
+int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* command,
+                     char* err, size_t err_len);
+// From now on model_forward fills dg->output_rms (sets m->sublayer_rms).
+void diagnostics_attach(Diagnostics* dg, Model* m);
+
+// sqrt(mean(x^2)) over n values
+float tensor_rms(const float* x, size_t n);
+// input_rms and both gradient-norm arrays, from the last forward and backward of m
+void diagnostics_measure_layers(Diagnostics* dg, const Model* m);
+// alpha averaged over the B*T tokens of the last forward (nothing in none mode)
+void diagnostics_measure_alpha(Diagnostics* dg, const Model* m);
+
+// Row and column names: "L0.attn", "L0.mlp", ..., "out"; "emb", then "b1", "b2", ... (block)
+// or "a0", "m0", "a1", ... (full: the output of layer i's attention / MLP).
+void diagnostics_row_name(const Diagnostics* dg, int row, char* name, size_t len);
+void diagnostics_source_name(const Diagnostics* dg, int col, char* name, size_t len);
+
+// The CSV rows (no-ops without a directory). exact_match < 0: not applicable.
+void diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
+                             float ms_per_step);
+void diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
+                            float exact_match);
+void diagnostics_write_layers(Diagnostics* dg, int step);  // what measure_layers found
+void diagnostics_write_alpha(Diagnostics* dg, int step);   // what measure_alpha found
+
+// The alpha matrix as text: one row per sub-layer, shaded cells " ░▒▓█" and the weight in %.
+void diagnostics_print_heatmap(const Diagnostics* dg, FILE* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,92 @@
+// inference.h — decoding with caches: one new position per step, for B sequences in
+// lockstep, with the two-phase depth attention of SPEC.md ("Two-phase inference").
+//
+// What is cached, and why:
+//   - Attention (KV cache): every layer keeps k (after RoPE) and v of every position decoded
+//     so far, (B, max_T, G*hs) each, so a step computes q, k, v for its new position only and
+//     attends over the cache.
+//   - Depth (AttnRes): depth attention mixes the sub-layer outputs of ONE position; it never
+//     reads another position's blocks. So no block of an earlier position is ever needed
+//     again, and "the depth sources cached per position" are those of the position being
+//     decoded: while a step walks the sub-layers it keeps b_0 = x0, the completed blocks
+//     b_1 .. b_{n-1}, and the partial sum of the current block, (N+1, B, d) in all; the next
+//     step overwrites them. Everything from earlier positions that a step needs reaches it
+//     through the KV cache.
+// The result equals model_forward over the whole sequence to float rounding (tested).
+#ifndef ATTNRES_INFERENCE_H
+#define ATTNRES_INFERENCE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// ---- two_phase.c -------------------------------------------------------------------------
+// The depth attention of one block of S sub-layers, in two phases (paper, Algorithm 1).
+// Scores are those of depth_attention_forward: s = w . rmsnorm(V; g) = (w * g) . V * r,
+// r = (mean(V^2) + eps)^(-1/2), so the S queries of a block share the rstd r of a source.
+//
+// Phase 1: the S pseudo-queries of block n against its completed blocks b_0 .. b_{n-1}
+// (blocks[i] is (N,C)), at once: per query j and row, the max score m, the sum of
+// exponentials l = sum_i e^{s_i - m} and the un-normalised sum o = sum_i e^{s_i - m} b_i.
+// queries and norm_weights (S,C) are rows l of res_query and res_norm; o (S,N,C);
+// max and sumexp (S,N).
+void depth_attention_phase1(float* o, float* max, float* sumexp, const float* const* blocks,
+                            const float* queries, const float* norm_weights, size_t n_blocks,
+                            size_t S, size_t N, size_t C);
+// Phase 2 for one sub-layer of the block: out (N,C) = DA over the completed blocks and the
+// partial sum p (N,C). Its own attention over p alone has o2 = p, m2 = s_p, l2 = 1; it merges
+// with phase 1's (o1, m1, l1) by the online-softmax rule, m = max(m1, m2):
+//   out = (e^{m1-m} o1 + e^{m2-m} o2) / (e^{m1-m} l1 + e^{m2-m} l2).
+// The first sub-layer of a block has no partial sum: partial = NULL gives out = o1 / l1.
+void depth_attention_phase2(float* out, const float* o1, const float* max1,
+                            const float* sumexp1, const float* partial, const float* query,
+                            const float* norm_weight, size_t N, size_t C);
+
+// ---- inference.c -------------------------------------------------------------------------
+typedef struct {
+    const Model* model;    // parameters are read from here at every step (not copied)
+    size_t B, max_T;       // B sequences, at most max_T positions each
+    size_t T;              // positions decoded so far (the next step's position)
+    float* k_cache;        // (L, B, max_T, G*hs) keys after RoPE
+    float* v_cache;        // (L, B, max_T, G*hs) values
+    // the current position, B rows
+    float* blocks;         // (N+1, B, d) b_0 = x0, b_1 .. b_N; b_n holds the partial sum
+                           // while block n runs. none mode: row 0 is the residual stream.
+    float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
+    float* phase_max;      // (S, B) phase 1: max scores
+    float* phase_sumexp;   // (S, B) phase 1: sums of exponentials
+    float *h, *xn, *rstd, *f;          // (B,d) sub-layer input, rmsnorm(h), rstd (B), output
+    float *q, *k, *v, *y, *att;        // (B,H*hs), (B,G*hs) x2, (B,H*hs), (B,H,max_T)
+    float *gate, *up, *act;            // (B,F) each
+    float *out, *alpha, *key_rstd;     // (B,d), (B,N+1) x2: the output aggregation
+    float *xf, *rstd_f;                // (B,d), (B)
+    float* logits;         // (B,V) of the last step of decoder_generate
+} Decoder;
+
+// Allocates caches and buffers for B sequences of up to max_T positions; starts empty.
+void decoder_build(Decoder* dec, const Model* model, size_t B, size_t max_T);
+void decoder_free(Decoder* dec);
+// Forgets every position: the next step is position 0.
+void decoder_reset(Decoder* dec);
+// Appends position dec->T with tokens (B), one per sequence, and writes its logits (B,V).
+void decoder_step(Decoder* dec, const int* tokens, float* logits);
+// Resets, feeds prompt (B, n_prompt) position by position (n_prompt >= 1), then draws
+// n_new tokens per sequence with sample_token, each fed back as the next input, into
+// out (B, n_new). Needs n_prompt + n_new - 1 <= max_T.
+void decoder_generate(Decoder* dec, const int* prompt, size_t n_prompt, int* out,
+                      size_t n_new, float temperature, int top_k, uint64_t* rng);
+
+// A token drawn from softmax(logits / temperature) restricted to the top_k largest logits
+// (top_k 0 or >= V: all of them). temperature 0 or top_k 1: the argmax (first on ties),
+// without touching rng (which may then be NULL). rng is a splitmix64 state (rng.h),
+// advanced once per draw.
+int sample_token(const float* logits, size_t V, float temperature, int top_k, uint64_t* rng);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

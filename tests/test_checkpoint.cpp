@@ -1,0 +1,271 @@
+// test_checkpoint.cpp — checkpoints of src/checkpoint.h: a bit-exact round trip, atomic
+// replacement, and a one-line reason for every kind of bad file.
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "gradcheck.h"
+#include "model.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+typedef std::vector<char> Bytes;
+
+// A private directory under the system temp dir, removed with everything in it.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string pattern = (fs::temp_directory_path() / "attnres_checkpoint_XXXXXX").string();
+        std::vector<char> buffer(pattern.begin(), pattern.end());
+        buffer.push_back('\0');
+        REQUIRE(mkdtemp(buffer.data()) != nullptr);
+        path = buffer.data();
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+    }
+    std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+Bytes read_bytes(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_bytes(const std::string& path, const Bytes& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), (std::streamsize)bytes.size());
+    REQUIRE(out.good());
+}
+
+int header_int(const Bytes& file, size_t index) {
+    int value;
+    std::memcpy(&value, file.data() + index * sizeof(int), sizeof(int));
+    return value;
+}
+
+void set_header_int(Bytes& file, size_t index, int value) {
+    std::memcpy(file.data() + index * sizeof(int), &value, sizeof(int));
+}
+
+// A built model with random parameters and AdamW moments, freed on scope exit.
+struct RandomModel {
+    Model m;
+    RandomModel(const ModelConfig& c, uint64_t seed) {
+        model_build(&m, &c, 1, 1);
+        gradcheck::Rng rng(seed);
+        for (size_t i = 0; i < m.num_params; i++) {
+            m.params_memory[i] = rng.uniform(-2.0f, 2.0f);
+            m.m_memory[i] = rng.uniform(-1e-3f, 1e-3f);
+            m.v_memory[i] = rng.uniform(0.0f, 1e-6f);
+        }
+        // values a lossy or text format would get wrong
+        m.params_memory[0] = -0.0f;
+        m.params_memory[1] = 1e-40f;  // subnormal
+        m.m_memory[0] = 3.4e38f;
+    }
+    ~RandomModel() { model_free(&m); }
+};
+
+bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
+
+bool contains(const std::string& text, const std::string& word) { return text.find(word) != std::string::npos; }
+
+const ModelConfig CONFIG = {7, 8, 2, 2, 1, 12, 2};  // V d L H G F S
+
+}  // namespace
+
+TEST_CASE("save then load restores parameters, AdamW moments and step bit for bit") {
+    TempDir dir;
+    for (int S : {0, 1, 2, 4}) {
+        ModelConfig c = CONFIG;
+        c.block_size = S;
+        INFO("S=", S);
+        std::string path = dir.file("round_trip.ckpt");
+        RandomModel saved(c, 100 + (uint64_t)S);
+        char err[512] = "";
+        REQUIRE_MESSAGE(checkpoint_save(&saved.m, path.c_str(), 123, err, sizeof err) == 0, err);
+        CHECK(fs::file_size(path) == 256 * sizeof(int) + 3 * saved.m.num_params * sizeof(float));
+
+        ModelConfig header_config;
+        int step = -1;
+        REQUIRE_MESSAGE(checkpoint_read_config(path.c_str(), &header_config, &step, err, sizeof err) == 0, err);
+        CHECK(std::memcmp(&header_config, &c, sizeof c) == 0);
+        CHECK(step == 123);
+
+        RandomModel loaded(c, 999);  // different contents, overwritten by the load
+        step = -1;
+        REQUIRE_MESSAGE(checkpoint_load(&loaded.m, path.c_str(), &step, err, sizeof err) == 0, err);
+        CHECK(step == 123);
+        size_t P = saved.m.num_params;
+        CHECK(same_bits(loaded.m.params_memory, saved.m.params_memory, P));
+        CHECK(same_bits(loaded.m.m_memory, saved.m.m_memory, P));
+        CHECK(same_bits(loaded.m.v_memory, saved.m.v_memory, P));
+    }
+}
+
+TEST_CASE("a save replaces the checkpoint by rename and leaves no PATH.tmp behind") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    RandomModel first(CONFIG, 1), second(CONFIG, 2);
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_save(&first.m, path.c_str(), 10, err, sizeof err) == 0, err);
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    REQUIRE_MESSAGE(checkpoint_save(&second.m, path.c_str(), 20, err, sizeof err) == 0, err);
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    RandomModel loaded(CONFIG, 3);
+    int step = -1;
+    REQUIRE_MESSAGE(checkpoint_load(&loaded.m, path.c_str(), &step, err, sizeof err) == 0, err);
+    CHECK(step == 20);
+    CHECK(same_bits(loaded.m.params_memory, second.m.params_memory, second.m.num_params));
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
+    CHECK(names == std::vector<std::string>{"model.ckpt"});
+}
+
+TEST_CASE("a save into a missing directory fails with a reason and creates nothing") {
+    TempDir dir;
+    std::string path = dir.file("missing/model.ckpt");
+    RandomModel model(CONFIG, 4);
+    char err[512] = "";
+    CHECK(checkpoint_save(&model.m, path.c_str(), 1, err, sizeof err) == -1);
+    INFO("err: ", err);
+    CHECK(contains(err, "missing/model.ckpt"));
+    CHECK(contains(err, "No such file or directory"));
+    CHECK(std::strchr(err, '\n') == nullptr);
+    CHECK(fs::is_empty(dir.path));
+}
+
+TEST_CASE("a failing save leaves the existing checkpoint untouched") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    RandomModel old_model(CONFIG, 5), new_model(CONFIG, 6);
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_save(&old_model.m, path.c_str(), 7, err, sizeof err) == 0, err);
+    Bytes before = read_bytes(path);
+
+    SUBCASE("PATH.tmp cannot be created") {
+        fs::create_directory(path + ".tmp");  // fopen(PATH.tmp, "wb") fails on a directory
+        CHECK(checkpoint_save(&new_model.m, path.c_str(), 8, err, sizeof err) == -1);
+        INFO("err: ", err);
+        CHECK(contains(err, "cannot write checkpoint"));
+        CHECK(read_bytes(path) == before);
+    }
+    SUBCASE("PATH.tmp cannot be renamed over PATH: no PATH.tmp is left behind") {
+        std::string dir_path = dir.file("a_directory.ckpt");
+        fs::create_directory(dir_path);
+        fs::create_directory(dir_path + "/inside");  // a non-empty directory cannot be replaced
+        CHECK(checkpoint_save(&new_model.m, dir_path.c_str(), 8, err, sizeof err) == -1);
+        INFO("err: ", err);
+        CHECK(contains(err, "a_directory.ckpt"));
+        CHECK_FALSE(fs::exists(dir_path + ".tmp"));
+        CHECK(fs::is_directory(dir_path + "/inside"));
+        CHECK(read_bytes(path) == before);
+    }
+}
+
+TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the problem") {
+    TempDir dir;
+    std::string good_path = dir.file("good.ckpt");
+    RandomModel source(CONFIG, 7);
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_save(&source.m, good_path.c_str(), 42, err, sizeof err) == 0, err);
+    const Bytes good = read_bytes(good_path);
+    REQUIRE(header_int(good, 0) == CHECKPOINT_MAGIC);
+    REQUIRE(header_int(good, 1) == CHECKPOINT_VERSION);
+
+    struct Case {
+        const char* name;
+        Bytes bytes;
+        std::vector<std::string> words;  // the reason must contain each
+    };
+    std::vector<Case> cases;
+    Bytes b = good;
+    set_header_int(b, 0, 12345);
+    cases.push_back({"wrong_magic", b, {"magic"}});
+    b = good;
+    set_header_int(b, 1, CHECKPOINT_VERSION + 1);
+    cases.push_back({"wrong_version", b, {"version " + std::to_string(CHECKPOINT_VERSION + 1),
+                                          "version " + std::to_string(CHECKPOINT_VERSION)}});
+    cases.push_back({"truncated_data", Bytes(good.begin(), good.end() - 4),
+                     {"truncated", std::to_string(good.size() - 4), std::to_string(good.size())}});
+    cases.push_back({"truncated_header", Bytes(good.begin(), good.begin() + 100), {"truncated", "header"}});
+    cases.push_back({"empty", Bytes(), {"truncated"}});
+    b = good;
+    b.insert(b.end(), {0, 0, 0, 0});
+    cases.push_back({"too_long", b, {"too long", std::to_string(good.size() + 4), std::to_string(good.size())}});
+    b = good;
+    set_header_int(b, 5, 3);  // H = 3 does not divide d = 8
+    cases.push_back({"invalid_config", b, {"invalid config", "H=3"}});
+    b = good;
+    set_header_int(b, 8, 3);  // S = 3 does not divide 2L = 4
+    cases.push_back({"invalid_block_size", b, {"invalid config", "S=3"}});
+    b = good;
+    set_header_int(b, 10, header_int(good, 10) + 1);
+    cases.push_back({"wrong_parameter_count", b, {"parameter count"}});
+    b = good;
+    set_header_int(b, 9, -1);
+    cases.push_back({"negative_step", b, {"step"}});
+
+    for (const Case& k : cases) {
+        std::string path = dir.file(std::string(k.name) + ".ckpt");
+        write_bytes(path, k.bytes);
+        for (int load = 0; load <= 1; load++) {
+            RandomModel target(CONFIG, 8), untouched(CONFIG, 8);
+            ModelConfig config;
+            int step = -1;
+            err[0] = '\0';
+            int status = load ? checkpoint_load(&target.m, path.c_str(), &step, err, sizeof err)
+                              : checkpoint_read_config(path.c_str(), &config, &step, err, sizeof err);
+            INFO(k.name, (load ? ", checkpoint_load" : ", checkpoint_read_config"), ": '", err, "'");
+            CHECK(status == -1);
+            CHECK(std::strchr(err, '\n') == nullptr);
+            CHECK(contains(err, path));
+            for (const std::string& word : k.words) CHECK(contains(err, word));
+            CHECK(step == -1);
+            CHECK(same_bits(target.m.params_memory, untouched.m.params_memory, target.m.num_params));
+        }
+    }
+
+    RandomModel target(CONFIG, 9);
+    int step = -1;
+    std::string missing = dir.file("missing.ckpt");
+    CHECK(checkpoint_load(&target.m, missing.c_str(), &step, err, sizeof err) == -1);
+    CHECK(contains(err, missing));
+    CHECK(contains(err, "No such file or directory"));
+}
+
+TEST_CASE("loading a checkpoint into a model of another config fails naming both configs") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    RandomModel source(CONFIG, 10);
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_save(&source.m, path.c_str(), 3, err, sizeof err) == 0, err);
+    ModelConfig other = CONFIG;
+    SUBCASE("another block size, same number of parameters") { other.block_size = 4; }
+    SUBCASE("another width") { other.d_model = 16; }
+    SUBCASE("no AttnRes") { other.block_size = 0; }
+    RandomModel target(other, 11), untouched(other, 11);
+    int step = -1;
+    CHECK(checkpoint_load(&target.m, path.c_str(), &step, err, sizeof err) == -1);
+    INFO("err: ", err);
+    CHECK(contains(err, path));
+    CHECK(contains(err, "V=7 d=8 L=2 H=2 G=1 F=12 S=2"));
+    char asked[128];
+    std::snprintf(asked, sizeof asked, "V=%d d=%d L=%d H=%d G=%d F=%d S=%d", other.vocab_size,
+                  other.d_model, other.n_layers, other.n_heads, other.n_kv_heads, other.ffn_hidden,
+                  other.block_size);
+    CHECK(contains(err, asked));
+    CHECK(std::strchr(err, '\n') == nullptr);
+    CHECK(step == -1);
+    CHECK(same_bits(target.m.params_memory, untouched.m.params_memory, target.m.num_params));
+}

@@ -1,0 +1,462 @@
+// test_cli.cpp — the real ./train binary (or $ATTNRES_TRAIN), run from the repository root:
+// every bad input ends with exit status 1 and exactly one "error: ..." line on stderr naming
+// the problem, never a crash; --help lists every flag with its default; tiny runs train,
+// print the final metrics, are deterministic, resume bit for bit, and stop on NaN keeping the
+// last checkpoint. Every run is tiny, so the file takes a few seconds.
+#include <doctest/doctest.h>
+
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+
+extern char** environ;
+
+namespace {
+
+namespace fs = std::filesystem;
+typedef std::vector<std::string> Args;
+
+std::string train_binary() {
+    const char* path = std::getenv("ATTNRES_TRAIN");
+    return path != nullptr && path[0] != '\0' ? path : "./train";
+}
+
+// A private directory under the system temp dir, removed with everything in it.
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string pattern = (fs::temp_directory_path() / "attnres_cli_XXXXXX").string();
+        std::vector<char> buffer(pattern.begin(), pattern.end());
+        buffer.push_back('\0');
+        REQUIRE(mkdtemp(buffer.data()) != nullptr);
+        path = buffer.data();
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+    }
+    std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+void write_text(const std::string& path, const std::string& text) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    REQUIRE(out.good());
+}
+
+std::vector<std::string> lines_of(const std::string& text) {
+    std::vector<std::string> lines;
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+// The output up to the "final" line: after it an AttnRes run prints its depth-attention
+// heatmap (diagnostics.h).
+std::vector<std::string> lines_to_final(const std::string& out) {
+    std::vector<std::string> lines = lines_of(out);
+    for (size_t i = 0; i < lines.size(); i++)
+        if (lines[i].rfind("final", 0) == 0) lines.resize(i + 1);
+    return lines;
+}
+
+bool contains(const std::string& text, const std::string& word) { return text.find(word) != std::string::npos; }
+
+struct Run {
+    bool exited = false;   // false: killed by a signal (a crash)
+    int exit_code = -1;
+    int signal = 0;
+    std::string out, err;  // stdout and stderr, captured separately
+    std::string command;
+};
+
+// Runs the trainer with args; stdout and stderr go to files in dir. OpenMP threads sleep
+// rather than spin at barriers, so runs stay fast on a busy machine (results do not depend
+// on it).
+Run run_train(const TempDir& dir, const Args& args) {
+    Run run;
+    std::string binary = train_binary();
+    REQUIRE_MESSAGE(fs::exists(binary), binary << " does not exist: build it (make) or set ATTNRES_TRAIN");
+    std::vector<std::string> argv_strings = {binary};
+    argv_strings.insert(argv_strings.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& s : argv_strings) {
+        argv.push_back(&s[0]);
+        run.command += s + " ";
+    }
+    argv.push_back(nullptr);
+    std::vector<std::string> env_strings = {"OMP_WAIT_POLICY=PASSIVE"};
+    for (char** e = environ; *e != nullptr; e++)
+        if (std::strncmp(*e, "OMP_WAIT_POLICY=", 16) != 0) env_strings.push_back(*e);
+    std::vector<char*> envp;
+    for (std::string& s : env_strings) envp.push_back(&s[0]);
+    envp.push_back(nullptr);
+
+    std::string out_path = dir.file("stdout.txt"), err_path = dir.file("stderr.txt");
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    pid_t pid;
+    int spawned = posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    REQUIRE_MESSAGE(spawned == 0, "cannot run " << binary << ": " << std::strerror(spawned));
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    run.exited = WIFEXITED(status);
+    run.exit_code = run.exited ? WEXITSTATUS(status) : -1;
+    run.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    run.out = read_text(out_path);
+    run.err = read_text(err_path);
+    return run;
+}
+
+// A successful run: exit status 0, nothing on stderr.
+void check_success(const Run& run) {
+    INFO("command: ", run.command, "\nstdout:\n", run.out, "stderr:\n", run.err);
+    CHECK(run.exited);
+    CHECK(run.exit_code == 0);
+    CHECK(run.err.empty());
+}
+
+// A rejected input: exit status 1 (not a crash), nothing on stdout, and stderr exactly one
+// line "error: ..." containing every word.
+void check_error(const Run& run, const std::vector<std::string>& words, bool quiet_stdout = true) {
+    INFO("command: ", run.command, "\nstdout:\n", run.out, "stderr:\n", run.err);
+    CHECK_MESSAGE(run.exited, "killed by signal " << run.signal);
+    CHECK(run.exit_code == 1);
+    if (quiet_stdout) CHECK(run.out.empty());
+    CHECK(run.err.rfind("error: ", 0) == 0);
+    CHECK(run.err.size() > 8);
+    CHECK(run.err.find('\n') == run.err.size() - 1);  // one line, ended by its newline
+    for (const std::string& word : words) CHECK_MESSAGE(contains(run.err, word), "missing '" << word << "'");
+}
+
+// The output with the timing columns (tok/s, ms/step, time) taken out: what must be equal
+// between runs.
+std::vector<std::string> without_timings(const std::string& out) {
+    std::vector<std::string> result;
+    for (const std::string& line : lines_of(out)) {
+        std::string kept, field;
+        size_t start = 0;
+        while (start <= line.size()) {
+            size_t bar = line.find(" | ", start);
+            field = line.substr(start, bar == std::string::npos ? std::string::npos : bar - start);
+            if (!contains(field, "tok/s") && !contains(field, "ms/step") && field.rfind("time ", 0) != 0)
+                kept += (kept.empty() ? "" : " | ") + field;
+            if (bar == std::string::npos) break;
+            start = bar + 3;
+        }
+        result.push_back(kept);
+    }
+    return result;
+}
+
+// The lines about training steps >= first_step: "step N/..." and "eval step N", plus "final".
+std::vector<std::string> lines_from_step(const std::vector<std::string>& lines, int first_step) {
+    std::vector<std::string> result;
+    for (const std::string& line : lines) {
+        int step = 0;
+        if (std::sscanf(line.c_str(), "step %d/", &step) == 1 ||
+            std::sscanf(line.c_str(), "eval step %d", &step) == 1) {
+            if (step >= first_step) result.push_back(line);
+        } else if (line.rfind("final", 0) == 0) {
+            result.push_back(line);
+        }
+    }
+    return result;
+}
+
+// A tiny model and task: V = 7, T = 8, one layer, blocks of two sub-layers.
+Args tiny(Args extra = {}) {
+    Args args = {"--d", "16", "--L", "1", "--H", "2", "--G", "1", "--F", "32", "--block-size", "2",
+                 "--batch", "4", "--length", "4", "--symbols", "6", "--eval-examples", "16",
+                 "--threads", "1"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+}
+
+// The flags the trainer documents (train.c), in --help order.
+const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--block-size", "--task",
+                             "--text", "--length", "--symbols", "--eval-examples", "--batch",
+                             "--seq-len", "--steps", "--lr", "--warmup", "--final-lr-frac",
+                             "--weight-decay", "--grad-clip", "--beta1", "--beta2", "--seed",
+                             "--threads", "--eval-every", "--log-every", "--checkpoint", "--resume",
+                             "--diagnostics"};
+
+}  // namespace
+
+// ---- bad input ---------------------------------------------------------------------------
+
+TEST_CASE("bad flags and values exit 1 with one error line naming the problem") {
+    TempDir dir;
+    struct Case {
+        Args args;
+        std::vector<std::string> words;
+    };
+    Case cases[] = {
+        {{"--bogus"}, {"unknown flag", "--bogus"}},
+        {{"--d"}, {"--d", "needs a value"}},
+        {{"--steps", "10", "--lr"}, {"--lr", "needs a value"}},
+        {{"--d", "x"}, {"--d", "integer", "'x'"}},
+        {{"--d", "12.5"}, {"--d", "integer", "12.5"}},
+        {{"--batch", "99999999999"}, {"--batch", "integer"}},
+        {{"--lr", "fast"}, {"--lr", "number", "fast"}},
+        {{"--seed", "-1"}, {"--seed", "-1"}},
+        {{"--d", "10", "--H", "4"}, {"d=10", "H=4"}},
+        {{"--H", "4", "--G", "3"}, {"H=4", "G=3"}},
+        {{"--d", "12", "--H", "4"}, {"head size", "3", "even"}},
+        {{"--L", "3", "--block-size", "4"}, {"S=4", "2L=6"}},
+        {{"--d", "0"}, {"d", "positive", "0"}},
+        {{"--L", "-1"}, {"L", "positive", "-1"}},
+        {{"--F", "0"}, {"F", "positive"}},
+        {{"--batch", "0"}, {"--batch", "positive"}},
+        {{"--steps", "0"}, {"--steps", "positive"}},
+        {{"--eval-every", "-5"}, {"--eval-every", "positive"}},
+        {{"--lr", "0"}, {"--lr", "positive"}},
+        {{"--beta2", "1"}, {"--beta2"}},
+        {{"--mode", "bogus"}, {"--mode", "bogus"}},
+        {{"--mode", "block", "--block-size", "1"}, {"--block-size"}},
+        {{"--seq-len", "7"}, {"--seq-len", "7", "16"}},
+        {{"--task", "bogus"}, {"task", "bogus"}},
+        {{"--length", "0"}, {"length", "0"}},
+        {{"--symbols", "1"}, {"symbols", "1"}},
+        {{"--task", "text"}, {"--text"}},
+        {{"--resume"}, {"--resume", "--checkpoint"}},
+    };
+    for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
+}
+
+TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {
+    TempDir dir;
+    std::string missing = dir.file("missing.txt"), empty = dir.file("empty.txt");
+    std::string short_text = dir.file("short.txt");
+    write_text(empty, "");
+    write_text(short_text, std::string(100, 'a'));  // seq-len 32 needs 10 * 33 bytes
+    Args text = {"--task", "text", "--seq-len", "32", "--text"};
+    auto with = [&](const std::string& path) { Args a = text; a.push_back(path); return tiny(a); };
+    check_error(run_train(dir, with(missing)), {missing, "No such file"});
+    check_error(run_train(dir, with(empty)), {empty, "empty"});
+    check_error(run_train(dir, with(dir.path)), {dir.path, "directory"});
+    check_error(run_train(dir, with(short_text)), {short_text, "too short", "100 bytes", "330"});
+}
+
+TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming the problem") {
+    TempDir dir;
+    std::string good = dir.file("good.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", good})));
+    const std::string bytes = read_text(good);
+    REQUIRE(bytes.size() > 1024);
+    auto corrupt = [&](const std::string& name, std::string contents) {
+        write_text(dir.file(name), contents);
+        return dir.file(name);
+    };
+    auto resume = [&](const std::string& path, Args extra = {}) {
+        extra.insert(extra.end(), {"--steps", "4", "--resume", "--checkpoint", path});
+        return run_train(dir, tiny(extra));
+    };
+    std::string wrong_magic = bytes, wrong_version = bytes;
+    int value = 4711;
+    std::memcpy(&wrong_magic[0], &value, sizeof value);
+    value = CHECKPOINT_VERSION + 1;
+    std::memcpy(&wrong_version[4], &value, sizeof value);
+    check_error(resume(corrupt("magic.ckpt", wrong_magic)), {"magic.ckpt", "magic"});
+    check_error(resume(corrupt("version.ckpt", wrong_version)), {"version.ckpt", "version"});
+    check_error(resume(corrupt("cut.ckpt", bytes.substr(0, bytes.size() - 100))), {"cut.ckpt", "truncated"});
+    check_error(resume(corrupt("long.ckpt", bytes + "extra")), {"long.ckpt", "too long"});
+    check_error(resume(dir.file("missing.ckpt")), {"missing.ckpt", "No such file"});
+    // the flags ask for another model than the file holds: both configs are named
+    check_error(resume(good, {"--d", "32"}), {"good.ckpt", "d=16", "d=32"});
+    check_error(resume(good, {"--mode", "full"}), {"S=2", "S=1"});
+    check_error(resume(good, {"--mode", "none"}), {"S=2", "S=0"});
+    check_error(resume(good, {"--symbols", "7"}), {"V=7", "V=8"});
+    // a checkpoint past the requested number of steps
+    Args past = tiny({"--steps", "1", "--resume", "--checkpoint", good});
+    check_error(run_train(dir, past), {"good.ckpt", "step 2", "--steps 1"});
+    CHECK(read_text(good) == bytes);  // none of this touched the checkpoint
+}
+
+// ---- --help and a tiny run ---------------------------------------------------------------
+
+TEST_CASE("--help exits 0 and lists every flag with a default that the parser accepts") {
+    TempDir dir;
+    Run help = run_train(dir, {"--help"});
+    check_success(help);
+    std::vector<std::string> lines = lines_of(help.out);
+    for (const char* flag : FLAGS) {
+        INFO("flag ", flag);
+        std::string line;
+        for (const std::string& l : lines) {
+            std::istringstream words(l);
+            std::string first;
+            words >> first;
+            if (first == flag) line = l;
+        }
+        REQUIRE_MESSAGE(!line.empty(), flag << " is not listed by --help");
+        size_t open = line.rfind('['), close = line.rfind(']');
+        REQUIRE(open != std::string::npos);
+        REQUIRE(close == line.size() - 1);
+        std::string value = line.substr(open + 1, close - open - 1);
+        CHECK(!value.empty());
+        // the listed default is a valid value: parsing it, then --help, exits 0 (a switch
+        // takes no value; a path without default gets one)
+        Args args = {flag};
+        if (value != "off") args.push_back(value == "(none)" ? dir.file("some_file") : value);
+        args.push_back("--help");
+        Run run = run_train(dir, args);
+        CHECK_MESSAGE((run.exited && run.exit_code == 0), run.command << " -> " << run.err);
+    }
+    CHECK(contains(help.out, "--help"));
+}
+
+TEST_CASE("a tiny training run prints loss lines and a final line with val_loss and exact_match") {
+    TempDir dir;
+    Run run = run_train(dir, tiny({"--steps", "20", "--eval-every", "10", "--log-every", "5"}));
+    check_success(run);
+    std::vector<std::string> lines = lines_to_final(run.out);
+    REQUIRE(lines.size() == 1 + 4 + 2 + 1);  // banner, 4 loss lines, 2 evals, final
+    CHECK(lines[0].rfind("attnres.c | mode block (S=2)", 0) == 0);
+    int evals = 0;
+    for (const std::string& line : lines) evals += line.rfind("eval step", 0) == 0;
+    CHECK(evals == 2);
+    const std::string& last = lines.back();
+    INFO("final line: ", last);
+    CHECK(last.rfind("final | steps 20", 0) == 0);
+    CHECK(contains(last, "val_loss"));
+    CHECK(contains(last, "exact_match"));
+    CHECK(contains(last, "%"));
+    float val_loss = NAN;
+    REQUIRE(std::sscanf(last.c_str() + last.find("val_loss"), "val_loss %f", &val_loss) == 1);
+    CHECK(std::isfinite(val_loss));
+    CHECK(val_loss > 0.0f);
+}
+
+TEST_CASE("a tiny run on a text file prints val_loss") {
+    TempDir dir;
+    std::string text = "/usr/share/common-licenses/GPL-3";
+    if (!fs::exists(text)) {  // any text of a few kB does
+        text = dir.file("text.txt");
+        std::string body;
+        for (int i = 0; i < 200; i++) body += "the quick brown fox jumps over the lazy dog " + std::to_string(i) + "\n";
+        write_text(text, body);
+    }
+    Run run = run_train(dir, tiny({"--task", "text", "--text", text, "--seq-len", "32", "--steps", "10",
+                                    "--eval-every", "10"}));
+    check_success(run);
+    std::vector<std::string> lines = lines_to_final(run.out);
+    REQUIRE(!lines.empty());
+    CHECK(contains(lines[0], "V=256"));
+    CHECK(contains(lines[0], "T=32"));
+    CHECK(lines.back().rfind("final | steps 10", 0) == 0);
+    CHECK(contains(lines.back(), "val_loss"));
+    CHECK_FALSE(contains(lines.back(), "exact_match"));  // no answers to match in text
+}
+
+// ---- determinism, resume, NaN ------------------------------------------------------------
+
+TEST_CASE("the same command prints the same losses, for 1 and for 2 threads") {
+    TempDir dir;
+    Args args = tiny({"--steps", "12", "--eval-every", "6", "--log-every", "1"});
+    Run first = run_train(dir, args), second = run_train(dir, args);
+    args.insert(args.end(), {"--threads", "2"});  // the later --threads wins
+    Run two_threads = run_train(dir, args);
+    check_success(first);
+    check_success(second);
+    check_success(two_threads);
+    std::vector<std::string> a = without_timings(first.out), b = without_timings(second.out),
+                             c = without_timings(two_threads.out);
+    REQUIRE(lines_to_final(first.out).size() == 1 + 12 + 2 + 1);
+    CHECK(a == b);
+    REQUIRE(c.size() == a.size());
+    CHECK(contains(c[0], "threads 2"));
+    for (size_t i = 1; i < a.size(); i++) CHECK(c[i] == a[i]);  // the banner names the threads
+}
+
+TEST_CASE("a run interrupted at step 10 and resumed prints what the uninterrupted run prints") {
+    // --stop-after 10 interrupts the first run at step 10 as a crash would; the schedule
+    // (warmup, then cosine decay over --steps 20) is the same for all three runs.
+    TempDir dir;
+    std::string whole = dir.file("whole.ckpt"), parts = dir.file("parts.ckpt");
+    Args common = {"--eval-every", "10", "--log-every", "1", "--warmup", "5", "--steps", "20"};
+    auto args = [&](const std::string& path, bool first_half, bool resume) {
+        Args a = tiny(common);
+        a.insert(a.end(), {"--checkpoint", path});
+        if (first_half) a.insert(a.end(), {"--stop-after", "10"});
+        if (resume) a.push_back("--resume");
+        return a;
+    };
+    Run uninterrupted = run_train(dir, args(whole, false, false));
+    Run first_half = run_train(dir, args(parts, true, false));
+    Run second_half = run_train(dir, args(parts, false, true));
+    check_success(uninterrupted);
+    check_success(first_half);
+    check_success(second_half);
+    CHECK(contains(second_half.out, "resumed from " + parts + " at step 10"));
+    std::vector<std::string> expected = lines_from_step(without_timings(uninterrupted.out), 11);
+    std::vector<std::string> resumed = lines_from_step(without_timings(second_half.out), 1);
+    REQUIRE(expected.size() == 10 + 1 + 1);  // steps 11-20, eval at 20, final
+    CHECK(resumed == expected);
+    // and the final checkpoints agree bit for bit: parameters, moments and step
+    CHECK(read_text(parts) == read_text(whole));
+}
+
+TEST_CASE("a NaN loss stops training with one error line, and the last checkpoint still loads") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "5", "--eval-every", "5", "--checkpoint", path})));
+    const std::string good = read_text(path);
+    // an absurd learning rate from step 6 on: the parameters blow up, the loss turns NaN
+    Run blow_up = run_train(dir, tiny({"--steps", "10", "--eval-every", "5", "--checkpoint", path,
+                                       "--resume", "--lr", "1e30", "--warmup", "0"}));
+    check_error(blow_up, {"NaN", path}, /*quiet_stdout=*/false);
+    CHECK_FALSE(contains(blow_up.out, "eval step    10"));
+    CHECK(read_text(path) == good);
+    CHECK_FALSE(fs::exists(path + ".tmp"));
+    ModelConfig config;
+    int step = -1;
+    char err[512] = "";
+    CHECK_MESSAGE(checkpoint_read_config(path.c_str(), &config, &step, err, sizeof err) == 0, err);
+    CHECK(step == 5);
+    check_success(run_train(dir, tiny({"--steps", "6", "--checkpoint", path, "--resume"})));
+}
+
+TEST_CASE("a checkpoint is never written from parameters whose val_loss is not finite") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    Run run = run_train(dir, tiny({"--steps", "10", "--eval-every", "1", "--log-every", "1",
+                                   "--checkpoint", path, "--lr", "1e30", "--warmup", "0"}));
+    check_error(run, {"NaN"}, /*quiet_stdout=*/false);
+    if (!fs::exists(path)) return;  // no checkpoint at all is fine too
+    ModelConfig config;
+    int step = -1;
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_read_config(path.c_str(), &config, &step, err, sizeof err) == 0, err);
+    std::string eval_line;
+    char prefix[64];
+    std::snprintf(prefix, sizeof prefix, "eval step %5d |", step);
+    for (const std::string& line : lines_of(run.out))
+        if (line.rfind(prefix, 0) == 0) eval_line = line;
+    INFO("checkpoint at step ", step, ", its evaluation: ", eval_line);
+    REQUIRE(!eval_line.empty());
+    float val_loss = NAN;
+    std::sscanf(eval_line.c_str() + eval_line.find("val_loss"), "val_loss %f", &val_loss);
+    CHECK(std::isfinite(val_loss));
+}

@@ -1,0 +1,437 @@
+// test_diagnostics.cpp — the statistics of src/diagnostics.h on tiny models: RMS of known
+// tensors and of each sub-layer's input and output, per-layer gradient norms that cover
+// exactly their slices and add up to the global norm, depth-attention weights (rows sum to
+// 1, uniform under zero pseudo-queries, columns where SPEC puts the sources), the CSV files
+// and text heatmap, and that measuring changes nothing: training with diagnostics on is
+// bit-identical to training with them off, in-process and through ./train.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "diagnostics.h"
+#include "gradcheck.h"
+#include "model.h"
+
+using gradcheck::Rng;
+
+namespace {
+
+namespace fs = std::filesystem;
+typedef std::vector<float> Vec;
+
+struct ScopedModel {
+    Model m;
+    ScopedModel(const ModelConfig& c, size_t B, size_t T) { model_build(&m, &c, B, T); }
+    ~ScopedModel() { model_free(&m); }
+};
+
+struct ScopedDiagnostics {
+    Diagnostics dg;
+    explicit ScopedDiagnostics(const ModelConfig& c) { diagnostics_init(&dg, &c); }
+    ~ScopedDiagnostics() { diagnostics_free(&dg); }
+};
+
+struct TempDir {
+    std::string path;
+    TempDir() {
+        std::string pattern = (fs::temp_directory_path() / "attnres_diag_XXXXXX").string();
+        std::vector<char> buffer(pattern.begin(), pattern.end());
+        buffer.push_back('\0');
+        REQUIRE(mkdtemp(buffer.data()) != nullptr);
+        path = buffer.data();
+    }
+    ~TempDir() {
+        std::error_code ignored;
+        fs::remove_all(path, ignored);
+    }
+};
+
+std::vector<std::string> read_lines(const std::string& path) {
+    std::ifstream in(path);
+    std::vector<std::string> lines;
+    for (std::string line; std::getline(in, line);) lines.push_back(line);
+    return lines;
+}
+
+std::string mode_name(const ModelConfig& c) {
+    return c.block_size == 0 ? "none" : c.block_size == 1 ? "full" : "block S=" + std::to_string(c.block_size);
+}
+
+// V = 9, d = 8, L = 2 (4 sub-layers), H = 2, G = 1, F = 12 in the three modes
+std::vector<ModelConfig> tiny_configs() {
+    std::vector<ModelConfig> configs;
+    for (int S : {0, 1, 2}) configs.push_back(ModelConfig{9, 8, 2, 2, 1, 12, S});
+    return configs;
+}
+
+// SPEC init with non-zero pseudo-queries, so depth attention is not uniform
+void init_params(Model& m, uint64_t seed) {
+    model_init_params(&m, seed);
+    Rng rng(seed + 1);
+    size_t n = (size_t)(2 * m.config.n_layers + 1) * m.config.d_model;
+    for (size_t i = 0; i < n && m.config.block_size > 0; i++) m.params.res_query[i] = rng.uniform(-2.0f, 2.0f);
+}
+
+void random_batch(int V, size_t n, uint64_t seed, std::vector<int>& tokens, std::vector<int>& targets) {
+    Rng rng(seed);
+    tokens.resize(n);
+    targets.resize(n);
+    for (size_t i = 0; i < n; i++) {
+        tokens[i] = (int)(rng.next() % (uint64_t)V);
+        targets[i] = (int)(rng.next() % (uint64_t)V);
+    }
+}
+
+double squares(const float* x, size_t n) {
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
+    return s;
+}
+
+}  // namespace
+
+TEST_CASE("tensor_rms is sqrt(mean(x^2)) of known tensors") {
+    const float pair[] = {3.0f, 4.0f};
+    CHECK(tensor_rms(pair, 2) == doctest::Approx(std::sqrt(12.5)).epsilon(1e-7));
+    Vec constant(1000, -0.25f);
+    CHECK(tensor_rms(constant.data(), constant.size()) == doctest::Approx(0.25).epsilon(1e-7));
+    Vec zeros(7, 0.0f);
+    CHECK(tensor_rms(zeros.data(), zeros.size()) == 0.0f);
+}
+
+TEST_CASE("input RMS is that of each sub-layer's input; output RMS that of each f_l (none: h_{l+1} - h_l)") {
+    const size_t B = 2, T = 5, N = B * T;
+    for (ModelConfig c : tiny_configs()) {
+        INFO("mode ", mode_name(c));
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        init_params(m, 11);
+        ScopedDiagnostics sd(c);
+        Diagnostics& dg = sd.dg;
+        CHECK(m.sublayer_rms == nullptr);  // off by default
+        diagnostics_attach(&dg, &m);
+        int L2 = 2 * c.n_layers;
+        for (int l = 0; l < L2; l++) dg.output_rms[l] = -1.0f;
+        std::vector<int> tokens, targets;
+        random_batch(c.vocab_size, N, 5, tokens, targets);
+        model_forward(&m, tokens.data(), targets.data(), B, T);
+        model_zero_grad(&m);
+        model_backward(&m);
+        diagnostics_measure_layers(&dg, &m);
+        size_t d = (size_t)c.d_model;
+        for (int l = 0; l <= L2; l++) {
+            const float* h = model_sublayer_input(&m, l);
+            REQUIRE(h != nullptr);
+            CHECK(dg.input_rms[l] == doctest::Approx(std::sqrt(squares(h, N * d) / (double)(N * d))).epsilon(1e-6));
+        }
+        // h_0 is the embedding in every mode (a single source has weight 1)
+        double x0_squares = 0.0;
+        for (size_t i = 0; i < N; i++) x0_squares += squares(m.params.wte + (size_t)tokens[i] * d, d);
+        CHECK(dg.input_rms[0] == doctest::Approx(std::sqrt(x0_squares / (double)(N * d))).epsilon(1e-6));
+        for (int l = 0; l < L2; l++) {
+            INFO("sub-layer ", l);
+            CHECK(dg.output_rms[l] > 0.0f);
+            if (c.block_size != 0) continue;
+            const float* h = model_sublayer_input(&m, l);
+            const float* next = model_sublayer_input(&m, l + 1);
+            Vec f(N * d);
+            for (size_t i = 0; i < N * d; i++) f[i] = next[i] - h[i];
+            CHECK(dg.output_rms[l] == doctest::Approx(tensor_rms(f.data(), f.size())).epsilon(1e-3));
+        }
+    }
+}
+
+TEST_CASE("per-layer gradient norms square-sum to the global norm squared, the first query's is 0") {
+    const size_t B = 2, T = 5, N = B * T;
+    for (ModelConfig c : tiny_configs()) {
+        INFO("mode ", mode_name(c));
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        init_params(m, 21);
+        ScopedDiagnostics sd(c);
+        std::vector<int> tokens, targets;
+        random_batch(c.vocab_size, N, 6, tokens, targets);
+        model_forward(&m, tokens.data(), targets.data(), B, T);
+        model_zero_grad(&m);
+        model_backward(&m);
+        diagnostics_measure_layers(&sd.dg, &m);
+        int L2 = 2 * c.n_layers;
+        double total = 0.0;
+        for (int i = 0; i < L2 + 2; i++) {
+            total += (double)sd.dg.grad_norm[i] * sd.dg.grad_norm[i];
+            total += (double)sd.dg.res_grad_norm[i] * sd.dg.res_grad_norm[i];
+            CHECK(sd.dg.grad_norm[i] > 0.0f);
+        }
+        double global = model_grad_norm(&m);
+        CHECK(total == doctest::Approx(global * global).epsilon(1e-5));
+        CHECK(sd.dg.res_grad_norm[0] == 0.0f);
+        CHECK(sd.dg.res_grad_norm[1] == 0.0f);  // SPEC: w_0, g_0 get exactly zero gradient
+        if (c.block_size > 0) CHECK(sd.dg.res_grad_norm[2] > 0.0f);
+        else for (int i = 0; i < L2 + 2; i++) CHECK(sd.dg.res_grad_norm[i] == 0.0f);
+    }
+}
+
+TEST_CASE("each gradient group covers exactly its layer's slices of the parameter tensors") {
+    // Fill one slice (one layer of one tensor) with ones, everything else zero: exactly one
+    // group must see it, with norm sqrt(slice size).
+    ModelConfig c = {9, 8, 3, 2, 1, 12, 2};
+    ScopedModel scoped(c, 1, 2);
+    Model& m = scoped.m;
+    ScopedDiagnostics sd(c);
+    int L = c.n_layers, L2 = 2 * L;
+    size_t offset = 0;
+    for (int t = 0; t < N_PARAM_TENSORS; t++) {
+        size_t size = m.param_sizes[t];
+        int slices = (t >= 1 && t <= 9) ? L : (t == 10 || t == 11) ? L2 + 1 : 1;
+        for (int s = 0; s < slices; s++) {
+            INFO("tensor ", PARAM_NAMES[t], " slice ", s);
+            size_t slice = size / (size_t)slices;
+            std::memset(m.grads_memory, 0, m.num_params * sizeof(float));
+            for (size_t i = 0; i < slice; i++) m.grads_memory[offset + (size_t)s * slice + i] = 1.0f;
+            // the group that must hold it: index into grad_norm or res_grad_norm
+            bool res = t == 10 || t == 11;
+            int group = t == 0 ? 0 : (t <= 5) ? 1 + 2 * s : (t <= 9) ? 2 + 2 * s : res ? 1 + s : L2 + 1;
+            model_forward(&m, std::vector<int>{1, 2}.data(), nullptr, 1, 2);  // inputs must exist
+            diagnostics_measure_layers(&sd.dg, &m);
+            for (int g = 0; g < L2 + 2; g++) {
+                float expect = g == group ? std::sqrt((float)slice) : 0.0f;
+                CHECK(sd.dg.grad_norm[g] == doctest::Approx(res ? 0.0f : expect));
+                CHECK(sd.dg.res_grad_norm[g] == doctest::Approx(res ? expect : 0.0f));
+            }
+        }
+        offset += size;
+    }
+}
+
+TEST_CASE("depth-attention weights: rows sum to 1, uniform for zero queries, SPEC's columns") {
+    const size_t B = 2, T = 4, N = B * T;
+    for (int S : {1, 2, 4}) {
+        ModelConfig c = {9, 8, 2, 2, 1, 12, S};
+        INFO("mode ", mode_name(c));
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        ScopedDiagnostics sd(c);
+        Diagnostics& dg = sd.dg;
+        int L2 = 2 * c.n_layers;
+        REQUIRE(dg.n_cols == L2 / S + 1);
+        std::vector<int> tokens, targets;
+        random_batch(c.vocab_size, N, 7, tokens, targets);
+        for (bool zero_queries : {true, false}) {
+            INFO("queries: ", zero_queries ? "zero" : "random");
+            if (zero_queries) model_init_params(&m, 3);
+            else init_params(m, 3);
+            model_forward(&m, tokens.data(), targets.data(), B, T);
+            diagnostics_measure_alpha(&dg, &m);
+            bool any_non_uniform = false;
+            for (int l = 0; l <= L2; l++) {
+                INFO("row ", l);
+                // SPEC: blocks b_0 .. b_{n-1}, then the partial sum in its own block's column
+                int n = l == L2 ? L2 / S + 1 : 1 + l / S + (l % S > 0);
+                size_t n_model = 0;
+                const float* alpha = model_depth_alpha(&m, l, &n_model);
+                REQUIRE(n_model == (size_t)n);
+                double sum = 0.0;
+                for (int i = 0; i < dg.n_cols; i++) {
+                    float a = dg.alpha[(size_t)l * dg.n_cols + i];
+                    if (i >= n) { CHECK(std::isnan(a)); continue; }
+                    double mean = 0.0;
+                    for (size_t t = 0; t < N; t++) mean += alpha[t * n_model + i];
+                    CHECK(a == doctest::Approx(mean / (double)N).epsilon(1e-6));
+                    if (zero_queries) CHECK(a == doctest::Approx(1.0 / n).epsilon(1e-6));
+                    any_non_uniform |= std::fabs(a - 1.0 / n) > 1e-3;
+                    sum += a;
+                }
+                CHECK(sum == doctest::Approx(1.0).epsilon(1e-5));
+            }
+            CHECK(any_non_uniform == !zero_queries);
+        }
+    }
+    SUBCASE("none mode has no depth attention") {
+        ModelConfig c = {9, 8, 2, 2, 1, 12, 0};
+        ScopedDiagnostics sd(c);
+        CHECK(sd.dg.n_cols == 0);
+        CHECK(sd.dg.alpha == nullptr);
+    }
+}
+
+TEST_CASE("rows and sources are named by sub-layer and by block") {
+    char name[32];
+    ModelConfig block = {9, 8, 2, 2, 1, 12, 2}, full = {9, 8, 2, 2, 1, 12, 1};
+    ScopedDiagnostics b(block), f(full);
+    const char* rows[] = {"L0.attn", "L0.mlp", "L1.attn", "L1.mlp", "out"};
+    for (int l = 0; l < 5; l++) {
+        diagnostics_row_name(&b.dg, l, name, sizeof(name));
+        CHECK(std::string(name) == rows[l]);
+    }
+    const char* block_cols[] = {"emb", "b1", "b2"};
+    for (int i = 0; i < 3; i++) {
+        diagnostics_source_name(&b.dg, i, name, sizeof(name));
+        CHECK(std::string(name) == block_cols[i]);
+    }
+    const char* full_cols[] = {"emb", "a0", "m0", "a1", "m1"};
+    for (int i = 0; i < 5; i++) {
+        diagnostics_source_name(&f.dg, i, name, sizeof(name));
+        CHECK(std::string(name) == full_cols[i]);
+    }
+}
+
+TEST_CASE("the text heatmap has a header, one shaded row per sub-layer and the output, and a legend") {
+    ModelConfig c = {9, 8, 2, 2, 1, 12, 2};
+    ScopedModel scoped(c, 1, 4);
+    ScopedDiagnostics sd(c);
+    model_init_params(&scoped.m, 1);
+    std::vector<int> tokens = {1, 2, 3, 4};
+    model_forward(&scoped.m, tokens.data(), nullptr, 1, 4);
+    diagnostics_measure_alpha(&sd.dg, &scoped.m);
+    TempDir dir;
+    std::string path = dir.path + "/heatmap.txt";
+    FILE* out = std::fopen(path.c_str(), "w");
+    REQUIRE(out != nullptr);
+    diagnostics_print_heatmap(&sd.dg, out);
+    std::fclose(out);
+    std::vector<std::string> lines = read_lines(path);
+    REQUIRE(lines.size() == 2 + 1 + 5 + 2);  // title (2 lines), columns, 5 rows, legend (2)
+    CHECK(lines[2].find("emb") != std::string::npos);
+    CHECK(lines[2].find("b2") != std::string::npos);
+    // zero queries: L0.attn = emb alone, L0.mlp and L1.attn = emb/b1 halves, out = thirds
+    CHECK(lines[3] == "L0.attn  ██100     ·     ·");
+    CHECK(lines[4] == "L0.mlp   ▓▓ 50 ▓▓ 50     ·");
+    CHECK(lines[5] == "L1.attn  ▓▓ 50 ▓▓ 50     ·");
+    CHECK(lines[6] == "L1.mlp   ▒▒ 33 ▒▒ 33 ▒▒ 33");
+    CHECK(lines[7] == "out      ▒▒ 33 ▒▒ 33 ▒▒ 33");
+    CHECK(lines[8].find("█ >= 70%") != std::string::npos);
+}
+
+TEST_CASE("the CSV files get their headers and one row per record, and append on resume") {
+    ModelConfig c = {9, 8, 2, 2, 1, 12, 2};
+    ScopedModel scoped(c, 1, 4);
+    Model& m = scoped.m;
+    model_init_params(&m, 1);
+    std::vector<int> tokens = {1, 2, 3, 4}, targets = {2, 3, 4, -1};
+    TempDir dir;
+    std::string run = dir.path + "/nested/run";
+    char err[256];
+    for (int append = 0; append < 2; append++) {
+        ScopedDiagnostics sd(c);
+        REQUIRE(diagnostics_open(&sd.dg, run.c_str(), append, "./train --x", err, sizeof(err)) == 0);
+        diagnostics_attach(&sd.dg, &m);
+        model_forward(&m, tokens.data(), targets.data(), 1, 4);
+        model_zero_grad(&m);
+        model_backward(&m);
+        diagnostics_measure_layers(&sd.dg, &m);
+        diagnostics_write_layers(&sd.dg, 10 + append);
+        diagnostics_write_train(&sd.dg, 10 + append, 2.5f, 1e-3f, 0.75f, 12.0f);
+        diagnostics_measure_alpha(&sd.dg, &m);
+        diagnostics_write_alpha(&sd.dg, 10 + append);
+        diagnostics_write_eval(&sd.dg, 10 + append, 2.0f, 40.0f, append ? 12.5f : -1.0f);
+    }
+    std::vector<std::string> meta = read_lines(run + "/meta.csv");
+    REQUIRE(meta.size() == 10);
+    CHECK(meta[0] == "key,value");
+    CHECK(meta[1] == "mode,block");
+    CHECK(meta[9] == "command,./train --x");
+    std::vector<std::string> train = read_lines(run + "/train.csv");
+    REQUIRE(train.size() == 3);
+    CHECK(train[0] == "step,train_loss,lr,grad_norm,ms_per_step");
+    CHECK(train[1] == "10,2.5,0.001,0.75,12");
+    std::vector<std::string> eval = read_lines(run + "/eval.csv");
+    REQUIRE(eval.size() == 3);
+    CHECK(eval[0] == "step,val_loss,accuracy,exact_match");
+    CHECK(eval[1] == "10,2,40.0000,");  // exact match does not apply
+    CHECK(eval[2] == "11,2,40.0000,12.5000");
+    std::vector<std::string> layers = read_lines(run + "/layers.csv");
+    REQUIRE(layers.size() == 1 + 2 * (1 + 4 + 1));  // emb, 4 sub-layers, out; two records
+    CHECK(layers[0] == "step,index,name,input_rms,output_rms,grad_norm,res_grad_norm");
+    CHECK(layers[1].rfind("10,-1,emb,,,", 0) == 0);
+    CHECK(layers[2].rfind("10,0,L0.attn,", 0) == 0);
+    CHECK(layers[6].rfind("10,4,out,", 0) == 0);
+    CHECK(layers[12].rfind("11,4,out,", 0) == 0);
+    std::vector<std::string> alpha = read_lines(run + "/alpha.csv");
+    REQUIRE(alpha.size() == 1 + 2 * (1 + 2 + 2 + 3 + 3));  // sources per row: 1, 2, 2, 3, 3
+    CHECK(alpha[0] == "step,row,row_name,source,source_name,alpha");
+    CHECK(alpha[1] == "10,0,L0.attn,0,emb,1.00000");
+    CHECK(alpha[3] == "10,1,L0.mlp,1,b1,0.50000");
+
+    ScopedDiagnostics sd(c);
+    std::string blocked = dir.path + "/file";
+    std::ofstream(blocked) << "x";
+    CHECK(diagnostics_open(&sd.dg, (blocked + "/run").c_str(), 0, "", err, sizeof(err)) == -1);
+    CHECK(std::string(err).find(blocked) != std::string::npos);
+}
+
+TEST_CASE("training with diagnostics on is bit-identical to training with them off") {
+    const size_t B = 2, T = 6, N = B * T;
+    for (ModelConfig c : tiny_configs()) {
+        INFO("mode ", mode_name(c));
+        std::vector<float> losses[2], params[2];
+        for (int on = 0; on < 2; on++) {
+            ScopedModel scoped(c, B, T);
+            Model& m = scoped.m;
+            model_init_params(&m, 99);
+            ScopedDiagnostics sd(c);
+            if (on) diagnostics_attach(&sd.dg, &m);
+            for (int step = 1; step <= 5; step++) {
+                std::vector<int> tokens, targets;
+                random_batch(c.vocab_size, N, (uint64_t)step, tokens, targets);
+                losses[on].push_back(model_forward(&m, tokens.data(), targets.data(), B, T));
+                model_zero_grad(&m);
+                model_backward(&m);
+                if (on) {
+                    diagnostics_measure_layers(&sd.dg, &m);
+                    diagnostics_measure_alpha(&sd.dg, &m);
+                }
+                model_update(&m, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+            }
+            params[on].assign(m.params_memory, m.params_memory + m.num_params);
+        }
+        CHECK(std::memcmp(losses[0].data(), losses[1].data(), losses[0].size() * sizeof(float)) == 0);
+        CHECK(std::memcmp(params[0].data(), params[1].data(), params[0].size() * sizeof(float)) == 0);
+    }
+}
+
+TEST_CASE("./train --diagnostics prints the same losses as without, writes the CSVs, shows the heatmap") {
+    const char* env = std::getenv("ATTNRES_TRAIN");
+    std::string binary = env != nullptr && env[0] != '\0' ? env : "./train";
+    REQUIRE_MESSAGE(fs::exists(binary), binary << " does not exist: build it (make) or set ATTNRES_TRAIN");
+    TempDir dir;
+    std::string args = " --d 16 --L 1 --H 2 --G 1 --F 32 --batch 4 --length 4 --symbols 6"
+                       " --eval-examples 16 --threads 1 --steps 12 --log-every 3 --eval-every 6";
+    auto run = [&](const std::string& extra, const std::string& out) {
+        std::string command = "OMP_WAIT_POLICY=PASSIVE " + binary + args + extra + " > " + dir.path + "/" + out;
+        REQUIRE_MESSAGE(std::system(command.c_str()) == 0, command);
+        std::vector<std::string> lines;  // the loss, eval and final lines without timings
+        for (std::string line : read_lines(dir.path + "/" + out)) {
+            size_t tok = line.find(" | ") == std::string::npos ? std::string::npos : line.find("tok/s");
+            size_t time = line.find(" | time");
+            if (tok != std::string::npos) line = line.substr(0, line.rfind(" | ", tok));
+            if (time != std::string::npos) line = line.substr(0, time);
+            lines.push_back(line);
+        }
+        return lines;
+    };
+    std::string csv = dir.path + "/run";
+    std::vector<std::string> off = run(" --block-size 2", "off.txt");
+    std::vector<std::string> on = run(" --block-size 2 --diagnostics " + csv, "on.txt");
+    CHECK(off == on);
+    REQUIRE(off.size() > 10);
+    CHECK(std::find(off.begin(), off.end(), "L0.attn  ██100     ·") != off.end());
+    CHECK(read_lines(csv + "/train.csv").size() == 1 + 4);
+    CHECK(read_lines(csv + "/eval.csv").size() == 1 + 2);
+    CHECK(read_lines(csv + "/layers.csv").size() == 1 + 4 * (1 + 2 + 1));
+    CHECK(read_lines(csv + "/alpha.csv").size() == 1 + 2 * (1 + 2 + 2));
+    // none mode: no depth attention, no heatmap
+    std::vector<std::string> none = run(" --mode none --diagnostics " + csv + "_none", "none.txt");
+    CHECK(none.back().rfind("final", 0) == 0);
+    CHECK(read_lines(csv + "_none/alpha.csv").size() == 1);
+}

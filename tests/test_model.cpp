@@ -1,0 +1,584 @@
+// test_model.cpp — the whole model of src/model.h against SPEC.md: the backward of every
+// residual mode against finite differences, the forward against SPEC's block bookkeeping
+// written out independently, the AttnRes facts (zero queries average, sources per sub-layer,
+// the first sub-layer's dead query, no overflow), determinism across runs and thread counts,
+// config validation and AdamW's weight decay.
+#include <doctest/doctest.h>
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gradcheck.h"
+#include "layers.h"
+#include "model.h"
+
+using gradcheck::check_gradient;
+using gradcheck::compare_exact;
+using gradcheck::compare_within;
+using gradcheck::Rng;
+using gradcheck::Tolerance;
+
+namespace {
+
+typedef std::vector<float> Vec;
+
+// ---- tolerances --------------------------------------------------------------------------
+// Whole-model gradient check: central differences with steps 5e-3 and 1e-2 combined by
+// Richardson extrapolation (gradcheck::central_difference), the loss recomputed in double
+// from the float logits. Measured on the correct code (GRADCHECK_VERBOSE=1), the largest
+// |fd - analytic| over all tensors is 1.2e-5 (none), 1.7e-5 (full), 2.1e-5 (S=2), 2.5e-5
+// (S=4), 6.0e-5 (S=3, L=3), 2.0e-5 (S=6, L=3), for gradients of 1e-4 .. 0.7: float rounding
+// of the forward pass (~1e-7 of the loss, divided by the step), halving when the step
+// doubles. The tolerance sits 2.5x above the worst; dropping any one term of a backward
+// (rmsnorm's or depth attention's key-path correction, the partial-block gradient chain,
+// the query's gain factor, the ignored-target count) makes errors of 0.2 .. 1.7.
+const float MODEL_FD_EPS = 5e-3f;
+const Tolerance MODEL_GRAD_TOL = {1.5e-4, 3e-4};
+// model_forward against the reference below: the same layer functions in the same order, so
+// today the results are bit-identical; the tolerance admits a reorganised but equivalent
+// forward (SPEC's two-phase inference), while wrong sources change logits by O(0.1).
+const Tolerance REFERENCE_TOL = {1e-5, 1e-5};
+
+// ---- models with randomised parameters ---------------------------------------------------
+
+double normal(Rng& rng) {  // Box-Muller
+    double u1 = 1.0 - rng.uniform(0.0f, 1.0f), u2 = rng.uniform(0.0f, 1.0f);
+    return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+
+// canonical tensor indices (SPEC.md, PARAM_NAMES)
+enum { WTE = 0, ATTN_NORM = 1, MLP_NORM = 6, RES_QUERY = 10, RES_NORM = 11, FINAL_NORM = 12 };
+
+bool is_gain(int tensor) {
+    return tensor == ATTN_NORM || tensor == MLP_NORM || tensor == RES_NORM || tensor == FINAL_NORM;
+}
+
+// Gains 1 + 0.3 N(0,1), pseudo-queries N(0,0.5), wte N(0,1), other matrices N(0,0.3): every
+// depth attention has non-uniform weights, and embeddings are large enough that rmsnorm is
+// not too curved for finite differences.
+void randomise_params(Model& m, uint64_t seed) {
+    Rng rng(seed);
+    float* p = m.params_memory;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        for (size_t j = 0; j < m.param_sizes[i]; j++) {
+            double z = normal(rng);
+            p[j] = (float)(is_gain(i) ? 1.0 + 0.3 * z
+                           : i == RES_QUERY ? 0.5 * z
+                           : i == WTE ? z
+                           : 0.3 * z);
+        }
+        p += m.param_sizes[i];
+    }
+}
+
+struct Batch {
+    size_t B, T;
+    std::vector<int> tokens, targets;
+};
+
+// random tokens and targets, with the targets at `ignored` positions set to -1
+Batch random_batch(int V, size_t B, size_t T, uint64_t seed, std::vector<size_t> ignored) {
+    Rng rng(seed);
+    Batch batch{B, T, std::vector<int>(B * T), std::vector<int>(B * T)};
+    for (size_t i = 0; i < B * T; i++) {
+        batch.tokens[i] = (int)(rng.next() % (uint64_t)V);
+        batch.targets[i] = (int)(rng.next() % (uint64_t)V);
+    }
+    for (size_t i : ignored) batch.targets[i] = -1;
+    return batch;
+}
+
+// A built model freed on scope exit.
+struct ScopedModel {
+    Model m;
+    ScopedModel(const ModelConfig& c, size_t B, size_t T) { model_build(&m, &c, B, T); }
+    ~ScopedModel() { model_free(&m); }
+};
+
+// Sets the OpenMP thread count for a scope and restores it. The tests of values run on one
+// thread (no fork/join cost, no spinning on a busy machine); the determinism test compares
+// one thread with two.
+struct ScopedThreads {
+    int saved;
+    explicit ScopedThreads(int n) : saved(omp_get_max_threads()) { omp_set_num_threads(n); }
+    ~ScopedThreads() { omp_set_num_threads(saved); }
+};
+
+std::string mode_name(const ModelConfig& c) {
+    if (c.block_size == 0) return "none";
+    if (c.block_size == 1) return "full";
+    return "block S=" + std::to_string(c.block_size) + " L=" + std::to_string(c.n_layers);
+}
+
+// The mean cross-entropy of the last forward's float logits, in double.
+double mean_loss_in_double(const Model& m, const Batch& batch) {
+    const float* logits = model_logits(&m);
+    size_t V = (size_t)m.config.vocab_size;
+    double sum = 0.0;
+    size_t count = 0;
+    for (size_t i = 0; i < batch.B * batch.T; i++) {
+        if (batch.targets[i] < 0) continue;
+        const float* z = logits + i * V;
+        double max_logit = z[0], sum_exp = 0.0;
+        for (size_t v = 1; v < V; v++) max_logit = std::fmax(max_logit, (double)z[v]);
+        for (size_t v = 0; v < V; v++) sum_exp += std::exp((double)z[v] - max_logit);
+        sum += max_logit + std::log(sum_exp) - (double)z[batch.targets[i]];
+        count++;
+    }
+    return sum / (double)count;
+}
+
+void forward_backward(Model& m, const Batch& batch) {
+    model_forward(&m, batch.tokens.data(), batch.targets.data(), batch.B, batch.T);
+    model_zero_grad(&m);
+    model_backward(&m);
+}
+
+// ---- SPEC's forward, written out independently of model.c --------------------------------
+// The layers come from layers.h (checked one by one in test_layers.cpp); the residual
+// bookkeeping follows SPEC.md and the official pseudocode literally: a list of completed
+// blocks starting with the embedding, and the partial sum of the current block.
+
+struct Reference {
+    Vec logits;
+    std::vector<Vec> alpha;  // per depth attention l = 0 .. 2L (2L: output aggregation)
+};
+
+// f = the sub-layer l applied to h (pre-norm attention or MLP), per SPEC 3-5
+Vec reference_sublayer(const Model& m, int l, const Vec& h, size_t B, size_t T) {
+    const ModelConfig& c = m.config;
+    const ParameterTensors& p = m.params;
+    size_t N = B * T, d = c.d_model, H = c.n_heads, G = c.n_kv_heads, hs = d / H, F = c.ffn_hidden;
+    size_t layer = (size_t)l / 2;
+    Vec xn(N * d), rstd(N), out(N * d);
+    if (l % 2 == 0) {
+        Vec q(N * H * hs), k(N * G * hs), v(N * G * hs), y(N * H * hs), att(B * H * T * T);
+        rmsnorm_forward(xn.data(), rstd.data(), h.data(), p.attn_norm + layer * d, N, d);
+        linear_forward(q.data(), xn.data(), p.wq + layer * H * hs * d, N, d, H * hs);
+        linear_forward(k.data(), xn.data(), p.wk + layer * G * hs * d, N, d, G * hs);
+        linear_forward(v.data(), xn.data(), p.wv + layer * G * hs * d, N, d, G * hs);
+        rope_forward(q.data(), q.data(), B, T, H, hs);
+        rope_forward(k.data(), k.data(), B, T, G, hs);
+        attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+        linear_forward(out.data(), y.data(), p.wo + layer * d * H * hs, N, H * hs, d);
+    } else {
+        Vec gate(N * F), up(N * F), act(N * F);
+        rmsnorm_forward(xn.data(), rstd.data(), h.data(), p.mlp_norm + layer * d, N, d);
+        linear_forward(gate.data(), xn.data(), p.wg + layer * F * d, N, d, F);
+        linear_forward(up.data(), xn.data(), p.wu + layer * F * d, N, d, F);
+        swiglu_forward(act.data(), gate.data(), up.data(), N, F);
+        linear_forward(out.data(), act.data(), p.wd + layer * d * F, N, F, d);
+    }
+    return out;
+}
+
+// DA_l over sources (SPEC 6), or their plain mean when plain_mean is set
+Vec reference_depth_attention(const Model& m, int l, const std::vector<Vec>& sources, size_t N,
+                              bool plain_mean, Vec& alpha) {
+    size_t d = m.config.d_model, n = sources.size();
+    Vec out(N * d), key_rstd(N * n);
+    alpha.assign(N * n, 0.0f);
+    if (plain_mean) {
+        for (size_t i = 0; i < N * d; i++) {
+            double sum = 0.0;
+            for (const Vec& s : sources) sum += s[i];
+            out[i] = (float)(sum / (double)n);
+        }
+        return out;
+    }
+    std::vector<const float*> pointers;
+    for (const Vec& s : sources) pointers.push_back(s.data());
+    depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), pointers.data(),
+                            m.params.res_query + (size_t)l * d, m.params.res_norm + (size_t)l * d,
+                            n, N, d);
+    return out;
+}
+
+Reference reference_forward(const Model& m, const Batch& batch, bool plain_mean = false) {
+    const ModelConfig& c = m.config;
+    size_t B = batch.B, T = batch.T, N = B * T, d = c.d_model, V = c.vocab_size;
+    int L2 = 2 * c.n_layers, S = c.block_size;
+    Reference ref;
+    ref.alpha.resize((size_t)L2 + 1);
+    Vec x0(N * d);
+    embedding_forward(x0.data(), batch.tokens.data(), m.params.wte, N, d);
+    Vec out;
+    if (S == 0) {
+        Vec h = x0;
+        for (int l = 0; l < L2; l++) {
+            Vec f = reference_sublayer(m, l, h, B, T);
+            for (size_t i = 0; i < N * d; i++) h[i] += f[i];
+        }
+        out = h;
+    } else {
+        std::vector<Vec> blocks = {x0};  // b_0 = x0, then each completed block
+        Vec partial;                     // sum of the outputs of the current block so far
+        for (int l = 0; l < L2; l++) {
+            int position = l % S;  // i in SPEC: the sub-layer's position in its block
+            std::vector<Vec> sources = blocks;
+            if (position > 0) sources.push_back(partial);
+            Vec h = reference_depth_attention(m, l, sources, N, plain_mean, ref.alpha[l]);
+            Vec f = reference_sublayer(m, l, h, B, T);
+            if (position == 0) partial = f;
+            else for (size_t i = 0; i < N * d; i++) partial[i] += f[i];
+            if (position == S - 1) blocks.push_back(partial);
+        }
+        out = reference_depth_attention(m, L2, blocks, N, plain_mean, ref.alpha[L2]);
+    }
+    Vec xf(N * d), rstd(N);
+    ref.logits.resize(N * V);
+    rmsnorm_forward(xf.data(), rstd.data(), out.data(), m.params.final_norm, N, d);
+    linear_forward(ref.logits.data(), xf.data(), m.params.lm_head, N, d, V);
+    return ref;
+}
+
+// The number of sources SPEC gives depth attention l (l = 2L: the output aggregation).
+size_t spec_source_count(int L, int S, int l) {
+    if (l == 2 * L) return (size_t)(2 * L / S + 1);
+    int block = 1 + l / S, position = l % S;
+    return (size_t)(position == 0 ? block : block + 1);
+}
+
+// The tiny configurations of the gradient and reference checks: every mode, MQA and MHA.
+std::vector<ModelConfig> tiny_configs() {
+    //        V  d  L  H  G   F  S
+    return {{7, 8, 2, 2, 1, 12, 0}, {7, 8, 2, 2, 2, 12, 1}, {7, 8, 2, 2, 1, 12, 2},
+            {7, 8, 2, 2, 2, 12, 4}, {7, 8, 3, 2, 1, 12, 3}, {7, 8, 3, 2, 2, 12, 6}};
+}
+
+}  // namespace
+
+// ---- the backward ------------------------------------------------------------------------
+
+TEST_CASE("whole-model gradients match finite differences for every element of every tensor, in every mode") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    for (const ModelConfig& c : tiny_configs()) {
+        INFO("mode ", mode_name(c), ", G=", c.n_kv_heads);
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        randomise_params(m, 1000 + (uint64_t)c.block_size);
+        Batch batch = random_batch(c.vocab_size, B, T, 77, {0, 7});
+        forward_backward(m, batch);
+        CHECK(std::fabs(m.loss - mean_loss_in_double(m, batch)) < 1e-5);
+        Vec analytic(m.grads_memory, m.grads_memory + m.num_params);
+        auto loss = [&]() {
+            model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
+            return mean_loss_in_double(m, batch);
+        };
+        size_t offset = 0;
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            std::string name = mode_name(c) + ": " + PARAM_NAMES[i];
+            check_gradient(name, m.params_memory + offset, analytic.data() + offset,
+                           m.param_sizes[i], loss, MODEL_FD_EPS, MODEL_GRAD_TOL);
+            offset += m.param_sizes[i];
+        }
+    }
+}
+
+// ---- the forward and the AttnRes facts ---------------------------------------------------
+
+TEST_CASE("model_forward equals SPEC's block bookkeeping written out independently, in every mode") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    std::vector<ModelConfig> configs = tiny_configs();
+    configs.push_back({7, 8, 4, 2, 1, 12, 4});  // two blocks of four
+    configs.push_back({7, 8, 4, 2, 1, 12, 2});  // four blocks of two
+    for (const ModelConfig& c : configs) {
+        INFO("mode ", mode_name(c));
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        randomise_params(m, 2000 + (uint64_t)c.block_size);
+        Batch batch = random_batch(c.vocab_size, B, T, 78, {3});
+        model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
+        Reference ref = reference_forward(m, batch);
+        compare_within(mode_name(c) + " logits", model_logits(&m), ref.logits.data(),
+                       ref.logits.size(), REFERENCE_TOL);
+        if (c.block_size == 0) {
+            size_t n;
+            CHECK(model_depth_alpha(&m, 0, &n) == nullptr);
+            continue;
+        }
+        for (int l = 0; l <= 2 * c.n_layers; l++) {
+            size_t n = 0;
+            const float* alpha = model_depth_alpha(&m, l, &n);
+            REQUIRE(alpha != nullptr);
+            REQUIRE(n * B * T == ref.alpha[l].size());
+            compare_within(mode_name(c) + " alpha of depth attention " + std::to_string(l), alpha,
+                           ref.alpha[l].data(), ref.alpha[l].size(), REFERENCE_TOL);
+        }
+    }
+}
+
+TEST_CASE("each depth attention sees exactly SPEC's number of sources, for S = 1, 2, 3, 4, 6") {
+    ScopedThreads one_thread(1);
+    const int L = 6;  // 2L = 12 sub-layers: every S divides it
+    const size_t B = 1, T = 3;
+    for (int S : {1, 2, 3, 4, 6}) {
+        ModelConfig c = {5, 8, L, 2, 1, 8, S};
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        randomise_params(m, 3000 + (uint64_t)S);
+        Batch batch = random_batch(c.vocab_size, B, T, 79, {});
+        model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
+        for (int l = 0; l <= 2 * L; l++) {
+            INFO("S=", S, " depth attention ", l, (l == 2 * L ? " (output)" : ""));
+            size_t n = 0;
+            const float* alpha = model_depth_alpha(&m, l, &n);
+            REQUIRE(alpha != nullptr);
+            CHECK(n == spec_source_count(L, S, l));
+            for (size_t row = 0; row < B * T; row++) {
+                double sum = 0.0;
+                for (size_t i = 0; i < n; i++) sum += alpha[row * n + i];
+                CHECK(std::fabs(sum - 1.0) < 1e-6);
+            }
+        }
+        size_t n = 0;
+        CHECK(model_depth_alpha(&m, -1, &n) == nullptr);
+        CHECK(model_depth_alpha(&m, 2 * L + 1, &n) == nullptr);
+    }
+}
+
+// Exact uniform weights are the check that matters: every sub-layer input and the output pass
+// through rmsnorm, so the logits cannot tell a mean from a sum; comparing them with plain
+// means of the reference's sources checks which sources are averaged.
+TEST_CASE("with SPEC's zero pseudo-queries every depth attention is exactly the mean of its sources") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    for (ModelConfig c : tiny_configs()) {
+        if (c.block_size == 0) continue;
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        model_init_params(&m, 42);
+        size_t n_query = m.param_sizes[RES_QUERY];
+        Vec zeros(n_query, 0.0f), ones(n_query, 1.0f);
+        compare_exact("res_query at SPEC init", m.params.res_query, zeros.data(), n_query);
+        compare_exact("res_norm at SPEC init", m.params.res_norm, ones.data(), n_query);
+        Batch batch = random_batch(c.vocab_size, B, T, 80, {});
+        for (const char* params : {"SPEC init", "random matrices and gains, zero queries"}) {
+            INFO("mode ", mode_name(c), ", ", params);
+            if (params[0] == 'r') {  // sub-layer outputs as large as the embeddings
+                randomise_params(m, 4000 + (uint64_t)c.block_size);
+                std::fill(m.params.res_query, m.params.res_query + n_query, 0.0f);
+            }
+            model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
+            for (int l = 0; l <= 2 * c.n_layers; l++) {
+                size_t n = 0;
+                const float* alpha = model_depth_alpha(&m, l, &n);
+                REQUIRE(alpha != nullptr);
+                Vec uniform(n * B * T, 1.0f / (float)n);
+                compare_exact(mode_name(c) + " alpha of depth attention " + std::to_string(l), alpha,
+                              uniform.data(), uniform.size());
+            }
+            Reference mean = reference_forward(m, batch, /*plain_mean=*/true);
+            compare_within(mode_name(c) + " logits vs plain means", model_logits(&m),
+                           mean.logits.data(), mean.logits.size(), REFERENCE_TOL);
+        }
+    }
+}
+
+TEST_CASE("the first sub-layer's query and key norm (w_0, g_0) get exactly zero gradient") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    for (ModelConfig c : tiny_configs()) {
+        if (c.block_size == 0) continue;
+        INFO("mode ", mode_name(c));
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        randomise_params(m, 5000 + (uint64_t)c.block_size);
+        Batch batch = random_batch(c.vocab_size, B, T, 81, {1});
+        forward_backward(m, batch);
+        size_t d = c.d_model, n = 0;
+        const float* alpha = model_depth_alpha(&m, 0, &n);
+        REQUIRE(n == 1);
+        Vec ones(B * T, 1.0f), zeros(d, 0.0f);
+        compare_exact("alpha_0", alpha, ones.data(), ones.size());
+        compare_exact("dres_query row 0", m.grads.res_query, zeros.data(), d);
+        compare_exact("dres_norm row 0", m.grads.res_norm, zeros.data(), d);
+        // not vacuous: the next rows do get gradient
+        float largest = 0.0f;
+        for (size_t i = d; i < 2 * d; i++)
+            largest = std::fmax(largest, std::fabs(m.grads.res_query[i]) + std::fabs(m.grads.res_norm[i]));
+        CHECK(largest > 1e-4f);
+    }
+}
+
+TEST_CASE("huge lm_head weights and pseudo-queries give a finite loss and finite gradients") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    for (ModelConfig c : tiny_configs()) {
+        for (float scale : {1e3f, 1e6f}) {
+            INFO("mode ", mode_name(c), ", scale ", scale);
+            ScopedModel scoped(c, B, T);
+            Model& m = scoped.m;
+            randomise_params(m, 6000 + (uint64_t)c.block_size);
+            size_t d = c.d_model;
+            for (size_t i = 0; i < (size_t)c.vocab_size * d; i++) m.params.lm_head[i] *= scale;
+            size_t n_query = m.param_sizes[RES_QUERY];
+            for (size_t i = 0; i < n_query; i++) m.params.res_query[i] *= scale;
+            Batch batch = random_batch(c.vocab_size, B, T, 82, {2});
+            forward_backward(m, batch);
+            CHECK(std::isfinite(m.loss));
+            CHECK(m.loss > 1.0f);  // the logits really are huge: confident and mostly wrong
+            CHECK(std::fabs(m.loss - mean_loss_in_double(m, batch)) <= 1e-5 * m.loss + 1e-5);
+            CHECK(gradcheck::all_finite(model_probs(&m), B * T * (size_t)c.vocab_size));
+            CHECK(gradcheck::all_finite(m.grads_memory, m.num_params));
+            CHECK(std::isfinite(model_grad_norm(&m)));
+            for (int l = 0; c.block_size > 0 && l <= 2 * c.n_layers; l++) {
+                size_t n = 0;
+                const float* alpha = model_depth_alpha(&m, l, &n);
+                CHECK(gradcheck::all_finite(alpha, n * B * T));
+            }
+        }
+    }
+}
+
+// ---- determinism -------------------------------------------------------------------------
+
+TEST_CASE("forward and backward are bit-identical across runs and for 1 and 2 OpenMP threads") {
+    // d = 64 and F = 96 span two 32-column chunks and several matmul tiles, so two threads
+    // really split every reduction
+    const size_t B = 3, T = 12;
+    for (int S : {0, 1, 2, 4}) {
+        ModelConfig c = {11, 64, 2, 4, 2, 96, S};
+        INFO("mode ", mode_name(c));
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        randomise_params(m, 7000 + (uint64_t)S);
+        Batch batch = random_batch(c.vocab_size, B, T, 83, {0, 5, 17});
+        Vec logits[3], grads[3];
+        float loss[3];
+        int threads[3] = {2, 2, 1};
+        for (int run = 0; run < 3; run++) {
+            ScopedThreads scoped_threads(threads[run]);
+            forward_backward(m, batch);
+            loss[run] = m.loss;
+            logits[run].assign(model_logits(&m), model_logits(&m) + B * T * (size_t)c.vocab_size);
+            grads[run].assign(m.grads_memory, m.grads_memory + m.num_params);
+        }
+        CHECK(std::memcmp(&loss[0], &loss[1], sizeof(float)) == 0);
+        CHECK(std::memcmp(&loss[0], &loss[2], sizeof(float)) == 0);
+        compare_exact("logits, second run", logits[1].data(), logits[0].data(), logits[0].size());
+        compare_exact("gradients, second run", grads[1].data(), grads[0].data(), grads[0].size());
+        compare_exact("logits, 1 thread vs 2", logits[2].data(), logits[0].data(), logits[0].size());
+        compare_exact("gradients, 1 thread vs 2", grads[2].data(), grads[0].data(), grads[0].size());
+    }
+}
+
+// ---- config validation -------------------------------------------------------------------
+
+TEST_CASE("model_config_check rejects bad configs with a reason naming the offending numbers") {
+    struct Case {
+        ModelConfig config;
+        std::vector<std::string> words;
+    };
+    //            V   d  L  H  G   F  S
+    Case cases[] = {
+        {{17, 10, 2, 4, 2, 32, 4}, {"d=10", "H=4", "divisible"}},
+        {{17, 16, 2, 4, 3, 32, 4}, {"H=4", "G=3", "divisible"}},
+        {{17, 12, 2, 4, 2, 32, 4}, {"head size", "3", "even"}},
+        {{17, 16, 3, 4, 2, 32, 4}, {"S=4", "2L=6"}},
+        {{17, 16, 1, 2, 1, 32, 3}, {"S=3", "2L=2"}},
+        {{0, 16, 2, 4, 2, 32, 4}, {"vocab", "0"}},
+        {{17, 0, 2, 4, 2, 32, 4}, {"d", "0", "positive"}},
+        {{17, 16, 0, 4, 2, 32, 4}, {"L", "0", "positive"}},
+        {{17, 16, 2, -4, 2, 32, 4}, {"H", "-4", "positive"}},
+        {{17, 16, 2, 4, 0, 32, 4}, {"G", "0", "positive"}},
+        {{17, 16, 2, 4, 2, -1, 4}, {"F", "-1", "positive"}},
+        {{17, 16, 2, 4, 2, 32, -1}, {"block size", "-1"}},
+    };
+    for (const Case& k : cases) {
+        char err[256] = "";
+        const ModelConfig& c = k.config;
+        INFO("V=", c.vocab_size, " d=", c.d_model, " L=", c.n_layers, " H=", c.n_heads,
+             " G=", c.n_kv_heads, " F=", c.ffn_hidden, " S=", c.block_size, ": '", err, "'");
+        CHECK(model_config_check(&c, err, sizeof err) == -1);
+        CHECK(std::strchr(err, '\n') == nullptr);
+        for (const std::string& word : k.words) CHECK(std::string(err).find(word) != std::string::npos);
+    }
+    for (int S : {0, 1, 2, 4}) {
+        ModelConfig good = {17, 16, 2, 4, 2, 32, S};
+        char err[256] = "";
+        CHECK_MESSAGE(model_config_check(&good, err, sizeof err) == 0, err);
+    }
+}
+
+// ---- AdamW -------------------------------------------------------------------------------
+
+TEST_CASE("weight decay applies to exactly SPEC's matrices") {
+    const char* matrices[] = {"wte", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "lm_head"};
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        bool listed = false;
+        for (const char* name : matrices) listed |= std::strcmp(name, PARAM_NAMES[i]) == 0;
+        CHECK_MESSAGE(param_is_matrix(i) == (int)listed, PARAM_NAMES[i]);
+    }
+}
+
+TEST_CASE("with zero gradients AdamW shrinks matrices by lr*wd*p and leaves gains and queries as they are") {
+    ModelConfig c = {7, 8, 2, 2, 1, 12, 2};
+    ScopedModel scoped(c, 1, 1);
+    Model& m = scoped.m;
+    randomise_params(m, 8000);
+    Vec before(m.params_memory, m.params_memory + m.num_params);
+    model_zero_grad(&m);
+    const float lr = 0.1f, weight_decay = 0.5f;
+    model_update(&m, lr, 0.9f, 0.95f, 1e-8f, weight_decay, 1);
+    size_t offset = 0;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        size_t n = m.param_sizes[i];
+        if (param_is_matrix(i)) {
+            std::vector<double> expected(n);
+            for (size_t j = 0; j < n; j++) expected[j] = before[offset + j] * (1.0 - (double)lr * weight_decay);
+            compare_within(std::string(PARAM_NAMES[i]) + " after decay", m.params_memory + offset,
+                           expected.data(), n, Tolerance{0.0, 3e-7});
+        } else {
+            compare_exact(std::string(PARAM_NAMES[i]) + " (no decay)", m.params_memory + offset,
+                          before.data() + offset, n);
+        }
+        offset += n;
+    }
+}
+
+TEST_CASE("weight decay changes matrices by lr*wd*p and nothing else, with real gradients") {
+    ModelConfig c = {7, 8, 2, 2, 2, 12, 1};
+    const size_t B = 2, T = 5;
+    ScopedModel with(c, B, T), without(c, B, T);
+    randomise_params(with.m, 9000);
+    randomise_params(without.m, 9000);
+    Batch batch = random_batch(c.vocab_size, B, T, 84, {4});
+    forward_backward(with.m, batch);
+    forward_backward(without.m, batch);
+    // two steps on the same gradients: the Adam part of each step is the same in both models,
+    // so they differ by the decay terms lr*wd*p0 + lr*wd*p1 (p1: after the first step)
+    const float lr = 0.01f, weight_decay = 0.3f;
+    Vec p0(with.m.params_memory, with.m.params_memory + with.m.num_params), p1;
+    for (int t = 1; t <= 2; t++) {
+        model_update(&with.m, lr, 0.9f, 0.95f, 1e-8f, weight_decay, t);
+        model_update(&without.m, lr, 0.9f, 0.95f, 1e-8f, 0.0f, t);
+        if (t == 1) p1.assign(with.m.params_memory, with.m.params_memory + with.m.num_params);
+    }
+    size_t offset = 0;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        size_t n = with.m.param_sizes[i];
+        std::string name = PARAM_NAMES[i];
+        if (param_is_matrix(i)) {
+            Vec difference(n);
+            std::vector<double> expected(n);
+            for (size_t j = 0; j < n; j++) {
+                difference[j] = without.m.params_memory[offset + j] - with.m.params_memory[offset + j];
+                expected[j] = (double)lr * weight_decay * ((double)p0[offset + j] + p1[offset + j]);
+            }
+            compare_within(name + ": decay of two steps", difference.data(), expected.data(), n,
+                           Tolerance{1e-6, 1e-3});
+        } else {
+            compare_exact(name + " with and without weight decay", with.m.params_memory + offset,
+                          without.m.params_memory + offset, n);
+        }
+        offset += n;
+    }
+}
