@@ -7,41 +7,45 @@
 #include "layers.h"
 #include "util.h"
 
+// One query against n_keys keys and values (row t' of each at k + t' * kv_stride):
+// a = softmax(q . k_t' * scale) kept in att_row, out = sum_t' a_t' v_t'. attention_forward
+// runs it for every (b, h, t); the cached decoder (inference.c) runs it on its KV cache.
+void attention_query(float* out, float* att_row, const float* q, const float* k, const float* v,
+                     size_t n_keys, size_t kv_stride, size_t hs) {
+    float scale = 1.0f / sqrtf((float)hs);
+    float max_score = -INFINITY;
+    for (size_t t2 = 0; t2 < n_keys; t2++) {
+        const float* k_t2 = k + t2 * kv_stride;
+        float s = 0.0f;
+        for (size_t i = 0; i < hs; i++) { s += q[i] * k_t2[i]; }
+        att_row[t2] = s * scale;
+        if (att_row[t2] > max_score) { max_score = att_row[t2]; }
+    }
+    float sum = 0.0f;
+    for (size_t t2 = 0; t2 < n_keys; t2++) {
+        att_row[t2] = expf(att_row[t2] - max_score);
+        sum += att_row[t2];
+    }
+    for (size_t t2 = 0; t2 < n_keys; t2++) { att_row[t2] /= sum; }
+    for (size_t i = 0; i < hs; i++) { out[i] = 0.0f; }
+    for (size_t t2 = 0; t2 < n_keys; t2++) {
+        const float* v_t2 = v + t2 * kv_stride;
+        for (size_t i = 0; i < hs; i++) { out[i] += att_row[t2] * v_t2[i]; }
+    }
+}
+
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                        size_t B, size_t T, size_t H, size_t G, size_t hs) {
     size_t q_dim = H * hs, kv_dim = G * hs, kv_mul = H / G;
-    float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(3)
     for (size_t b = 0; b < B; b++) {
         for (size_t h = 0; h < H; h++) {
             for (size_t t = 0; t < T; t++) {
-                const float* q_t = q + (b * T + t) * q_dim + h * hs;
-                const float* k_b = k + b * T * kv_dim + (h / kv_mul) * hs;
-                const float* v_b = v + b * T * kv_dim + (h / kv_mul) * hs;
+                size_t kv_offset = b * T * kv_dim + (h / kv_mul) * hs;
                 float* a = att + ((b * H + h) * T + t) * T;
-                // scores and their max over the causal window t' <= t
-                float max_score = -INFINITY;
-                for (size_t t2 = 0; t2 <= t; t2++) {
-                    const float* k_t2 = k_b + t2 * kv_dim;
-                    float s = 0.0f;
-                    for (size_t i = 0; i < hs; i++) { s += q_t[i] * k_t2[i]; }
-                    a[t2] = s * scale;
-                    if (a[t2] > max_score) { max_score = a[t2]; }
-                }
-                float sum = 0.0f;
-                for (size_t t2 = 0; t2 <= t; t2++) {
-                    a[t2] = expf(a[t2] - max_score);
-                    sum += a[t2];
-                }
-                for (size_t t2 = 0; t2 <= t; t2++) { a[t2] /= sum; }
-                for (size_t t2 = t + 1; t2 < T; t2++) { a[t2] = 0.0f; }
-                // out_t = sum_t' a_t' v_t'
-                float* o = out + (b * T + t) * q_dim + h * hs;
-                for (size_t i = 0; i < hs; i++) { o[i] = 0.0f; }
-                for (size_t t2 = 0; t2 <= t; t2++) {
-                    const float* v_t2 = v_b + t2 * kv_dim;
-                    for (size_t i = 0; i < hs; i++) { o[i] += a[t2] * v_t2[i]; }
-                }
+                attention_query(out + (b * T + t) * q_dim + h * hs, a, q + (b * T + t) * q_dim + h * hs,
+                                k + kv_offset, v + kv_offset, t + 1, kv_dim, hs);
+                for (size_t t2 = t + 1; t2 < T; t2++) { a[t2] = 0.0f; }  // causal: no future
             }
         }
     }

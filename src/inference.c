@@ -94,34 +94,13 @@ static void attention_step(Decoder* dec, size_t layer, const float* h, float* f)
         memcpy(v_cache + (b * max_T + t) * kv_dim, dec->v + b * kv_dim, kv_dim * sizeof(float));
     }
     // the query of position t over the cached positions t' <= t (as attention_forward)
-    float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel for collapse(2)
     for (size_t b = 0; b < B; b++) {
         for (size_t hd = 0; hd < H; hd++) {
-            const float* q_t = dec->q + b * q_dim + hd * hs;
-            const float* k_b = k_cache + b * max_T * kv_dim + (hd / kv_mul) * hs;
-            const float* v_b = v_cache + b * max_T * kv_dim + (hd / kv_mul) * hs;
-            float* a = dec->att + (b * H + hd) * max_T;
-            float max_score = -INFINITY;
-            for (size_t t2 = 0; t2 <= t; t2++) {
-                const float* k_t2 = k_b + t2 * kv_dim;
-                float s = 0.0f;
-                for (size_t i = 0; i < hs; i++) { s += q_t[i] * k_t2[i]; }
-                a[t2] = s * scale;
-                if (a[t2] > max_score) { max_score = a[t2]; }
-            }
-            float sum = 0.0f;
-            for (size_t t2 = 0; t2 <= t; t2++) {
-                a[t2] = expf(a[t2] - max_score);
-                sum += a[t2];
-            }
-            for (size_t t2 = 0; t2 <= t; t2++) { a[t2] /= sum; }
-            float* o = dec->y + b * q_dim + hd * hs;
-            for (size_t i = 0; i < hs; i++) { o[i] = 0.0f; }
-            for (size_t t2 = 0; t2 <= t; t2++) {
-                const float* v_t2 = v_b + t2 * kv_dim;
-                for (size_t i = 0; i < hs; i++) { o[i] += a[t2] * v_t2[i]; }
-            }
+            size_t kv_offset = b * max_T * kv_dim + (hd / kv_mul) * hs;
+            attention_query(dec->y + b * q_dim + hd * hs, dec->att + (b * H + hd) * max_T,
+                            dec->q + b * q_dim + hd * hs, k_cache + kv_offset, v_cache + kv_offset,
+                            t + 1, kv_dim, hs);
         }
     }
     linear_forward(f, dec->y, p->wo + layer * d * q_dim, B, q_dim, d);
