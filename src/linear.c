@@ -55,13 +55,16 @@ static inline void tile(float* C, const float* A, size_t a_row, size_t a_col,
 
 // panels (count/width rounded up, k, width): panels[t][p][w] = X(t*width + w, p), 0 past
 // count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile() reads contiguously.
-// Row p of all panels at once, so that a row-major X (stride_i = 1) is read sequentially.
 static void pack_panels(float* panels, const float* X, size_t stride_i, size_t stride_p,
                         size_t count, size_t k, size_t width) {
     size_t n_panels = (count + width - 1) / width;
+    // Walk X along its contiguous direction: row p of all panels at a time if i is
+    // contiguous (stride_i = 1), else panel by panel (width streams running along p).
+    size_t outer = stride_i == 1 ? k : n_panels, inner = stride_i == 1 ? n_panels : k;
     #pragma omp parallel for
-    for (size_t p = 0; p < k; p++)
-        for (size_t t = 0; t < n_panels; t++) {
+    for (size_t u = 0; u < outer; u++)
+        for (size_t v = 0; v < inner; v++) {
+            size_t p = stride_i == 1 ? u : v, t = stride_i == 1 ? v : u;
             size_t valid = count - t * width < width ? count - t * width : width;
             const float* x = X + t * width * stride_i + p * stride_p;
             float* row = panels + (t * k + p) * width;
