@@ -38,11 +38,16 @@ check_state: dev/check_state.c $(OBJ)
 test_attnres: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(CXXFLAGS) $(TEST_OBJ) $(OBJ) -o $@ $(LDLIBS)
 
-bench: build/bench
+# `make bench`: ms/step and tokens/s per residual mode, then the matmul's GFLOP/s.
+bench: build/bench build/bench_linear
 	./build/bench
+	./build/bench_linear
 
 build/bench: dev/bench.c $(OBJ)
 	$(CC) $(CFLAGS) dev/bench.c $(OBJ) -o $@ $(LDLIBS)
+
+build/bench_linear: dev/bench_linear.c build/src/linear.o
+	$(CC) $(CFLAGS) dev/bench_linear.c build/src/linear.o -o $@ $(LDLIBS)
 
 # `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests
 # then exercise the sanitized ./train on every bad input.
@@ -64,11 +69,14 @@ asan:
 	ATTNRES_TRAIN=build/asan/train ./build/asan/test_attnres
 
 # `make test`: install what is missing (doctest, boost.context), build, run every suite.
-# With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check).
-TEST_BINS = all test_attnres test_cuda_emu test_cuda_emu_asan
+# With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
+# ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
+# where there is a GPU.
+TEST_BINS = all test_attnres test_cuda_emu test_cuda_emu_asan build/emu/train_cuda
 test:
 	@dev/ensure_deps.sh
-	@$(MAKE) --no-print-directory $(TEST_BINS) $(if $(wildcard $(NVCC)),cuda_check)
+	@$(MAKE) --no-print-directory $(TEST_BINS) \
+		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu)
 	@tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
@@ -98,7 +106,7 @@ NVCCFLAGS  = -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=co
              -Werror all-warnings -Xptxas -warn-double-usage,-warn-spills,-warn-lmem-usage \
              -Xcompiler -Wall,-Wextra,-Werror -Isrc -Icuda
 CUDA_SRC   = $(wildcard cuda/*.cu)
-CUDA_DEPS  = $(wildcard cuda/*.cuh) src/layers.h
+CUDA_DEPS  = $(wildcard cuda/*.cuh) src/layers.h src/model.h src/util.h
 CUDA_OBJ   = $(patsubst %.cu,build/%.o,$(CUDA_SRC))
 EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Itests -Icuda -Isrc -Idata
 EMU_TESTS  = $(wildcard tests/cuda_test_*.cpp)
@@ -106,8 +114,30 @@ EMU_OBJ    = $(patsubst %,build/emu/%.o,$(CUDA_SRC) $(EMU_TESTS))
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 ASAN_OBJ   = $(patsubst %,build/emu_asan/%.o,$(CUDA_SRC) $(EMU_TESTS)) $(SAN_OBJ)
 
-.PHONY: cuda_check test_cuda
+.PHONY: cuda cuda_check test_cuda
 cuda_check: $(CUDA_OBJ)
+
+# `make cuda`: ./train_cuda, the same train.c (same flags) with its training step on the GPU
+# (cuda/model.cu): compiled by $(CC) with -DATTNRES_CUDA, linked by nvcc with the CUDA objects
+# and the CPU objects (evaluation, checkpoints), cudart linked statically.
+cuda: build/train_cuda
+	@cp build/train_cuda train_cuda
+
+build/train_cuda.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DATTNRES_CUDA -Icuda -c train.c -o $@
+
+build/train_cuda: build/train_cuda.o $(CUDA_OBJ) $(OBJ)
+	$(NVCC) build/train_cuda.o $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS)
+
+# the whole-model agreement test on a real GPU: tests/cuda_test_model.cpp compiled by nvcc
+# (-x cu: against cuda_runtime.h instead of the emulator) with the CUDA and CPU objects
+build/gpu/%.o: tests/%.cpp $(CUDA_DEPS) tests/gradcheck.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Itests -Xcompiler -fopenmp -x cu -c $< -o $@
+
+build/test_cuda_gpu: build/gpu/cuda_test_model.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS)
 
 build/cuda/%.o: cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
@@ -123,6 +153,11 @@ build/emu/%.cpp.o: %.cpp $(CUDA_DEPS) $(wildcard tests/*.h)
 
 test_cuda_emu: $(EMU_OBJ) $(OBJ)
 	$(CXX) -fopenmp $(EMU_OBJ) $(OBJ) -o $@ -lboost_context $(LDLIBS)
+
+# ./train_cuda's object with the emulated kernels: tests/run_all.sh checks that the trainer's
+# device path prints what ./train prints, without a GPU
+build/emu/train_cuda: build/train_cuda.o $(filter build/emu/cuda/%,$(EMU_OBJ)) $(OBJ)
+	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
 
 # the same suite under AddressSanitizer and UBSan, linked with the sanitized CPU layers of
 # `make asan` ($(SAN_OBJ)); -fsanitize-sections puts red zones between the __shared__ arrays

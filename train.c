@@ -17,6 +17,9 @@
 #include "inference.h"
 #include "model.h"
 #include "util.h"
+#ifdef ATTNRES_CUDA
+#include "model.cuh"
+#endif
 
 typedef struct {
     ModelConfig model;       // vocab_size is set by the data
@@ -326,6 +329,85 @@ static void save_checkpoint(const Model* m, const Options* o, int step) {
     }
 }
 
+// ---- the training step: on the CPU (./train) or on the GPU (./train_cuda) -----------------
+// ./train_cuda is this file compiled with -DATTNRES_CUDA (make cuda). Its training step
+// (forward, backward, gradient norm, clipping, AdamW) runs on a device twin of the model
+// (cuda/model.cuh). Everything else (evaluation, decoding, diagnostics, checkpoints) is the CPU
+// code of this file, on the host Model, after trainer_to_host has copied the parameters and
+// AdamW state there; so evaluation runs at CPU speed in both.
+typedef struct {
+    Model* host;
+#ifdef ATTNRES_CUDA
+    ModelCuda device;  // trained; host is refreshed from it by trainer_to_host
+#endif
+} Trainer;
+
+// host holds the initial (or resumed) parameters; B, T is the training batch
+static void trainer_init(Trainer* t, Model* host, size_t B, size_t T) {
+    t->host = host;
+#ifdef ATTNRES_CUDA
+    model_build_cuda(&t->device, &host->config, B, T);
+    model_to_device_cuda(&t->device, host);
+#endif
+}
+
+// forward and backward on the batch (x, y); returns the loss, and the global gradient norm
+// in *norm
+static float trainer_forward_backward(Trainer* t, const int* x, const int* y, size_t B,
+                                      size_t T, float* norm) {
+#ifdef ATTNRES_CUDA
+    float loss = model_forward_cuda(&t->device, x, y, B, T);
+    model_zero_grad_cuda(&t->device);
+    model_backward_cuda(&t->device);
+    *norm = model_grad_norm_cuda(&t->device);
+#else
+    float loss = model_forward(t->host, x, y, B, T);
+    model_zero_grad(t->host);
+    model_backward(t->host);
+    *norm = model_grad_norm(t->host);
+#endif
+    return loss;
+}
+
+// clips the gradient to norm grad_clip (0 = off), then AdamW step adam_t (from 1)
+static void trainer_update(Trainer* t, const Options* o, float norm, float lr, int adam_t) {
+    int clip = o->grad_clip > 0.0f && norm > o->grad_clip;
+#ifdef ATTNRES_CUDA
+    if (clip) { model_clip_gradients_cuda(&t->device, norm, o->grad_clip); }
+    model_update_cuda(&t->device, lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, adam_t);
+#else
+    if (clip) {
+        float scale = o->grad_clip / norm;
+        for (size_t i = 0; i < t->host->num_params; i++) { t->host->grads_memory[i] *= scale; }
+    }
+    model_update(t->host, lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, adam_t);
+#endif
+}
+
+// the host Model gets the trained parameters and AdamW state (./train: it has them already)
+static void trainer_to_host(Trainer* t) {
+#ifdef ATTNRES_CUDA
+    model_to_host_cuda(t->host, &t->device);
+#endif
+}
+
+// the activations and raw gradients of the batch (x, y) on the host Model, for the
+// diagnostics: ./train_cuda redoes the step's forward and backward there (logged steps only)
+static void trainer_host_gradients(Trainer* t, const int* x, const int* y, size_t B, size_t T) {
+#ifdef ATTNRES_CUDA
+    model_to_host_cuda(t->host, &t->device);
+    model_forward(t->host, x, y, B, T);
+    model_zero_grad(t->host);
+    model_backward(t->host);
+#endif
+}
+
+static void trainer_free(Trainer* t) {
+#ifdef ATTNRES_CUDA
+    model_free_cuda(&t->device);
+#endif
+}
+
 // "3,1,4" -> tokens (malloc'd), each in [0, V); returns the count or dies.
 static size_t parse_token_list(const char* list, int** tokens, int V) {
     size_t n = 1;
@@ -436,7 +518,12 @@ int main(int argc, char** argv) {
     parse_flags(&o, argc, argv);
     validate(&o);
     if (o.threads > 0) { omp_set_num_threads(o.threads); }
-    if (o.sample) { return sample_main(&o); }
+    if (o.sample) { return sample_main(&o); }  // decoding runs on the host, in both binaries
+#ifdef ATTNRES_CUDA
+    if (cuda_device_count() == 0) {
+        die("no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)");
+    }
+#endif
 
     // data: the task or text file fixes V and T
     Dataset ds;
@@ -475,6 +562,8 @@ int main(int argc, char** argv) {
     int* x = mallocCheck(eval_B * T * sizeof(int));
     int* y = mallocCheck(eval_B * T * sizeof(int));
     int* work = mallocCheck(eval_B * T * sizeof(int));
+    Trainer trainer;
+    trainer_init(&trainer, &model, B, T);
 
     const ModelConfig* c = &o.model;
     printf("attnres.c | mode %s (S=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
@@ -502,10 +591,8 @@ int main(int argc, char** argv) {
     if (start_step == end_step) { last = evaluate(&model, &ds, &o, x, y, work); }
     for (int step = start_step; step < end_step; step++) {
         dataset_train_batch(&ds, x, y, B, (uint64_t)step);
-        float loss = model_forward(&model, x, y, B, T);
-        model_zero_grad(&model);
-        model_backward(&model);
-        float norm = model_grad_norm(&model);
+        float norm;
+        float loss = trainer_forward_backward(&trainer, x, y, B, T, &norm);
         if (!isfinite(loss) || !isfinite(norm)) {
             fprintf(stderr, "error: loss is %s at step %d (gradient norm %g); training stopped%s%s\n",
                     isfinite(loss) ? "finite but the gradient is not" : "NaN/Inf", step + 1,
@@ -514,15 +601,12 @@ int main(int argc, char** argv) {
             exit(1);
         }
         if (o.diagnostics != NULL && ((step + 1) % o.log_every == 0 || step + 1 == end_step)) {
+            trainer_host_gradients(&trainer, x, y, B, T);
             diagnostics_measure_layers(&diag, &model);  // before clipping: the raw gradients
             diagnostics_write_layers(&diag, step + 1);
         }
-        if (o.grad_clip > 0.0f && norm > o.grad_clip) {
-            float scale = o.grad_clip / norm;
-            for (size_t i = 0; i < model.num_params; i++) { model.grads_memory[i] *= scale; }
-        }
         float lr = learning_rate(&o, step);
-        model_update(&model, lr, o.beta1, o.beta2, o.adam_eps, o.weight_decay, step + 1);
+        trainer_update(&trainer, &o, norm, lr, step + 1);
         loss_window += loss;
         window_steps++;
 
@@ -541,6 +625,7 @@ int main(int argc, char** argv) {
         }
         if (done % o.eval_every == 0 || done == end_step) {
             double eval_start = now_seconds();
+            trainer_to_host(&trainer);
             last = evaluate(&model, &ds, &o, x, y, work);
             printf("eval step %5d | val_loss %.4f | accuracy %.2f%%", done, (double)last.val_loss,
                    (double)last.accuracy);
@@ -576,6 +661,7 @@ int main(int argc, char** argv) {
     free(x);
     free(y);
     free(work);
+    trainer_free(&trainer);
     model_free(&model);
     dataset_free(&ds);
     return 0;

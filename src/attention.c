@@ -15,10 +15,7 @@ void attention_query(float* out, float* att_row, const float* q, const float* k,
     float scale = 1.0f / sqrtf((float)hs);
     float max_score = -INFINITY;
     for (size_t t2 = 0; t2 < n_keys; t2++) {
-        const float* k_t2 = k + t2 * kv_stride;
-        float s = 0.0f;
-        for (size_t i = 0; i < hs; i++) { s += q[i] * k_t2[i]; }
-        att_row[t2] = s * scale;
+        att_row[t2] = dot(q, k + t2 * kv_stride, hs) * scale;
         if (att_row[t2] > max_score) { max_score = att_row[t2]; }
     }
     float sum = 0.0f;
@@ -80,13 +77,9 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         float* dq_t = dq + (b * T + t) * q_dim + h * hs;
                         float weighted = 0.0f;  // sum_j a_j da_j
                         for (size_t t2 = 0; t2 <= t; t2++) {
-                            const float* v_t2 = v_b + t2 * kv_dim;
                             float* dv_t2 = dv_b + t2 * kv_dim;
-                            float da = 0.0f;
-                            for (size_t i = 0; i < hs; i++) {
-                                da += do_t[i] * v_t2[i];
-                                dv_t2[i] += a[t2] * do_t[i];
-                            }
+                            float da = dot(do_t, v_b + t2 * kv_dim, hs);
+                            for (size_t i = 0; i < hs; i++) { dv_t2[i] += a[t2] * do_t[i]; }
                             dscore[t2] = da;
                             weighted += a[t2] * da;
                         }

@@ -9,10 +9,17 @@
 #include "layers.h"
 #include "util.h"
 
+// r = (mean(v^2) + eps)^(-1/2) of one source row v (C): the key norm's scale
+float depth_attention_rstd(const float* v, size_t C) {
+    return 1.0f / sqrtf(dot(v, v, C) / (float)C + RMSNORM_EPS);
+}
+
 // out (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
 void depth_attention_forward(float* out, float* alpha, float* key_rstd,
                              const float* const* sources, const float* query,
                              const float* norm_weight, size_t n_sources, size_t N, size_t C) {
+    float* wg = mallocCheck(C * sizeof(float));  // w * g: then s_i = (w * g) . V_i * r_i
+    for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         float* a = alpha + n * n_sources;
@@ -20,13 +27,8 @@ void depth_attention_forward(float* out, float* alpha, float* key_rstd,
         float max_score = -INFINITY;
         for (size_t i = 0; i < n_sources; i++) {
             const float* v = sources[i] + n * C;
-            float sum_sq = 0.0f, dot = 0.0f;  // dot = sum_c w_c g_c v_c
-            for (size_t c = 0; c < C; c++) {
-                sum_sq += v[c] * v[c];
-                dot += query[c] * norm_weight[c] * v[c];
-            }
-            r[i] = 1.0f / sqrtf(sum_sq / (float)C + RMSNORM_EPS);
-            a[i] = dot * r[i];  // the score s_i, turned into alpha_i below
+            r[i] = depth_attention_rstd(v, C);
+            a[i] = dot(wg, v, C) * r[i];  // the score s_i, turned into alpha_i below
             if (a[i] > max_score) { max_score = a[i]; }
         }
         float sum = 0.0f;
@@ -42,6 +44,7 @@ void depth_attention_forward(float* out, float* alpha, float* key_rstd,
             for (size_t c = 0; c < C; c++) { o[c] += a[i] * v[c]; }
         }
     }
+    free(wg);
 }
 
 // forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . (g * V_i * r_i).
@@ -57,6 +60,8 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     float* dscore = mallocCheck(N * n_sources * sizeof(float));  // ds_i per row, for dw, dg
+    float* wg = mallocCheck(C * sizeof(float));                   // w * g
+    for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* a = alpha + n * n_sources;
@@ -65,9 +70,7 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
         float* ds = dscore + n * n_sources;
         float weighted = 0.0f;  // sum_j alpha_j dalpha_j
         for (size_t i = 0; i < n_sources; i++) {
-            const float* v = sources[i] + n * C;
-            float dalpha = 0.0f;
-            for (size_t c = 0; c < C; c++) { dalpha += d[c] * v[c]; }
+            float dalpha = dot(d, sources[i] + n * C, C);
             ds[i] = dalpha;
             weighted += a[i] * dalpha;
         }
@@ -75,12 +78,11 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
         for (size_t i = 0; i < n_sources; i++) {
             const float* v = sources[i] + n * C;
             float* dv = dsources[i] + n * C;
-            float score = 0.0f;  // s_i / r_i = sum_c w_c g_c v_c
-            for (size_t c = 0; c < C; c++) { score += query[c] * norm_weight[c] * v[c]; }
+            float score = dot(wg, v, C);  // s_i / r_i = sum_c w_c g_c v_c
             float key_scale = ds[i] * r[i];
             float correction = ds[i] * r[i] * r[i] * r[i] * score / (float)C;
             for (size_t c = 0; c < C; c++) {
-                dv[c] += a[i] * d[c] + key_scale * query[c] * norm_weight[c] - correction * v[c];
+                dv[c] += a[i] * d[c] + key_scale * wg[c] - correction * v[c];
             }
         }
     }
@@ -101,4 +103,5 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
         }
     }
     free(dscore);
+    free(wg);
 }

@@ -83,6 +83,9 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 void depth_attention_forward(float* out, float* alpha, float* key_rstd,
                              const float* const* sources, const float* query,
                              const float* norm_weight, size_t n_sources, size_t N, size_t C);
+// The key norm's r = (mean(v^2) + eps)^(-1/2) of one source row v (C); the two-phase
+// decoder (two_phase.c) scores with it, so both paths compute identical scores.
+float depth_attention_rstd(const float* v, size_t C);
 // dsources[i] (N,C) += value path + key path; dquery (C) and dnorm_weight (C) +=.
 void depth_attention_backward(float* const* dsources, float* dquery, float* dnorm_weight,
                               const float* dout, const float* alpha, const float* key_rstd,

@@ -14,19 +14,12 @@
 #include "layers.h"
 #include "util.h"
 
-// r = (mean(v^2) + eps)^(-1/2) of one source row
-static float depth_rstd(const float* v, size_t C) {
-    float sum_sq = 0.0f;
-    for (size_t c = 0; c < C; c++) { sum_sq += v[c] * v[c]; }
-    return 1.0f / sqrtf(sum_sq / (float)C + RMSNORM_EPS);
-}
-
-// s = w . rmsnorm(v; g) = (sum_c w_c g_c v_c) * r, summed in the order of depth_attention.c
-static float depth_score(const float* v, float rstd, const float* query,
-                         const float* norm_weight, size_t C) {
-    float dot = 0.0f;
-    for (size_t c = 0; c < C; c++) { dot += query[c] * norm_weight[c] * v[c]; }
-    return dot * rstd;
+// wg (count,C) = w * g of each query: scores are s = (w * g) . v * r, as depth_attention.c
+static float* query_times_gain(const float* queries, const float* norm_weights, size_t count,
+                               size_t C) {
+    float* wg = mallocCheck(count * C * sizeof(float));
+    for (size_t i = 0; i < count * C; i++) { wg[i] = queries[i] * norm_weights[i]; }
+    return wg;
 }
 
 // o (S,N,C), max and sumexp (S,N); blocks[i] (N,C); queries, norm_weights (S,C)
@@ -34,16 +27,15 @@ void depth_attention_phase1(float* o, float* max, float* sumexp, const float* co
                             const float* queries, const float* norm_weights, size_t n_blocks,
                             size_t S, size_t N, size_t C) {
     float* scores = mallocCheck(N * n_blocks * S * sizeof(float));  // (N, n_blocks, S)
+    float* wg = query_times_gain(queries, norm_weights, S, C);
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         float* s = scores + n * n_blocks * S;
         // scores of all S queries against each block: the block's rstd is shared
         for (size_t i = 0; i < n_blocks; i++) {
             const float* v = blocks[i] + n * C;
-            float r = depth_rstd(v, C);
-            for (size_t j = 0; j < S; j++) {
-                s[i * S + j] = depth_score(v, r, queries + j * C, norm_weights + j * C, C);
-            }
+            float r = depth_attention_rstd(v, C);
+            for (size_t j = 0; j < S; j++) { s[i * S + j] = dot(wg + j * C, v, C) * r; }
         }
         for (size_t j = 0; j < S; j++) {
             float m = -INFINITY;
@@ -65,12 +57,14 @@ void depth_attention_phase1(float* o, float* max, float* sumexp, const float* co
         }
     }
     free(scores);
+    free(wg);
 }
 
 // out, o1, partial (N,C); max1, sumexp1 (N); partial NULL: out = o1 / l1
 void depth_attention_phase2(float* out, const float* o1, const float* max1,
                             const float* sumexp1, const float* partial, const float* query,
                             const float* norm_weight, size_t N, size_t C) {
+    float* wg = query_times_gain(query, norm_weight, 1, C);
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* o1n = o1 + n * C;
@@ -81,7 +75,7 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
         }
         // attention over the partial sum alone: a single key, so o2 = p, m2 = s(p), l2 = 1
         const float* o2 = partial + n * C;
-        float m2 = depth_score(o2, depth_rstd(o2, C), query, norm_weight, C), l2 = 1.0f;
+        float m2 = dot(wg, o2, C) * depth_attention_rstd(o2, C), l2 = 1.0f;
         // online-softmax merge with phase 1
         float m = fmaxf(max1[n], m2);
         float scale1 = expf(max1[n] - m), scale2 = expf(m2 - m);
@@ -90,4 +84,5 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
             h[c] = (scale1 * o1n[c] + scale2 * o2[c]) / denominator;
         }
     }
+    free(wg);
 }

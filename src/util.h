@@ -1,4 +1,5 @@
-// util.h — checked allocation and file I/O: report file and line, then exit (as llm.c).
+// util.h — checked allocation (report file and line, then exit, as llm.c) and the one
+// shared arithmetic helper, a dot product.
 #ifndef ATTNRES_UTIL_H
 #define ATTNRES_UTIL_H
 
@@ -22,6 +23,21 @@ static inline void* calloc_check(size_t count, size_t size, const char* file, in
     }
     return p;
 }
+// a . b over n floats. Eight independent partial sums let the compiler use one 8-wide
+// vector register without -ffast-math (a plain `s += a[i] * b[i]` loop must stay scalar,
+// since C fixes its summation order); the order here is fixed too, so results are
+// reproducible.
+static inline float dot(const float* a, const float* b, size_t n) {
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        for (size_t j = 0; j < 8; j++) { acc[j] += a[i + j] * b[i + j]; }
+    }
+    float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for (; i < n; i++) { sum += a[i] * b[i]; }
+    return sum;
+}
+
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 #define callocCheck(count, size) calloc_check(count, size, __FILE__, __LINE__)
 

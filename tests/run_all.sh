@@ -50,11 +50,68 @@ for f in tests/data/*.bin; do
 done
 
 if [ -x ./test_cuda_emu ]; then
-    doctest_suite "CUDA kernels vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
-    doctest_suite "CUDA kernels vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
+    doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
+    doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
 fi
 if [ -x ./test_cuda_emu_asan ]; then
-    doctest_suite "CUDA kernels vs CPU (emulated, AddressSanitizer)" ./test_cuda_emu_asan
+    doctest_suite "CUDA kernels and model vs CPU (emulated, AddressSanitizer)" ./test_cuda_emu_asan
+fi
+
+# the trainer's device path: train.c built with -DATTNRES_CUDA. build/emu/train_cuda links it
+# with the emulated kernels and must print what ./train prints (timings aside), each number
+# within one unit of its last printed digit (the two round differently).
+same_numbers() {
+    local strip='s/\| *[0-9.]+ tok\/s \| *[0-9.]+ ms\/step//; s/\| time [0-9.]+ s//; s/%//g'
+    paste -d'\n' <(sed -E "$strip" "$1") <(sed -E "$strip" "$2") | awk '
+        NR % 2 == 1 { n = split($0, a, /[ |,:]+/); next }
+        {
+            m = split($0, b, /[ |,:]+/)
+            if (m != n) { print "line " NR/2 " differs: " $0; bad = 1; next }
+            for (i = 1; i <= n; i++) {
+                if (a[i] == b[i]) continue
+                if (a[i] !~ /^-?[0-9.]+(e[-+]?[0-9]+)?$/) { print "line " NR/2 ": " a[i] " vs " b[i]; bad = 1; continue }
+                d = index(b[i], ".") ? length(b[i]) - index(b[i], ".") : 0
+                if ((a[i] - b[i])^2 > (1.01 * 10^-d)^2) { print "line " NR/2 ": " a[i] " vs " b[i]; bad = 1 }
+            }
+        }
+        END { exit bad }'
+}
+train_cuda_emu_matches_train() {
+    local flags="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
+                 --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16
+                 --threads 1 $*"
+    local dir
+    dir=$(mktemp -d)
+    # shellcheck disable=SC2086
+    build/emu/train_cuda $flags >"$dir/cuda.txt" && ./train $flags >"$dir/cpu.txt" &&
+        same_numbers "$dir/cuda.txt" "$dir/cpu.txt"
+    local status=$?
+    rm -rf "$dir"
+    return $status
+}
+if [ -x build/emu/train_cuda ]; then
+    echo "== ./train_cuda's training step with the emulated kernels, against ./train"
+    single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
+    single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
+fi
+
+# ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one
+# line with exit status 1; with one it trains, and the whole-model test runs on the GPU
+train_cuda_refuses() {
+    local out
+    out=$(./train_cuda 2>&1)
+    local status=$?
+    [ "$status" -eq 1 ] && [ "$out" = "error: no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)" ]
+}
+if [ -x ./train_cuda ]; then
+    echo "== ./train_cuda"
+    single "train_cuda --help" ./train_cuda --help
+    if nvidia-smi -L >/dev/null 2>&1; then
+        doctest_suite "the whole model on the GPU vs CPU" build/test_cuda_gpu
+        single "train_cuda trains on the GPU" ./train_cuda --steps 20 --eval-every 20 --log-every 10 --eval-examples 64
+    else
+        single "train_cuda without a GPU: one line, exit status 1" train_cuda_refuses
+    fi
 fi
 
 echo

@@ -1,0 +1,67 @@
+// model.cuh — the whole model on the GPU, the mirror of src/model.h.
+//
+// ModelCuda has Model's shape: the same config, parameter sizes and canonical order (model.h's
+// ParameterTensors, param_sizes, param_is_matrix are shared: bookkeeping, not arithmetic), with
+// every buffer in device memory. model_X_cuda mirrors model_X, same arguments in the same
+// order; host arrays (tokens, targets) stay host arrays. Plain C, so that train.c includes it;
+// cuda/model.cu implements it. Everything runs on cuda_stream (common.cuh); the calls that
+// return a number to the host synchronise.
+#ifndef ATTNRES_MODEL_CUH
+#define ATTNRES_MODEL_CUH
+
+#include <stddef.h>
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ActivationsCuda ActivationsCuda;
+
+typedef struct {
+    ModelConfig config;
+    size_t param_sizes[N_PARAM_TENSORS];
+    size_t num_params;
+    float* params_memory;  ParameterTensors params;   // device flat buffers, canonical order
+    float* grads_memory;   ParameterTensors grads;
+    float* m_memory;       // AdamW first moment
+    float* v_memory;       // AdamW second moment
+    ActivationsCuda* acts; // device buffers sized for (max_B, max_T)
+    size_t max_B, max_T;
+    size_t B, T;           // shape of the last forward
+    int* tokens;           // device (max_B*max_T): inputs of the last forward
+    int* targets;          // device: its targets, all -1 when it had none
+    int has_targets;       // whether the last forward had targets
+    size_t n_counted;      // targets != -1 in the last forward
+    float loss;            // mean loss of the last forward, -1 without targets
+} ModelCuda;
+
+// The number of CUDA devices; 0 when there is none or no driver to ask.
+int cuda_device_count(void);
+
+// Allocates every device buffer (params, grads and AdamW state zeroed). Exits with a one-line
+// error when an AttnRes model needs more depth-attention sources than the kernel takes
+// (DEPTH_ATTENTION_MAX_SOURCES: full mode up to L = 31).
+void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t max_T);
+void model_free_cuda(ModelCuda* m);
+// Parameters and AdamW state (m, v) between a host Model and its device twin (same config).
+void model_to_device_cuda(ModelCuda* m, const Model* host);
+void model_to_host_cuda(Model* host, const ModelCuda* m);
+
+// As model_forward: tokens and targets (B,T) are host arrays; targets may be NULL.
+float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B, size_t T);
+// (B,T,V) logits and probabilities of the last forward, in device memory.
+const float* model_logits_cuda(const ModelCuda* m);
+const float* model_probs_cuda(const ModelCuda* m);
+void model_zero_grad_cuda(ModelCuda* m);
+void model_backward_cuda(ModelCuda* m);
+float model_grad_norm_cuda(const ModelCuda* m);
+// Clipping as train.c does it on the host: when norm > max_norm, grads *= max_norm / norm.
+void model_clip_gradients_cuda(ModelCuda* m, float norm, float max_norm);
+void model_update_cuda(ModelCuda* m, float lr, float beta1, float beta2, float eps,
+                       float weight_decay, int t);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,166 @@
+// cuda_test_model.cpp — the whole model on the GPU (cuda/model.cu) against the CPU model
+// (src/model.c), in every residual mode: logits, probabilities, loss, every gradient tensor,
+// then three AdamW steps with gradient clipping (losses, norms, parameters, m and v).
+// Built by g++ with tests/cuda_emu.h (no GPU needed), `make test` runs it in both thread
+// orders and under AddressSanitizer; built by nvcc (build/test_cuda_gpu) it runs on a GPU.
+//
+// Parameters are random (gains and pseudo-queries too, so every depth attention is far from
+// uniform), some targets are -1, and the models are built larger than the batch they run
+// (max 3x6, run 2x5), so a mix-up of actual and maximum sizes shows.
+//
+// Tolerances |cuda - cpu| <= atol + rtol * |cpu|: the layers' rounding differences (sums in
+// another order; tests/cuda_test_layers.cpp) compound through the layers, the depth attention
+// and the head, and AdamW's m / sqrt(v) amplifies them in small gradients. Measured on these
+// shapes with GRADCHECK_VERBOSE=1, the largest error uses about 12 % of its tolerance:
+//   what                          atol   rtol   largest |err|   tolerance used
+//   logits, probs                 1e-5   1e-5   2.4e-6          12 %
+//   loss, gradient norm           1e-5   1e-5   (doctest::Approx)
+//   every gradient tensor         1e-5   1e-4   6.3e-7           5 %
+//   after 3 AdamW steps: params   1e-5   1e-4   2.9e-6          10 %
+//                        m        1e-6   1e-4   1.3e-7           9 %
+//                        v        1e-8   1e-4   1.7e-8          11 %
+// Exact: the gradient of w_0 and g_0 (the first sub-layer has one source, SPEC), and the
+// parameters after a host -> device -> host round trip.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "common.cuh"
+#include "gradcheck.h"
+#include "model.cuh"
+#include "model.h"
+
+using gradcheck::compare_exact;
+using gradcheck::compare_within;
+using gradcheck::Rng;
+using gradcheck::Tolerance;
+
+typedef std::vector<float> Floats;
+
+static Floats download(const float* device, size_t n) {
+    Floats host(n);
+    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+// Random parameters of every kind: matrices O(1/sqrt(d)), gains around 1, pseudo-queries O(1).
+static void randomise_params(Model* m, uint64_t seed) {
+    Rng rng(seed);
+    float* p = m->params_memory;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        bool is_gain = i == 1 || i == 6 || i == 11 || i == 12;
+        bool is_query = i == 10;
+        for (size_t j = 0; j < m->param_sizes[i]; j++) {
+            p[j] = is_gain ? rng.uniform(0.5f, 1.5f)
+                   : is_query ? rng.uniform(-1.0f, 1.0f)
+                   : i == 0 ? rng.uniform(-1.0f, 1.0f)   // wte: O(1) embeddings
+                            : rng.uniform(-0.4f, 0.4f);
+        }
+        p += m->param_sizes[i];
+    }
+}
+
+// Compares a flat buffer tensor by tensor, each under its canonical name.
+static void compare_tensors(const std::string& what, const float* cuda, const float* cpu,
+                            const size_t* sizes, Tolerance tol) {
+    size_t offset = 0;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        compare_within(what + " " + PARAM_NAMES[i], cuda + offset, cpu + offset, sizes[i], tol);
+        offset += sizes[i];
+    }
+}
+
+TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, AdamW steps") {
+    const Tolerance forward_tol{1e-5, 1e-5}, grad_tol{1e-5, 1e-4};
+    const Tolerance param_tol{1e-5, 1e-4}, m_tol{1e-6, 1e-4}, v_tol{1e-8, 1e-4};
+    gradcheck::SingleThreaded one_thread;  // the CPU model on tiny tensors: no OpenMP spinning
+    //                V   d  L  H  G  F  S
+    ModelConfig c = {11, 16, 2, 4, 2, 24, 0};
+    SUBCASE("none (PreNorm)") { c.block_size = 0; }
+    SUBCASE("full (S=1)") { c.block_size = 1; }
+    SUBCASE("block S=2") { c.block_size = 2; }
+    SUBCASE("block S=4") { c.block_size = 4; }
+    SUBCASE("block S=3, L=3, multi-query") { c.n_layers = 3; c.block_size = 3; c.n_kv_heads = 1; }
+    CAPTURE(c.block_size);
+    const size_t max_B = 3, max_T = 6, B = 2, T = 5, N = B * T, V = c.vocab_size;
+    Rng rng(42);
+    std::vector<int> tokens(N), targets(N);
+    for (size_t i = 0; i < N; i++) {
+        tokens[i] = (int)(rng.next() % V);
+        targets[i] = i % 4 == 1 ? -1 : (int)(rng.next() % V);
+    }
+
+    Model cpu;
+    model_build(&cpu, &c, max_B, max_T);
+    randomise_params(&cpu, 7);
+    ModelCuda gpu;
+    model_build_cuda(&gpu, &c, max_B, max_T);
+    model_to_device_cuda(&gpu, &cpu);
+    REQUIRE(gpu.num_params == cpu.num_params);
+    size_t P = cpu.num_params;
+
+    // the round trip host -> device -> host is exact
+    Model back;
+    model_build(&back, &c, 1, 1);
+    model_to_host_cuda(&back, &gpu);
+    compare_exact("params after a round trip", back.params_memory, cpu.params_memory, P);
+
+    // forward and backward
+    float loss = model_forward(&cpu, tokens.data(), targets.data(), B, T);
+    model_zero_grad(&cpu);
+    model_backward(&cpu);
+    float loss_cuda = model_forward_cuda(&gpu, tokens.data(), targets.data(), B, T);
+    model_zero_grad_cuda(&gpu);
+    model_backward_cuda(&gpu);
+    CHECK(loss_cuda == doctest::Approx(loss).epsilon(1e-5));
+    compare_within("logits", download(model_logits_cuda(&gpu), N * V).data(), model_logits(&cpu),
+                   N * V, forward_tol);
+    compare_within("probs", download(model_probs_cuda(&gpu), N * V).data(), model_probs(&cpu),
+                   N * V, forward_tol);
+    Floats grads = download(gpu.grads_memory, P);
+    compare_tensors("grad", grads.data(), cpu.grads_memory, cpu.param_sizes, grad_tol);
+    if (c.block_size > 0) {  // w_0 and g_0 see a single source: exactly zero gradient
+        size_t d = c.d_model, offset = 0;
+        for (int i = 0; i < 10; i++) offset += cpu.param_sizes[i];
+        Floats zeros(d, 0.0f);
+        compare_exact("grad w_0", grads.data() + offset, zeros.data(), d);
+        compare_exact("grad g_0", grads.data() + offset + cpu.param_sizes[10], zeros.data(), d);
+    }
+
+    // a forward without targets gives the same probabilities and no loss
+    CHECK(model_forward_cuda(&gpu, tokens.data(), NULL, B, T) == -1.0f);
+    compare_within("probs without targets", download(model_probs_cuda(&gpu), N * V).data(),
+                   model_probs(&cpu), N * V, forward_tol);
+
+    // three AdamW steps as train.c takes them, clipping the gradient to half its norm
+    const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+    for (int t = 1; t <= 3; t++) {
+        CAPTURE(t);
+        float step_loss = model_forward(&cpu, tokens.data(), targets.data(), B, T);
+        model_zero_grad(&cpu);
+        model_backward(&cpu);
+        float norm = model_grad_norm(&cpu), max_norm = 0.5f * norm;
+        for (size_t i = 0; i < P; i++) cpu.grads_memory[i] *= max_norm / norm;
+        model_update(&cpu, lr, beta1, beta2, eps, weight_decay, t);
+
+        float step_loss_cuda = model_forward_cuda(&gpu, tokens.data(), targets.data(), B, T);
+        model_zero_grad_cuda(&gpu);
+        model_backward_cuda(&gpu);
+        float norm_cuda = model_grad_norm_cuda(&gpu);
+        model_clip_gradients_cuda(&gpu, norm_cuda, max_norm);
+        model_update_cuda(&gpu, lr, beta1, beta2, eps, weight_decay, t);
+
+        CHECK(step_loss_cuda == doctest::Approx(step_loss).epsilon(1e-5));
+        CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-5));
+    }
+    model_to_host_cuda(&back, &gpu);
+    compare_tensors("after 3 steps: param", back.params_memory, cpu.params_memory,
+                    cpu.param_sizes, param_tol);
+    compare_tensors("after 3 steps: m", back.m_memory, cpu.m_memory, cpu.param_sizes, m_tol);
+    compare_tensors("after 3 steps: v", back.v_memory, cpu.v_memory, cpu.param_sizes, v_tol);
+
+    model_free(&back);
+    model_free_cuda(&gpu);
+    model_free(&cpu);
+}
