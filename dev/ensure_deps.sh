@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
-# ensure_deps.sh — make sure the packages `make test` needs are installed.
+# ensure_deps.sh — make sure the packages a target needs are installed:
+#   dev/ensure_deps.sh           what `make test` needs (doctest, boost.context)
+#   dev/ensure_deps.sh gnuplot   what `make plots` and `make compare` need (gnuplot-nox)
 # As root it installs what is missing (apt-get update, then apt-get install -y ...);
 # otherwise it prints the exact command to run and fails.
 set -u
 missing=()
-[ -f /usr/include/doctest/doctest.h ] || missing+=(doctest-dev)
-[ -f /usr/include/boost/context/fiber.hpp ] && ls /usr/lib/*/libboost_context.so >/dev/null 2>&1 \
-    || missing+=(libboost-context-dev)
-for extra in "$@"; do
-    case "$extra" in
+for need in "${@:-test}"; do
+    case "$need" in
+        test)
+            [ -f /usr/include/doctest/doctest.h ] || missing+=(doctest-dev)
+            [ -f /usr/include/boost/context/fiber.hpp ] \
+                && ls /usr/lib/*/libboost_context.so >/dev/null 2>&1 \
+                || missing+=(libboost-context-dev) ;;
         gnuplot) command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox) ;;
+        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot)" >&2; exit 1 ;;
     esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

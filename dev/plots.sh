@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# plots.sh — PNG charts of training runs written by `./train --diagnostics DIR` (gnuplot).
+#
+# usage: dev/plots.sh [-o OUT] RUN...            (make plots RUN="dir1 dir2" [OUT=dir])
+#   OUT/loss.png      training loss, validation loss and exact match against steps, every
+#                     run on one chart
+#   OUT/depth.png     by depth: RMS of the hidden state fed to each sub-layer and of the
+#                     sub-layer's output (at the last logged step), and the gradient norm of
+#                     each sub-layer's weights (mean over the logged steps)
+#   RUN/heatmap.png   AttnRes runs: the depth-attention weights at the last eval, the rows
+#                     before attention and before the MLP apart
+# OUT defaults to the first RUN. Colour tells the mode (none, full, block); runs of one mode
+# differ by dash pattern; a run's label is its directory's name.
+set -euo pipefail
+
+out=""
+if [ "${1:-}" = "-o" ]; then out=$2; shift 2; fi
+if [ $# -eq 0 ]; then
+    echo "usage: dev/plots.sh [-o OUT] RUN...   (RUN: a directory of ./train --diagnostics)" >&2
+    exit 1
+fi
+for run in "$@"; do
+    for f in meta.csv train.csv eval.csv layers.csv; do
+        [ -f "$run/$f" ] || { echo "error: $run/$f is missing (train with --diagnostics $run)" >&2; exit 1; }
+    done
+done
+out=${out:-$1}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+meta() { awk -F, -v k="$2" '$1 == k { print $2 }' "$1/meta.csv"; }
+runs=("$@")
+
+# one plot clause per run: colour by mode, dash by how many runs of that mode came before
+declare -A seen=()
+styles=()
+for run in "${runs[@]}"; do
+    mode=$(meta "$run" mode)
+    case "$mode" in none) colour="#555555" ;; full) colour="#1f77b4" ;; *) colour="#d62728" ;; esac
+    seen[$mode]=$(( ${seen[$mode]:-0} + 1 ))
+    styles+=("lc rgb '$colour' dt ${seen[$mode]} lw 1.6 title '$(basename "$run")' noenhanced")
+done
+
+# $1: file name inside each run, $2: "using" columns; one clause per run, joined by commas
+clauses() {
+    local i=0 sep="" line=""
+    for run in "${runs[@]}"; do
+        line+="$sep'$run/$1' using $2 with lines ${styles[$i]}"
+        sep=", "
+        i=$((i + 1))
+    done
+    echo "$line"
+}
+
+# exact match exists for the tasks only (empty for text)
+panels=2
+for run in "${runs[@]}"; do
+    if awk -F, 'NR > 1 && $4 != "" { found = 1 } END { exit !found }' "$run/eval.csv"; then panels=3; fi
+done
+gnuplot <<EOF
+set terminal pngcairo size $((500 * panels)),480 font "DejaVu Sans,10"
+set output "$out/loss.png"
+set datafile separator ","
+set multiplot layout 1,$panels
+set grid lc rgb "#dddddd"
+set xlabel "step"
+set logscale y
+set format y "%g"
+set key top right font ",8"
+set title "training loss"
+plot $(clauses train.csv "1:2 every ::1")
+unset key
+set title "validation loss"
+plot $(clauses eval.csv "1:2 every ::1")
+if ($panels == 3) {
+    unset logscale y
+    set yrange [0:100]
+    set title "exact match (%), greedy decoding"
+    plot $(clauses eval.csv "1:4 every ::1")
+}
+unset multiplot
+EOF
+
+# depth profiles, one .dat per run: index, input RMS, output RMS, mean gradient norm, name
+for i in "${!runs[@]}"; do
+    awk -F, 'NR > 1 {
+        last = $1; name[$2] = $3; grad[$2] += $6; count[$2]++
+        input[$1, $2] = $4; output[$1, $2] = $5; if ($2 > max) max = $2
+    } END {
+        for (k = -1; k <= max; k++) {
+            in_rms = input[last, k] == "" ? "NaN" : input[last, k]
+            out_rms = output[last, k] == "" ? "NaN" : output[last, k]
+            print k, in_rms, out_rms, grad[k] / count[k], name[k]
+        }
+    }' "${runs[$i]}/layers.csv" > "$work/depth$i.dat"
+done
+depth_clauses() {
+    local line="" sep=""
+    for i in "${!runs[@]}"; do
+        line+="$sep'$work/depth$i.dat' using 1:$1:xtic(5) with linespoints pt 7 ps 0.5 ${styles[$i]}"
+        sep=", "
+    done
+    echo "$line"
+}
+gnuplot <<EOF
+set terminal pngcairo size 1500,480 font "DejaVu Sans,10"
+set output "$out/depth.png"
+set multiplot layout 1,3
+set grid lc rgb "#dddddd"
+set xtics rotate by 60 right font ",8"
+set key top left font ",8"
+set title "RMS of the hidden state fed to each sub-layer (last log step)"
+plot $(depth_clauses 2)
+unset key
+set logscale y
+set format y "%g"
+set title "RMS of each sub-layer's output f_l (last log step)"
+plot $(depth_clauses 3)
+set title "gradient norm of each sub-layer's weights (mean over log steps)"
+plot $(depth_clauses 4)
+unset multiplot
+EOF
+
+# heatmaps of the AttnRes runs: rows of the last eval; before-attention rows on the left,
+# before-MLP rows (and the output aggregation) on the right
+for run in "${runs[@]}"; do
+    [ -f "$run/alpha.csv" ] && [ "$(wc -l < "$run/alpha.csv")" -gt 1 ] || continue
+    awk -F, -v dir="$work" 'NR > 1 { step[NR] = $1; row[NR] = $2; col[NR] = $4; name[NR] = $5
+                                    alpha[NR] = $6; last = $1 }
+    END {
+        for (i in step) if (step[i] == last && row[i] > n_sub) n_sub = row[i]  # the out row
+        for (i in step) {
+            if (step[i] != last) continue
+            file = (row[i] % 2 == 0 && row[i] < n_sub) ? "attn" : "mlp"
+            y = (row[i] == n_sub) ? n_sub / 2 : int(row[i] / 2)
+            print col[i], y, alpha[i] > (dir "/" file ".dat")
+            xname[col[i]] = name[i]
+            if (col[i] > max_x) max_x = col[i]
+        }
+        tics = ""
+        for (x = 0; x <= max_x; x++) tics = tics (x ? ", " : "") "\"" xname[x] "\" " x
+        print "set xtics (" tics ")" > (dir "/xtics.gp")
+        tics = ""
+        for (y = 0; y < n_sub / 2; y++) tics = tics (y ? ", " : "") "\"L" y "\" " y
+        print "set ytics (" tics ")" > (dir "/ytics_attn.gp")
+        print "set ytics (" tics ", \"out\" " n_sub / 2 ")" > (dir "/ytics_mlp.gp")
+        print "n_layers = " n_sub / 2 "; n_cols = " max_x + 1 "; step = " last > (dir "/size.gp")
+    }' "$run/alpha.csv"
+    gnuplot <<EOF
+load "$work/size.gp"
+set terminal pngcairo size 1400,520 font "DejaVu Sans,10" noenhanced
+set output "$run/heatmap.png"
+set multiplot layout 1,2 title sprintf("$(basename "$run"): depth-attention weights α (%%), mean over the tokens of an eval batch, step %d", step)
+set palette defined (0 "#ffffff", 0.3 "#9ecae1", 1 "#08306b")
+set cbrange [0:1]
+unset colorbox
+set xrange [-0.5:n_cols - 0.5]
+set xlabel "source"
+set tics nomirror scale 0
+load "$work/xtics.gp"
+set title "input of the attention sub-layers"
+set yrange [n_layers - 0.5:-0.5]
+load "$work/ytics_attn.gp"
+label(a) = a >= 0.005 ? sprintf("%.0f", 100 * a) : ""
+plot "$work/attn.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
+     "" using 1:2:(label(\$3)):(\$3 > 0.55 ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
+set title "input of the MLP sub-layers, and the output aggregation"
+set yrange [n_layers + 0.5:-0.5]
+load "$work/ytics_mlp.gp"
+plot "$work/mlp.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
+     "" using 1:2:(label(\$3)):(\$3 > 0.55 ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
+unset multiplot
+EOF
+    rm -f "$work"/attn.dat "$work"/mlp.dat
+    echo "wrote $run/heatmap.png"
+done
+echo "wrote $out/loss.png $out/depth.png"
