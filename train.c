@@ -54,9 +54,9 @@ static Options defaults(void) {
     o.mode = "block";
     o.task = "reverse";
     o.text_path = NULL;
-    o.length = 8; o.symbols = 16; o.eval_examples = 500;
-    o.batch = 32; o.seq_len = 0; o.steps = 1500; o.warmup = 100; o.threads = 0;
-    o.eval_every = 250; o.log_every = 50;
+    o.length = 12; o.symbols = 16; o.eval_examples = 500;
+    o.batch = 32; o.seq_len = 0; o.steps = 1000; o.warmup = 100; o.threads = 0;
+    o.eval_every = 200; o.log_every = 50;
     o.lr = 3e-3f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
     o.beta1 = 0.9f; o.beta2 = 0.95f; o.adam_eps = 1e-8f;
     o.seed = 1337;
@@ -95,7 +95,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--log-every", OPT_INT, &o->log_every, "print a training line every N steps"},
         {"--checkpoint", OPT_STRING, &o->checkpoint, "checkpoint file (written at each eval)"},
         {"--resume", OPT_SWITCH, &o->resume, "continue from --checkpoint"},
-        {"--stop-after", OPT_INT, &o->stop_after, "stop after N steps of this run (0 = at --steps; the schedule still spans --steps)"},
+        {"--stop-after", OPT_INT, &o->stop_after, "end this run after N steps (0 = at --steps; lr schedule unchanged)"},
         {"--diagnostics", OPT_STRING, &o->diagnostics, "write loss/magnitude/grad/alpha CSVs into DIR"},
         {"--sample", OPT_SWITCH, &o->sample, "generate from --checkpoint instead of training"},
         {"--prompt", OPT_STRING, &o->prompt, "--sample: text prompt (text models, V = 256)"},

@@ -59,49 +59,53 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
                               const float* dout, const float* alpha, const float* key_rstd,
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    float* dscore = mallocCheck(N * n_sources * sizeof(float));  // ds_i per row, for dw, dg
+    // dw and dg sum over rows: each block of ROWS rows sums into its own partial (C) pair,
+    // and the partials are added in block order, so the result is the same for any number
+    // of threads.
+    const size_t ROWS = 32;
+    size_t n_row_blocks = (N + ROWS - 1) / ROWS;
+    float* partials = callocCheck(n_row_blocks * 2 * C, sizeof(float));
+    float* dscore = mallocCheck(N * n_sources * sizeof(float));  // ds_i of every row
     float* wg = mallocCheck(C * sizeof(float));                   // w * g
     for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
     #pragma omp parallel for
-    for (size_t n = 0; n < N; n++) {
-        const float* a = alpha + n * n_sources;
-        const float* r = key_rstd + n * n_sources;
-        const float* d = dout + n * C;
-        float* ds = dscore + n * n_sources;
-        float weighted = 0.0f;  // sum_j alpha_j dalpha_j
-        for (size_t i = 0; i < n_sources; i++) {
-            float dalpha = dot(d, sources[i] + n * C, C);
-            ds[i] = dalpha;
-            weighted += a[i] * dalpha;
-        }
-        for (size_t i = 0; i < n_sources; i++) { ds[i] = a[i] * (ds[i] - weighted); }
-        for (size_t i = 0; i < n_sources; i++) {
-            const float* v = sources[i] + n * C;
-            float* dv = dsources[i] + n * C;
-            float score = dot(wg, v, C);  // s_i / r_i = sum_c w_c g_c v_c
-            float key_scale = ds[i] * r[i];
-            float correction = ds[i] * r[i] * r[i] * r[i] * score / (float)C;
-            for (size_t c = 0; c < C; c++) {
-                dv[c] += a[i] * d[c] + key_scale * wg[c] - correction * v[c];
+    for (size_t block = 0; block < n_row_blocks; block++) {
+        float* dw_part = partials + block * 2 * C;
+        float* dg_part = dw_part + C;
+        size_t end = (block + 1) * ROWS < N ? (block + 1) * ROWS : N;
+        for (size_t n = block * ROWS; n < end; n++) {
+            const float* a = alpha + n * n_sources;
+            const float* r = key_rstd + n * n_sources;
+            const float* d = dout + n * C;
+            float* ds = dscore + n * n_sources;
+            float weighted = 0.0f;  // sum_j alpha_j dalpha_j
+            for (size_t i = 0; i < n_sources; i++) {
+                ds[i] = dot(d, sources[i] + n * C, C);  // dalpha_i
+                weighted += a[i] * ds[i];
             }
-        }
-    }
-    // dw and dg: threads own column chunks and sum rows in order (deterministic)
-    const size_t chunk = 32;
-    #pragma omp parallel for
-    for (size_t c0 = 0; c0 < C; c0 += chunk) {
-        size_t c1 = c0 + chunk < C ? c0 + chunk : C;
-        for (size_t n = 0; n < N; n++) {
+            for (size_t i = 0; i < n_sources; i++) { ds[i] = a[i] * (ds[i] - weighted); }
             for (size_t i = 0; i < n_sources; i++) {
                 const float* v = sources[i] + n * C;
-                float ds_r = dscore[n * n_sources + i] * key_rstd[n * n_sources + i];
-                for (size_t c = c0; c < c1; c++) {
-                    dquery[c] += ds_r * norm_weight[c] * v[c];
-                    dnorm_weight[c] += ds_r * query[c] * v[c];
+                float* dv = dsources[i] + n * C;
+                float score = dot(wg, v, C);  // s_i / r_i = sum_c w_c g_c v_c
+                float key_scale = ds[i] * r[i];
+                float correction = ds[i] * r[i] * r[i] * r[i] * score / (float)C;
+                for (size_t c = 0; c < C; c++) {
+                    dv[c] += a[i] * d[c] + key_scale * wg[c] - correction * v[c];
+                    dw_part[c] += key_scale * norm_weight[c] * v[c];  // ds_i k_i
+                    dg_part[c] += key_scale * query[c] * v[c];        // ds_i w V_i r_i
                 }
             }
         }
     }
+    for (size_t block = 0; block < n_row_blocks; block++) {
+        const float* dw_part = partials + block * 2 * C;
+        for (size_t c = 0; c < C; c++) {
+            dquery[c] += dw_part[c];
+            dnorm_weight[c] += dw_part[C + c];
+        }
+    }
+    free(partials);
     free(dscore);
     free(wg);
 }

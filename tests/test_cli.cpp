@@ -235,7 +235,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--beta2", "1"}, {"--beta2"}},
         {{"--mode", "bogus"}, {"--mode", "bogus"}},
         {{"--mode", "block", "--block-size", "1"}, {"--block-size"}},
-        {{"--seq-len", "7"}, {"--seq-len", "7", "16"}},
+        {{"--seq-len", "7"}, {"--seq-len", "7", "24"}},
         {{"--task", "bogus"}, {"task", "bogus"}},
         {{"--length", "0"}, {"length", "0"}},
         {{"--symbols", "1"}, {"symbols", "1"}},
