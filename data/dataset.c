@@ -16,36 +16,24 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "rng.h"
+
 #define MAX_LENGTH 4096
 #define MAX_SYMBOLS 65535
-#define GOLDEN 0x9E3779B97F4A7C15ull
 #define EVAL_STREAM 0xE7A1C0DE5EEDF00Dull
 
 // ----------------------------------------------------------------------------
 // randomness and hashing
 
-// the splitmix64 finaliser: a bijective mix of all 64 bits
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
-// next number of the splitmix64 stream whose state is *state
-static uint64_t rng_next(uint64_t* state) {
-    *state += GOLDEN;
-    return mix64(*state);
-}
-
 // the stream of training row `row` of step `step`
 static uint64_t row_stream(uint64_t seed, uint64_t step, uint64_t row) {
-    return mix64(mix64(mix64(seed + GOLDEN) ^ step) ^ row);
+    return rng_mix64(rng_mix64(rng_mix64(seed + RNG_GOLDEN) ^ step) ^ row);
 }
 
 // hash of a prompt; never 0, which marks an empty slot of the set
 static uint64_t prompt_hash(const int* prompt, int length) {
-    uint64_t h = GOLDEN;
-    for (int i = 0; i < length; i++) { h = mix64(h + (uint64_t)prompt[i]); }
+    uint64_t h = RNG_GOLDEN;
+    for (int i = 0; i < length; i++) { h = rng_mix64(h + (uint64_t)prompt[i]); }
     return h ? h : 1;
 }
 
@@ -163,7 +151,7 @@ int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symb
                     name, n_eval);
     }
     // each draw redraws prompts already in the set, so the eval examples are distinct
-    uint64_t stream = mix64(seed ^ EVAL_STREAM);
+    uint64_t stream = rng_mix64(seed ^ EVAL_STREAM);
     for (size_t e = 0; e < n_eval; e++) {
         int* example = ds->eval_examples + e * example_len;
         eval_set_insert(ds, draw_fresh_prompt(ds, &stream, example));

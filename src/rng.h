@@ -6,11 +6,19 @@
 #include <math.h>
 #include <stdint.h>
 
-static inline uint64_t rng_next(uint64_t* state) {
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
+#define RNG_GOLDEN 0x9E3779B97F4A7C15ull
+
+// the splitmix64 finaliser: a bijective mix of all 64 bits (also a good hash step)
+static inline uint64_t rng_mix64(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
+}
+
+// next number of the splitmix64 stream whose state is *state
+static inline uint64_t rng_next(uint64_t* state) {
+    *state += RNG_GOLDEN;
+    return rng_mix64(*state);
 }
 // uniform in [0, 1)
 static inline double rng_uniform(uint64_t* state) {

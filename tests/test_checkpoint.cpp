@@ -1,6 +1,7 @@
 // test_checkpoint.cpp — checkpoints of src/checkpoint.h: a bit-exact round trip, atomic
 // replacement, and a one-line reason for every kind of bad file.
 #include <doctest/doctest.h>
+#include "temp_dir.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -18,23 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 typedef std::vector<char> Bytes;
-
-// A private directory under the system temp dir, removed with everything in it.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "attnres_checkpoint_XXXXXX").string();
-        std::vector<char> buffer(pattern.begin(), pattern.end());
-        buffer.push_back('\0');
-        REQUIRE(mkdtemp(buffer.data()) != nullptr);
-        path = buffer.data();
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-    std::string file(const std::string& name) const { return path + "/" + name; }
-};
 
 Bytes read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -4,6 +4,7 @@
 // print the final metrics, are deterministic, resume bit for bit, and stop on NaN keeping the
 // last checkpoint. Every run is tiny, so the file takes a few seconds.
 #include <doctest/doctest.h>
+#include "temp_dir.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -33,23 +34,6 @@ std::string train_binary() {
     const char* path = std::getenv("ATTNRES_TRAIN");
     return path != nullptr && path[0] != '\0' ? path : "./train";
 }
-
-// A private directory under the system temp dir, removed with everything in it.
-struct TempDir {
-    std::string path;
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "attnres_cli_XXXXXX").string();
-        std::vector<char> buffer(pattern.begin(), pattern.end());
-        buffer.push_back('\0');
-        REQUIRE(mkdtemp(buffer.data()) != nullptr);
-        path = buffer.data();
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
-    std::string file(const std::string& name) const { return path + "/" + name; }
-};
 
 std::string read_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -5,6 +5,7 @@
 // and text heatmap, and that measuring changes nothing: training with diagnostics on is
 // bit-identical to training with them off, in-process and through ./train.
 #include <doctest/doctest.h>
+#include "temp_dir.h"
 
 #include <unistd.h>
 
@@ -40,21 +41,6 @@ struct ScopedDiagnostics {
     Diagnostics dg;
     explicit ScopedDiagnostics(const ModelConfig& c) { diagnostics_init(&dg, &c); }
     ~ScopedDiagnostics() { diagnostics_free(&dg); }
-};
-
-struct TempDir {
-    std::string path;
-    TempDir() {
-        std::string pattern = (fs::temp_directory_path() / "attnres_diag_XXXXXX").string();
-        std::vector<char> buffer(pattern.begin(), pattern.end());
-        buffer.push_back('\0');
-        REQUIRE(mkdtemp(buffer.data()) != nullptr);
-        path = buffer.data();
-    }
-    ~TempDir() {
-        std::error_code ignored;
-        fs::remove_all(path, ignored);
-    }
 };
 
 std::vector<std::string> read_lines(const std::string& path) {
