@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "diagnostics.h"
 #include "layers.h"
 #include "model.h"
 #include "rng.h"
@@ -341,18 +342,11 @@ static void mlp_sublayer_backward(Model* m, int l, const float* df, float* dh) {
 }
 
 // sqrt(mean(x^2)) over n values, accumulated in double
-static float rms(const float* x, size_t n) {
-    double sum_sq = 0.0;
-    #pragma omp parallel for reduction(+:sum_sq)
-    for (size_t i = 0; i < n; i++) { sum_sq += (double)x[i] * x[i]; }
-    return (float)sqrt(sum_sq / (double)n);
-}
-
 static void sublayer_forward(Model* m, int l, float* f_out) {
     if (l % 2 == 0) { attention_sublayer_forward(m, l, f_out); }
     else { mlp_sublayer_forward(m, l, f_out); }
     if (m->sublayer_rms != NULL) {  // diagnostics only; off by default
-        m->sublayer_rms[l] = rms(f_out, m->B * m->T * (size_t)m->config.d_model);
+        m->sublayer_rms[l] = tensor_rms(f_out, m->B * m->T * (size_t)m->config.d_model);
     }
 }
 
