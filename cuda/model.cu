@@ -93,21 +93,6 @@ int cuda_device_count(void) {
 // ---------------------------------------------------------------------------------------
 // Building: the same tensors and bookkeeping as model.c.
 
-// point the 14 tensors of t into the flat buffer, in canonical order
-static void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
-    float** ptrs[N_PARAM_TENSORS] = {&t->wte, &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo,
-                                     &t->mlp_norm, &t->wg, &t->wu, &t->wd, &t->res_query,
-                                     &t->res_norm, &t->final_norm, &t->lm_head};
-    for (int i = 0; i < N_PARAM_TENSORS; i++) { *ptrs[i] = memory; memory += sizes[i]; }
-}
-
-// Number of depth-attention sources of sub-layer l (l = 2L: the output aggregation).
-static size_t count_sources(const ModelConfig* c, int l) {
-    int S = c->block_size;
-    if (l == 2 * c->n_layers) { return (size_t)(2 * c->n_layers / S + 1); }
-    return (size_t)(1 + l / S + (l % S > 0));
-}
-
 // The sources of sub-layer l (l = 2L: output aggregation) and their gradient buffers:
 // blocks b_0 .. b_{n-1} (b_0 = x0, b_k = partial[k*S-1]), then partial[l-1] if l is not
 // first in its block. Host arrays of device pointers, as depth_attention_*_cuda take them.

@@ -75,8 +75,7 @@ int param_is_matrix(int i) {
     return !(i == 1 || i == 6 || i == 10 || i == 11 || i == 12);
 }
 
-// point the 14 tensors of t into the flat buffer, in canonical order
-static void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
+void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
     float** ptrs[N_PARAM_TENSORS] = {&t->wte, &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo,
                                      &t->mlp_norm, &t->wg, &t->wu, &t->wd, &t->res_query,
                                      &t->res_norm, &t->final_norm, &t->lm_head};
@@ -122,8 +121,7 @@ struct Activations {
 static int n_sub(const Model* m) { return 2 * m->config.n_layers; }
 static int is_attnres(const Model* m) { return m->config.block_size > 0; }
 
-// Number of depth-attention sources of sub-layer l (l = 2L: the output aggregation).
-static size_t count_sources(const ModelConfig* c, int l) {
+size_t count_sources(const ModelConfig* c, int l) {
     int S = c->block_size;
     if (l == 2 * c->n_layers) { return (size_t)(2 * c->n_layers / S + 1); }
     return (size_t)(1 + l / S + (l % S > 0));

@@ -47,6 +47,10 @@ extern const char* const PARAM_NAMES[N_PARAM_TENSORS];
 size_t param_sizes(const ModelConfig* c, size_t sizes[N_PARAM_TENSORS]);
 // Weight decay applies to the matrices only, never to gains or pseudo-queries.
 int param_is_matrix(int tensor_index);
+// Points the 14 tensors of t into a flat buffer of param_sizes(), in canonical order.
+void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes);
+// Number of depth-attention sources of sub-layer l (l = 2L: the output aggregation); S >= 1.
+size_t count_sources(const ModelConfig* c, int l);
 
 typedef struct Activations Activations;
 
