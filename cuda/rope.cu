@@ -10,6 +10,18 @@ __device__ __forceinline__ float rope_angle_over_pi(size_t t, size_t j, size_t h
     return (float)t * (powf((float)ROPE_BASE, -(float)(2 * j) / (float)head_size) * inv_pi);
 }
 
+// Turns pair `pair` (dims 2*pair, 2*pair+1; pair j = pair % (head_size/2) of its head) of a
+// row at position t: (a, b) -> (a cos - b sin, a sin + b cos). Reads before it writes, so
+// out may equal inp.
+__device__ __forceinline__ void rope_rotate_pair(float* out, const float* inp, size_t pair,
+                                                 size_t t, size_t head_size) {
+    float sin_theta, cos_theta;
+    sincospif(rope_angle_over_pi(t, pair % (head_size / 2), head_size), &sin_theta, &cos_theta);
+    float a = inp[2 * pair], b = inp[2 * pair + 1];
+    out[2 * pair] = a * cos_theta - b * sin_theta;
+    out[2 * pair + 1] = a * sin_theta + b * cos_theta;
+}
+
 // inp, out (B,T,n_heads*head_size); one thread per pair (2j, 2j+1) of a head:
 // (a, b) -> (a cos - b sin, a sin + b cos). out may equal inp: each thread reads its pair first.
 __global__ void rope_forward_kernel(float* out, const float* inp, size_t B, size_t T,
@@ -17,13 +29,7 @@ __global__ void rope_forward_kernel(float* out, const float* inp, size_t B, size
     size_t pair = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t half = head_size / 2;
     if (pair >= B * T * n_heads * half) return;
-    size_t j = pair % half;
-    size_t t = pair / (half * n_heads) % T;
-    float sin_theta, cos_theta;
-    sincospif(rope_angle_over_pi(t, j, head_size), &sin_theta, &cos_theta);
-    float a = inp[2 * pair], b = inp[2 * pair + 1];
-    out[2 * pair] = a * cos_theta - b * sin_theta;
-    out[2 * pair + 1] = a * sin_theta + b * cos_theta;
+    rope_rotate_pair(out, inp, pair, pair / (half * n_heads) % T, head_size);
 }
 
 // The same rotation for decoding: inp, out (N,n_heads*head_size), every row at `position`.
@@ -32,11 +38,7 @@ __global__ void rope_forward_at_kernel(float* out, const float* inp, size_t posi
     size_t pair = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     size_t half = head_size / 2;
     if (pair >= N * n_heads * half) return;
-    float sin_theta, cos_theta;
-    sincospif(rope_angle_over_pi(position, pair % half, head_size), &sin_theta, &cos_theta);
-    float a = inp[2 * pair], b = inp[2 * pair + 1];
-    out[2 * pair] = a * cos_theta - b * sin_theta;
-    out[2 * pair + 1] = a * sin_theta + b * cos_theta;
+    rope_rotate_pair(out, inp, pair, position, head_size);
 }
 
 // dinp += R^T dout: (da, db) -> (da cos + db sin, -da sin + db cos)
