@@ -579,7 +579,6 @@ int main(int argc, char** argv) {
         if (diagnostics_open(&diag, o.diagnostics, o.resume, command, err, sizeof(err)) != 0) {
             die("%s", err);
         }
-        diagnostics_attach(&diag, &model);
     }
 
     EvalResult last = {NAN, NAN, NAN};

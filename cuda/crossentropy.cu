@@ -21,7 +21,7 @@ __global__ void crossentropy_forward_kernel(float* losses, float* probs, const f
     sum = warp_sum(sum);
     for (size_t i = lane; i < V; i += WARP_SIZE) probs[row * V + i] = expf(x[i] - max_logit) / sum;
     if (lane == 0) {
-        int target = targets[row];
+        int target = targets != NULL ? targets[row] : -1;
         losses[row] = target < 0 ? 0.0f : logf(sum) - (x[target] - max_logit);
     }
 }
@@ -45,6 +45,7 @@ size_t crossentropy_forward_cuda(float* losses, float* probs, const float* logit
     const size_t block_size = 128;  // 4 rows per block
     launch_kernel(crossentropy_forward_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
                   losses, probs, logits, targets, N, V);
+    if (targets == NULL) return 0;  // probabilities only
     // count the rows that take part in the mean loss on the host
     int* host_targets = (int*)malloc(N * sizeof(int));
     if (host_targets == NULL) {

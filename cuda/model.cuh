@@ -1,11 +1,11 @@
 // model.cuh — the whole model on the GPU, the mirror of src/model.h.
 //
-// ModelCuda has Model's shape: the same config, parameter sizes and canonical order (model.h's
-// ParameterTensors, param_sizes, param_is_matrix are shared: bookkeeping, not arithmetic), with
-// every buffer in device memory. model_X_cuda mirrors model_X, same arguments in the same
-// order; host arrays (tokens, targets) stay host arrays. Plain C, so that train.c includes it;
-// cuda/model.cu implements it. Everything runs on cuda_stream (common.cuh); the calls that
-// return a number to the host synchronise.
+// The GPU model is a Model (model.h) built on the device: the same config, parameter table,
+// activation size table and orchestration (src/model.c), with every buffer in device memory
+// and the CUDA kernels in its kernel table. model_X_cuda mirrors model_X, same arguments in
+// the same order; host arrays (tokens, targets) stay host arrays and are copied over. Plain
+// C, so that train.c includes it; cuda/model.cu implements it. Everything runs on cuda_stream
+// (common.cuh); the calls that return a number to the host synchronise.
 #ifndef ATTNRES_MODEL_CUH
 #define ATTNRES_MODEL_CUH
 
@@ -16,24 +16,10 @@
 extern "C" {
 #endif
 
-typedef struct ActivationsCuda ActivationsCuda;
-
 typedef struct {
-    ModelConfig config;
-    size_t param_sizes[N_PARAM_TENSORS];
-    size_t num_params;
-    float* params_memory;  ParameterTensors params;   // device flat buffers, canonical order
-    float* grads_memory;   ParameterTensors grads;
-    float* m_memory;       // AdamW first moment
-    float* v_memory;       // AdamW second moment
-    ActivationsCuda* acts; // device buffers sized for (max_B, max_T)
-    size_t max_B, max_T;
-    size_t B, T;           // shape of the last forward
-    int* tokens;           // device (max_B*max_T): inputs of the last forward
-    int* targets;          // device: its targets, all -1 when it had none
-    int has_targets;       // whether the last forward had targets
-    size_t n_counted;      // targets != -1 in the last forward
-    float loss;            // mean loss of the last forward, -1 without targets
+    Model model;   // every buffer on the device; model.kernels is the CUDA kernel table
+    int* tokens;   // device (max_B*max_T): the last forward's tokens
+    int* targets;  // device: its targets
 } ModelCuda;
 
 // The number of CUDA devices; 0 when there is none or no driver to ask.

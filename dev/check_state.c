@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         if (m.param_sizes[i] == 0) { continue; }
         char name[32];
-        snprintf(name, sizeof(name), "d%s", PARAM_NAMES[i]);
+        snprintf(name, sizeof(name), "d%s", PARAM_INFO[i].name);
         ok &= compare(name, ours.grads + offset, ref.grads + offset, m.param_sizes[i], TOL_GRADS);
         offset += m.param_sizes[i];
     }

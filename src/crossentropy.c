@@ -2,7 +2,8 @@
 #include <math.h>
 #include "layers.h"
 
-// logits, probs (N,V); losses (N); a target of -1 is ignored (loss 0, no gradient).
+// logits, probs (N,V); losses (N); a target of -1 is ignored (loss 0, no gradient), and so
+// is every row when targets is NULL (probabilities only).
 // loss = logsumexp(logits) - logits[target], computed with the row max subtracted so that
 // large logits cannot overflow. Returns the number of counted rows.
 size_t crossentropy_forward(float* losses, float* probs, const float* logits,
@@ -20,7 +21,7 @@ size_t crossentropy_forward(float* losses, float* probs, const float* logits,
             sum += p[i];
         }
         for (size_t i = 0; i < V; i++) { p[i] /= sum; }
-        int target = targets[n];
+        int target = targets != NULL ? targets[n] : -1;
         if (target < 0) {
             losses[n] = 0.0f;
         } else {

@@ -95,8 +95,6 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* c
     return 0;
 }
 
-void diagnostics_attach(Diagnostics* dg, Model* m) { m->sublayer_rms = dg->output_rms; }
-
 static double sum_squares(const float* x, size_t n) {
     double sum = 0.0;
     #pragma omp parallel for reduction(+:sum)
@@ -110,11 +108,12 @@ float tensor_rms(const float* x, size_t n) {
 
 void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
     const ModelConfig* c = &m->config;
-    size_t N = m->B * m->T, d = c->d_model, V = c->vocab_size, F = c->ffn_hidden;
-    size_t hs = d / c->n_heads, q_dim = c->n_heads * hs, kv_dim = c->n_kv_heads * hs;
+    const ModelDims* z = &m->dims;
+    size_t N = m->B * m->T, d = z->d, V = z->V, F = z->F, q_dim = z->q_dim, kv_dim = z->kv_dim;
     int L2 = dg->n_sub;
     for (int l = 0; l <= L2; l++) {
         dg->input_rms[l] = tensor_rms(model_sublayer_input(m, l), N * d);
+        if (l < L2) { dg->output_rms[l] = tensor_rms(model_sublayer_output(m, l), N * d); }
     }
 
     const ParameterTensors* g = &m->grads;
@@ -138,12 +137,12 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
     }
     dg->grad_norm[L2 + 1] = (float)sqrt(sum_squares(g->final_norm, d)
                                         + sum_squares(g->lm_head, V * d));
+    dg->res_grad_norm[0] = 0.0f;  // the embedding has no depth attention
     for (int l = 0; l <= L2; l++) {
         double sum = c->block_size > 0 ? sum_squares(g->res_query + (size_t)l * d, d)
                                            + sum_squares(g->res_norm + (size_t)l * d, d) : 0.0;
         dg->res_grad_norm[1 + l] = (float)sqrt(sum);
     }
-    dg->res_grad_norm[0] = 0.0f;
 }
 
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m) {

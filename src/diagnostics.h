@@ -4,14 +4,14 @@
 // Measured from the model's buffers after a forward (and backward), never changing them:
 //   - input_rms[l]: RMS of the hidden state h_l fed to sub-layer l; [2L] is the final hidden
 //     state `out`. In none mode it grows with depth (h is a sum); AttnRes keeps it bounded.
-//   - output_rms[l]: RMS of the sub-layer output f_l, written by model_forward itself while
-//     diagnostics_attach has set m->sublayer_rms (f_l is a scratch buffer there).
+//   - output_rms[l]: RMS of the sub-layer output f_l (model_sublayer_output).
 //   - grad_norm: L2 norm of the gradient of each group of weights, in depth order:
 //     [0] embedding (wte); [1+l] sub-layer l's own weights (attention of layer l/2:
 //     attn_norm, wq, wk, wv, wo; MLP: mlp_norm, wg, wu, wd); [2L+1] head (final_norm,
 //     lm_head). res_grad_norm[1+l] is that of the depth attention before sub-layer l
 //     (res_query and res_norm row l), [2L+1] of the output aggregation (row 2L); 0 elsewhere
-//     and in none mode. The squares of both arrays add up to the global norm squared.
+//     and in none mode (res_grad_norm[0] is 0: the embedding has no depth attention). The
+//     squares of both arrays add up to the global norm squared.
 //   - alpha: the depth-attention weights averaged over the tokens of the last forward,
 //     (2L+1, n_cols): row l is sub-layer l (row 2L the output aggregation), column i its
 //     source i. Sources are numbered by block (b_0 = embedding; in block mode a sub-layer
@@ -59,12 +59,9 @@ void diagnostics_free(Diagnostics* dg);  // closes the CSV files
 // append (resuming): keep existing rows and headers. Returns 0, or -1 with a reason in err.
 int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* command,
                      char* err, size_t err_len);
-// From now on model_forward fills dg->output_rms (sets m->sublayer_rms).
-void diagnostics_attach(Diagnostics* dg, Model* m);
-
 // sqrt(mean(x^2)) over n values
 float tensor_rms(const float* x, size_t n);
-// input_rms and both gradient-norm arrays, from the last forward and backward of m
+// input_rms, output_rms and both gradient-norm arrays, from the last forward and backward of m
 void diagnostics_measure_layers(Diagnostics* dg, const Model* m);
 // alpha averaged over the B*T tokens of the last forward (nothing in none mode)
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m);

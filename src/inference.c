@@ -1,18 +1,17 @@
 // inference.c — the incremental decoder (see inference.h for what is cached and why) and
 // token sampling.
 //
-// A step runs one new position t of B sequences through the model of model.c, with N = B
-// rows in every layer function:
+// A step runs one new position t of B sequences through the model of model.c, with B rows in
+// every layer function, and the same residual bookkeeping (model.h: gather_sources,
+// residual_update) on the model's activation buffers:
 //   x0 = wte[token]
-//   none : h = x0; for each sub-layer l: h = h + f_l(h); out = h
-//   block: b_0 = x0; for each block n = 1 .. 2L/S (full: S = 1):
-//            phase 1: the S pseudo-queries of block n against b_0 .. b_{n-1}
-//            for i = 0 .. S-1, l = (n-1) S + i:
-//              phase 2: h_l = merge of phase 1 with the partial sum p (i > 0)
-//              p = f_l(h_l) if i = 0, else p + f_l(h_l)
-//            b_n = p
-//          out = DA_out(b_0 .. b_N)
-//   logits = rmsnorm(out) lm_head^T
+//   for each sub-layer l:
+//     none   : h_l is the residual stream (h_0 = x0)
+//     AttnRes: h_l by two-phase depth attention: at the first sub-layer of block n, phase 1
+//              scores the block's S pseudo-queries against b_0 .. b_{n-1} at once; every
+//              sub-layer then merges that with its block's partial sum (phase 2)
+//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none) or the partial sum p += f_l (AttnRes)
+//   out = h_{2L} (none) or DA_out(b_0 .. b_{n_blocks}); logits = rmsnorm(out) lm_head^T
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and
 // attends over positions 0 .. t of it, in the arithmetic order of attention.c.
 #include <math.h>
@@ -24,103 +23,83 @@
 #include "rng.h"
 #include "util.h"
 
-static size_t n_blocks(const ModelConfig* c) {
-    return c->block_size > 0 ? (size_t)(2 * c->n_layers / c->block_size) : 0;
-}
-
 void decoder_build(Decoder* dec, const Model* model, size_t B, size_t max_T) {
     const ModelConfig* c = &model->config;
+    const ModelDims* z = &model->dims;
     memset(dec, 0, sizeof(*dec));
     dec->model = model;
     dec->B = B;
     dec->max_T = max_T;
-    size_t d = c->d_model, H = c->n_heads, hs = d / H, F = c->ffn_hidden, V = c->vocab_size;
-    size_t q_dim = H * hs, kv_dim = c->n_kv_heads * hs, L = c->n_layers;
-    size_t S = c->block_size, N = n_blocks(c);
-    dec->k_cache = mallocCheck(L * B * max_T * kv_dim * sizeof(float));
-    dec->v_cache = mallocCheck(L * B * max_T * kv_dim * sizeof(float));
-    dec->blocks = mallocCheck((N + 1) * B * d * sizeof(float));
-    dec->phase_o = mallocCheck(S * B * d * sizeof(float));
+    size_t cache = z->L * B * max_T * z->kv_dim, S = z->S;
+    dec->k_cache = mallocCheck(cache * sizeof(float));
+    dec->v_cache = mallocCheck(cache * sizeof(float));
+    dec->acts.sub = callocCheck(z->n_sub + 1, sizeof(SubLayer));
+    dec->acts_memory = mallocCheck(point_activations(&dec->acts, c, B, 1, 0, NULL) * sizeof(float));
+    point_activations(&dec->acts, c, B, 1, 0, dec->acts_memory);
+    dec->att = mallocCheck(B * z->H * max_T * sizeof(float));
+    dec->phase_o = mallocCheck(S * B * z->d * sizeof(float));
     dec->phase_max = mallocCheck(S * B * sizeof(float));
     dec->phase_sumexp = mallocCheck(S * B * sizeof(float));
-    float** rows_d[] = {&dec->h, &dec->xn, &dec->f, &dec->out, &dec->xf};
-    for (size_t i = 0; i < sizeof(rows_d) / sizeof(rows_d[0]); i++) {
-        *rows_d[i] = mallocCheck(B * d * sizeof(float));
-    }
-    dec->rstd = mallocCheck(B * sizeof(float));
-    dec->rstd_f = mallocCheck(B * sizeof(float));
-    dec->q = mallocCheck(B * q_dim * sizeof(float));
-    dec->y = mallocCheck(B * q_dim * sizeof(float));
-    dec->k = mallocCheck(B * kv_dim * sizeof(float));
-    dec->v = mallocCheck(B * kv_dim * sizeof(float));
-    dec->att = mallocCheck(B * H * max_T * sizeof(float));
-    dec->gate = mallocCheck(B * F * sizeof(float));
-    dec->up = mallocCheck(B * F * sizeof(float));
-    dec->act = mallocCheck(B * F * sizeof(float));
-    dec->alpha = mallocCheck(B * (N + 1) * sizeof(float));
-    dec->key_rstd = mallocCheck(B * (N + 1) * sizeof(float));
-    dec->logits = mallocCheck(B * V * sizeof(float));
 }
 
 void decoder_free(Decoder* dec) {
-    float* p[] = {dec->k_cache, dec->v_cache, dec->blocks, dec->phase_o, dec->phase_max,
-                  dec->phase_sumexp, dec->h, dec->xn, dec->rstd, dec->f, dec->q, dec->k,
-                  dec->v, dec->y, dec->att, dec->gate, dec->up, dec->act, dec->out, dec->alpha,
-                  dec->key_rstd, dec->xf, dec->rstd_f, dec->logits};
+    float* p[] = {dec->k_cache, dec->v_cache, dec->acts_memory, dec->att, dec->phase_o,
+                  dec->phase_max, dec->phase_sumexp};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) { free(p[i]); }
+    free(dec->acts.sub);
     memset(dec, 0, sizeof(*dec));
 }
 
 void decoder_reset(Decoder* dec) { dec->T = 0; }
 
-// Attention sub-layer of layer `layer` at position t = dec->T: f (B,d) = Attn(rmsnorm(h)).
-static void attention_step(Decoder* dec, size_t layer, const float* h, float* f) {
-    const ModelConfig* c = &dec->model->config;
+// Attention sub-layer of layer `layer` at position t = dec->T: s->f = Attn(rmsnorm(s->h)).
+static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
+    const ModelDims* z = &dec->model->dims;
     const ParameterTensors* p = &dec->model->params;
-    size_t B = dec->B, t = dec->T, max_T = dec->max_T, d = c->d_model;
-    size_t H = c->n_heads, G = c->n_kv_heads, hs = d / H, q_dim = H * hs, kv_dim = G * hs;
+    size_t B = dec->B, t = dec->T, max_T = dec->max_T, d = z->d;
+    size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
     size_t kv_mul = H / G;
-    rmsnorm_forward(dec->xn, dec->rstd, h, p->attn_norm + layer * d, B, d);
-    linear_forward(dec->q, dec->xn, p->wq + layer * q_dim * d, B, d, q_dim);
-    linear_forward(dec->k, dec->xn, p->wk + layer * kv_dim * d, B, d, kv_dim);
-    linear_forward(dec->v, dec->xn, p->wv + layer * kv_dim * d, B, d, kv_dim);
-    rope_forward_at(dec->q, dec->q, t, B, H, hs);
-    rope_forward_at(dec->k, dec->k, t, B, G, hs);
+    rmsnorm_forward(s->xn, s->rstd, s->h, p->attn_norm + layer * d, B, d);
+    linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, B, d, q_dim);
+    linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, B, d, kv_dim);
+    linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, B, d, kv_dim);
+    rope_forward_at(s->q, s->q, t, B, H, hs);
+    rope_forward_at(s->k, s->k, t, B, G, hs);
     // append position t to the cache: (B, max_T, G*hs) per layer
     float* k_cache = dec->k_cache + layer * B * max_T * kv_dim;
     float* v_cache = dec->v_cache + layer * B * max_T * kv_dim;
     for (size_t b = 0; b < B; b++) {
-        memcpy(k_cache + (b * max_T + t) * kv_dim, dec->k + b * kv_dim, kv_dim * sizeof(float));
-        memcpy(v_cache + (b * max_T + t) * kv_dim, dec->v + b * kv_dim, kv_dim * sizeof(float));
+        memcpy(k_cache + (b * max_T + t) * kv_dim, s->k + b * kv_dim, kv_dim * sizeof(float));
+        memcpy(v_cache + (b * max_T + t) * kv_dim, s->v + b * kv_dim, kv_dim * sizeof(float));
     }
     // the query of position t over the cached positions t' <= t (as attention_forward)
     #pragma omp parallel for collapse(2)
     for (size_t b = 0; b < B; b++) {
         for (size_t hd = 0; hd < H; hd++) {
             size_t kv_offset = b * max_T * kv_dim + (hd / kv_mul) * hs;
-            attention_query(dec->y + b * q_dim + hd * hs, dec->att + (b * H + hd) * max_T,
-                            dec->q + b * q_dim + hd * hs, k_cache + kv_offset, v_cache + kv_offset,
+            attention_query(s->y + b * q_dim + hd * hs, dec->att + (b * H + hd) * max_T,
+                            s->q + b * q_dim + hd * hs, k_cache + kv_offset, v_cache + kv_offset,
                             t + 1, kv_dim, hs);
         }
     }
-    linear_forward(f, dec->y, p->wo + layer * d * q_dim, B, q_dim, d);
+    linear_forward(s->f, s->y, p->wo + layer * d * q_dim, B, q_dim, d);
 }
 
-// MLP sub-layer of layer `layer`: f (B,d) = MLP(rmsnorm(h)).
-static void mlp_step(Decoder* dec, size_t layer, const float* h, float* f) {
-    const ModelConfig* c = &dec->model->config;
+// h (B,d) = the depth attention of sub-layer l, in two phases (SPEC "Two-phase inference")
+static void depth_step(Decoder* dec, int l, float* h) {
+    const ModelDims* z = &dec->model->dims;
     const ParameterTensors* p = &dec->model->params;
-    size_t B = dec->B, d = c->d_model, F = c->ffn_hidden;
-    rmsnorm_forward(dec->xn, dec->rstd, h, p->mlp_norm + layer * d, B, d);
-    linear_forward(dec->gate, dec->xn, p->wg + layer * F * d, B, d, F);
-    linear_forward(dec->up, dec->xn, p->wu + layer * F * d, B, d, F);
-    swiglu_forward(dec->act, dec->gate, dec->up, B, F);
-    linear_forward(f, dec->act, p->wd + layer * d * F, B, F, d);
-}
-
-static void sublayer_step(Decoder* dec, int l, const float* h, float* f) {
-    if (l % 2 == 0) { attention_step(dec, (size_t)l / 2, h, f); }
-    else { mlp_step(dec, (size_t)l / 2, h, f); }
+    const Activations* a = &dec->acts;
+    size_t B = dec->B, d = z->d, S = z->S, i = (size_t)l % S, first = (size_t)l - i;
+    if (i == 0) {  // phase 1, once per block: its S queries against the completed blocks
+        const float* blocks[z->n_sub + 2];
+        size_t n = gather_sources(a, &dec->model->config, B, l, blocks, NULL);
+        depth_attention_phase1(dec->phase_o, dec->phase_max, dec->phase_sumexp, blocks,
+                               p->res_query + first * d, p->res_norm + first * d, n, S, B, d);
+    }
+    depth_attention_phase2(h, dec->phase_o + i * B * d, dec->phase_max + i * B,
+                           dec->phase_sumexp + i * B, i == 0 ? NULL : a->sub[l - 1].partial,
+                           p->res_query + (size_t)l * d, p->res_norm + (size_t)l * d, B, d);
 }
 
 void decoder_step(Decoder* dec, const int* tokens, float* logits) {
@@ -128,46 +107,30 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
         fprintf(stderr, "error: decoder is full (%zu positions)\n", dec->max_T);
         exit(1);
     }
-    const ModelConfig* c = &dec->model->config;
-    const ParameterTensors* p = &dec->model->params;
-    size_t B = dec->B, d = c->d_model, BD = B * d, V = c->vocab_size;
-    int L2 = 2 * c->n_layers, S = c->block_size;
-    size_t N = n_blocks(c);
-    embedding_forward(dec->blocks, tokens, p->wte, B, d);  // b_0 = x0
-    const float* out = dec->blocks;
-    if (S == 0) {
-        // standard PreNorm residual stream, kept in blocks[0]: h_{l+1} = h_l + f_l(h_l)
-        float* stream = dec->blocks;
-        for (int l = 0; l < L2; l++) {
-            sublayer_step(dec, l, stream, dec->f);
-            for (size_t i = 0; i < BD; i++) { stream[i] += dec->f[i]; }
-        }
-    } else {
-        const float* sources[N + 1];  // b_0 .. b_N of this position
-        for (size_t n = 0; n <= N; n++) { sources[n] = dec->blocks + n * BD; }
-        for (size_t n = 1; n <= N; n++) {
-            size_t first = (n - 1) * (size_t)S;  // the block's first sub-layer
-            depth_attention_phase1(dec->phase_o, dec->phase_max, dec->phase_sumexp, sources,
-                                   p->res_query + first * d, p->res_norm + first * d, n,
-                                   (size_t)S, B, d);
-            float* partial = dec->blocks + n * BD;  // becomes b_n when the block completes
-            for (size_t i = 0; i < (size_t)S; i++) {
-                size_t l = first + i;
-                depth_attention_phase2(dec->h, dec->phase_o + i * BD, dec->phase_max + i * B,
-                                       dec->phase_sumexp + i * B, i == 0 ? NULL : partial,
-                                       p->res_query + l * d, p->res_norm + l * d, B, d);
-                sublayer_step(dec, (int)l, dec->h, dec->f);
-                if (i == 0) { memcpy(partial, dec->f, BD * sizeof(float)); }
-                else { for (size_t j = 0; j < BD; j++) { partial[j] += dec->f[j]; } }
-            }
-        }
-        depth_attention_forward(dec->out, dec->alpha, dec->key_rstd, sources,
-                                p->res_query + (size_t)L2 * d, p->res_norm + (size_t)L2 * d,
-                                N + 1, B, d);
-        out = dec->out;
+    const Model* m = dec->model;
+    const ParameterTensors* p = &m->params;
+    Activations* a = &dec->acts;
+    size_t B = dec->B, d = m->dims.d;
+    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0;
+    embedding_forward(a->x0, tokens, p->wte, B, d);
+    if (!attnres) { memcpy(a->sub[0].h, a->x0, B * d * sizeof(float)); }  // none: h_0 = x0
+    for (int l = 0; l < n_sub; l++) {
+        SubLayer* s = &a->sub[l];
+        if (attnres) { depth_step(dec, l, s->h); }
+        if (l % 2 == 0) { attention_step(dec, (size_t)l / 2, s); }
+        else { mlp_sublayer_forward(m, s, l, B); }
+        residual_update(m, a, l, B);
     }
-    rmsnorm_forward(dec->xf, dec->rstd_f, out, p->final_norm, B, d);
-    linear_forward(logits, dec->xf, p->lm_head, B, d, V);
+    if (attnres) {  // the output aggregation over b_0 .. b_{n_blocks}
+        SubLayer* s = &a->sub[n_sub];
+        const float* blocks[n_sub + 2];
+        size_t n = gather_sources(a, &m->config, B, n_sub, blocks, NULL);
+        depth_attention_forward(a->out, s->alpha, s->key_rstd, blocks,
+                                p->res_query + (size_t)n_sub * d, p->res_norm + (size_t)n_sub * d,
+                                n, B, d);
+    }
+    rmsnorm_forward(a->xf, a->rstd_f, a->out, p->final_norm, B, d);
+    linear_forward(logits, a->xf, p->lm_head, B, d, m->dims.V);
     dec->T++;
 }
 
@@ -181,11 +144,11 @@ void decoder_generate(Decoder* dec, const int* prompt, size_t n_prompt, int* out
         for (size_t b = 0; b < B; b++) {
             tokens[b] = t < n_prompt ? prompt[b * n_prompt + t] : out[b * n_new + t - n_prompt];
         }
-        decoder_step(dec, tokens, dec->logits);
+        decoder_step(dec, tokens, dec->acts.logits);
         if (t + 1 < n_prompt) { continue; }
         for (size_t b = 0; b < B; b++) {
             out[b * n_new + t + 1 - n_prompt] =
-                sample_token(dec->logits + b * V, V, temperature, top_k, rng);
+                sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
         }
     }
     free(tokens);

@@ -8,10 +8,12 @@
 //   - Depth (AttnRes): depth attention mixes the sub-layer outputs of ONE position; it never
 //     reads another position's blocks. So no block of an earlier position is ever needed
 //     again, and "the depth sources cached per position" are those of the position being
-//     decoded: while a step walks the sub-layers it keeps b_0 = x0, the completed blocks
-//     b_1 .. b_{n-1}, and the partial sum of the current block, (N+1, B, d) in all; the next
-//     step overwrites them. Everything from earlier positions that a step needs reaches it
-//     through the KV cache.
+//     decoded: while a step walks the sub-layers it keeps, in the model's own activation
+//     buffers (model.h, sized for B rows), b_0 = x0 and the partial sum after every
+//     sub-layer, whose last one in each block is that block's b_n: n_blocks completed blocks
+//     plus the running partial sum of the current block are what each depth attention
+//     reads. The next step overwrites them. Everything from earlier positions that a step
+//     needs reaches it through the KV cache.
 // The result equals model_forward over the whole sequence to float rounding (tested).
 #ifndef ATTNRES_INFERENCE_H
 #define ATTNRES_INFERENCE_H
@@ -53,18 +55,12 @@ typedef struct {
     size_t T;              // positions decoded so far (the next step's position)
     float* k_cache;        // (L, B, max_T, G*hs) keys after RoPE
     float* v_cache;        // (L, B, max_T, G*hs) values
-    // the current position, B rows
-    float* blocks;         // (N+1, B, d) b_0 = x0, b_1 .. b_N; b_n holds the partial sum
-                           // while block n runs. none mode: row 0 is the residual stream.
+    Activations acts;      // the current position: the model's buffers (point_activations)
+    float* acts_memory;    // for B rows (B x 1), without the backward's; logits are acts.logits
+    float* att;            // (B,H,max_T) attention weights of the current position
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
     float* phase_max;      // (S, B) phase 1: max scores
     float* phase_sumexp;   // (S, B) phase 1: sums of exponentials
-    float *h, *xn, *rstd, *f;          // (B,d) sub-layer input, rmsnorm(h), rstd (B), output
-    float *q, *k, *v, *y, *att;        // (B,H*hs), (B,G*hs) x2, (B,H*hs), (B,H,max_T)
-    float *gate, *up, *act;            // (B,F) each
-    float *out, *alpha, *key_rstd;     // (B,d), (B,N+1) x2: the output aggregation
-    float *xf, *rstd_f;                // (B,d), (B)
-    float* logits;         // (B,V) of the last step of decoder_generate
 } Decoder;
 
 // Allocates caches and buffers for B sequences of up to max_T positions; starts empty.

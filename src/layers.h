@@ -94,7 +94,8 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 
 // ---- crossentropy.c ----------------------------------------------------------------------
 // Softmax + cross-entropy per row. logits, probs (N,V); losses (N); targets (N), -1 = ignored
-// (its loss is 0). Returns the number of rows whose target is not -1.
+// (its loss is 0); targets NULL ignores every row (probabilities only). Returns the number
+// of rows whose target is not -1.
 size_t crossentropy_forward(float* losses, float* probs, const float* logits,
                             const int* targets, size_t N, size_t V);
 // dlogits += scale * (probs - onehot(target)) on rows whose target is not -1;

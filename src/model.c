@@ -1,10 +1,12 @@
-// model.c — forward and backward of the whole model, for every residual mode.
+// model.c — forward and backward of the whole model, for every residual mode, on the CPU or
+// on the GPU: every layer call goes through the model's kernel table (kernels.h), so this file
+// is the one copy of the orchestration, and cuda/model.cu only builds a Model on the device.
 //
 // Sub-layer l = 0 .. 2L-1: even l is the attention of layer l/2, odd l its MLP. Each is
 // f_l(h) = Attn(rmsnorm(h)) or MLP(rmsnorm(h)). What feeds h depends on the mode (SPEC.md):
 //   none : h_0 = x0, h_{l+1} = h_l + f_l(h_l), out = h_{2L}
 //   block: sources are the completed blocks b_0 = x0, b_1, ... and the partial sum p of the
-//          current block; h_l = DA_l(b_0..b_{n-1}[, p]); out = DA_out(b_0..b_N)
+//          current block; h_l = DA_l(b_0..b_{n-1}[, p]); out = DA_out(b_0..b_{n_blocks})
 //   full : block with S = 1 (every sub-layer output is its own block)
 // Block bookkeeping: partial[l] is the running sum of the outputs of the sub-layers of l's
 // block up to and including l, so block k >= 1 is partial[k*S - 1], and the partial sum that
@@ -13,15 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "diagnostics.h"
 #include "layers.h"
 #include "model.h"
 #include "rng.h"
 #include "util.h"
 
-const char* const PARAM_NAMES[N_PARAM_TENSORS] = {
-    "wte", "attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "wg", "wu", "wd",
-    "res_query", "res_norm", "final_norm", "lm_head"};
+// ---------------------------------------------------------------------------------------
+// Config, sizes, parameters.
 
 int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
     const int values[] = {c->vocab_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads,
@@ -59,67 +59,63 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
     return 0;
 }
 
+ModelDims model_dims(const ModelConfig* c) {
+    ModelDims z;
+    z.V = (size_t)c->vocab_size;
+    z.d = (size_t)c->d_model;
+    z.L = (size_t)c->n_layers;
+    z.H = (size_t)c->n_heads;
+    z.G = (size_t)c->n_kv_heads;
+    z.hs = z.d / z.H;
+    z.F = (size_t)c->ffn_hidden;
+    z.q_dim = z.H * z.hs;
+    z.kv_dim = z.G * z.hs;
+    z.n_sub = 2 * z.L;
+    z.S = (size_t)c->block_size;
+    z.n_blocks = z.S > 0 ? z.n_sub / z.S : 0;
+    z.n_res = z.S > 0 ? z.n_sub + 1 : 0;
+    return z;
+}
+
+#define PARAM_INFO_ENTRY(name, size, init, decay) {#name, init, decay},
+const ParamInfo PARAM_INFO[N_PARAM_TENSORS] = {PARAMETER_TENSORS(PARAM_INFO_ENTRY)};
+#undef PARAM_INFO_ENTRY
+
 size_t param_sizes(const ModelConfig* c, size_t sizes[N_PARAM_TENSORS]) {
-    size_t V = c->vocab_size, d = c->d_model, L = c->n_layers, F = c->ffn_hidden;
-    size_t hs = d / c->n_heads, q_dim = c->n_heads * hs, kv_dim = c->n_kv_heads * hs;
-    size_t n_res = c->block_size > 0 ? (2 * L + 1) * d : 0;
-    size_t s[N_PARAM_TENSORS] = {V * d, L * d, L * q_dim * d, L * kv_dim * d, L * kv_dim * d,
-                                 L * d * q_dim, L * d, L * F * d, L * F * d, L * d * F,
-                                 n_res, n_res, d, V * d};
+    ModelDims dims = model_dims(c);  // the PARAMETER_TENSORS size column reads `dims`
+    #define PARAM_SIZE(name, size, init, decay) size,
+    const size_t s[N_PARAM_TENSORS] = {PARAMETER_TENSORS(PARAM_SIZE)};
+    #undef PARAM_SIZE
     size_t total = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) { sizes[i] = s[i]; total += s[i]; }
     return total;
 }
 
-int param_is_matrix(int i) {
-    return !(i == 1 || i == 6 || i == 10 || i == 11 || i == 12);
-}
-
 void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
-    float** ptrs[N_PARAM_TENSORS] = {&t->wte, &t->attn_norm, &t->wq, &t->wk, &t->wv, &t->wo,
-                                     &t->mlp_norm, &t->wg, &t->wu, &t->wd, &t->res_query,
-                                     &t->res_norm, &t->final_norm, &t->lm_head};
+    #define PARAM_POINTER(name, size, init, decay) &t->name,
+    float** ptrs[N_PARAM_TENSORS] = {PARAMETER_TENSORS(PARAM_POINTER)};
+    #undef PARAM_POINTER
     for (int i = 0; i < N_PARAM_TENSORS; i++) { *ptrs[i] = memory; memory += sizes[i]; }
 }
 
+void model_init_params(Model* m, uint64_t seed) {
+    uint64_t state = seed;
+    float std_out = 0.02f / sqrtf(2.0f * (float)m->config.n_layers);
+    float* p = m->params_memory;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        ParamInit init = PARAM_INFO[i].init;
+        float std = init == INIT_NORMAL_OUT ? std_out : 0.02f;
+        for (size_t j = 0; j < m->param_sizes[i]; j++) {
+            if (init == INIT_ZERO) { p[j] = 0.0f; }
+            else if (init == INIT_ONE) { p[j] = 1.0f; }
+            else { p[j] = (float)(std * rng_normal(&state)); }
+        }
+        p += m->param_sizes[i];
+    }
+}
+
 // ---------------------------------------------------------------------------------------
-// Activations: what the backward needs from the forward, per sub-layer, plus scratch.
-typedef struct {
-    float* h;         // (N,d) sub-layer input (residual stream, or depth-attention output)
-    float* xn;        // (N,d) rmsnorm(h)
-    float* rstd;      // (N)
-    float* q;         // (N,H*hs) after RoPE              [attention]
-    float* k;         // (N,G*hs) after RoPE              [attention]
-    float* v;         // (N,G*hs)                         [attention]
-    float* att;       // (B,H,T,T) softmax probabilities  [attention]
-    float* y;         // (N,H*hs) heads concatenated      [attention]
-    float* gate;      // (N,F) xn Wg^T                     [MLP]
-    float* up;        // (N,F) xn Wu^T                     [MLP]
-    float* act;       // (N,F) silu(gate) * up             [MLP]
-    float* partial;   // (N,d) partial block sum after l  [AttnRes]
-    float* alpha;     // (N,n_sources) depth-attention weights    [AttnRes]
-    float* key_rstd;  // (N,n_sources)                            [AttnRes]
-    size_t n_sources;
-} SubLayer;
-
-struct Activations {
-    SubLayer* sub;    // 2L sub-layers, then slot 2L: the output aggregation (AttnRes)
-    float* x0;        // (N,d) embeddings
-    float* out;       // (N,d) final hidden state
-    float* xf;        // (N,d) rmsnorm(out; final_norm)
-    float* rstd_f;    // (N)
-    float* logits;    // (N,V)
-    float* probs;     // (N,V)
-    float* losses;    // (N)
-    float* f;         // (N,d) scratch: the output of the current sub-layer
-    // backward scratch
-    float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
-    float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
-    float* dpartial;  // (2L, N, d) gradients of partial[l]  [AttnRes]
-};
-
-static int n_sub(const Model* m) { return 2 * m->config.n_layers; }
-static int is_attnres(const Model* m) { return m->config.block_size > 0; }
+// The residual bookkeeping: which sources each depth attention reads.
 
 size_t count_sources(const ModelConfig* c, int l) {
     int S = c->block_size;
@@ -127,225 +123,231 @@ size_t count_sources(const ModelConfig* c, int l) {
     return (size_t)(1 + l / S + (l % S > 0));
 }
 
-// The sources of sub-layer l (l = 2L: output aggregation) and their gradient buffers:
-// blocks b_0 .. b_{n-1} (b_0 = x0, b_k = partial[k*S-1]), then partial[l-1] if l is not
-// first in its block.
-static size_t gather_sources(const Model* m, int l, const float** src, float** dsrc) {
-    const Activations* a = m->acts;
-    int S = m->config.block_size;
-    size_t N = m->B * m->T, d = m->config.d_model;
-    int n_blocks = (l == n_sub(m)) ? n_sub(m) / S + 1 : 1 + l / S;
+size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
+                      const float** src, float** dsrc) {
+    int S = c->block_size, n_sub = 2 * c->n_layers;
+    size_t d = (size_t)c->d_model;
+    int n_blocks = (l == n_sub) ? n_sub / S + 1 : 1 + l / S;
     size_t count = 0;
     for (int k = 0; k < n_blocks; k++, count++) {
         src[count] = k == 0 ? a->x0 : a->sub[k * S - 1].partial;
-        dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k * S - 1) * N * d;
+        if (dsrc != NULL) { dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k * S - 1) * N * d; }
     }
-    if (l < n_sub(m) && l % S > 0) {
+    if (l < n_sub && l % S > 0) {
         src[count] = a->sub[l - 1].partial;
-        dsrc[count] = a->dpartial + (size_t)(l - 1) * N * d;
+        if (dsrc != NULL) { dsrc[count] = a->dpartial + (size_t)(l - 1) * N * d; }
         count++;
     }
     return count;
 }
 
-void model_build(Model* m, const ModelConfig* c, size_t max_B, size_t max_T) {
+void residual_update(const Model* m, Activations* a, int l, size_t N) {
+    const Kernels* K = m->kernels;
+    int n_sub = (int)m->dims.n_sub, S = (int)m->dims.S;
+    size_t nd = N * m->dims.d;
+    const float* f = a->sub[l].f;
+    if (S == 0) {
+        float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
+        K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
+    } else if (l % S == 0) {
+        K->copy(a->sub[l].partial, f, nd);                   // p = f_l: l starts its block
+    } else {
+        K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // p = p_{l-1} + f_l
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Activations: one size table, one block of memory.
+
+// A cursor into the block: take() hands out the next `count` floats (NULL for none, and
+// while only counting), each buffer starting a multiple of 16 floats (64 bytes) in.
+typedef struct {
+    float* memory;
+    size_t used;
+} Layout;
+
+static float* take(Layout* layout, size_t count) {
+    if (count == 0) { return NULL; }
+    float* p = layout->memory != NULL ? layout->memory + layout->used : NULL;
+    layout->used += (count + 15) / 16 * 16;
+    return p;
+}
+
+size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
+                         int backward, float* memory) {
+    ModelDims z = model_dims(c);
+    size_t N = B * T, d = z.d, F = z.F, V = z.V, attnres = z.S > 0;
+    Layout at = {memory, 0};
+    for (size_t l = 0; l <= z.n_sub; l++) {
+        SubLayer* s = &a->sub[l];
+        size_t sub = l < z.n_sub, attention = sub && l % 2 == 0, mlp = sub && l % 2 == 1;
+        s->n_sources = attnres ? count_sources(c, (int)l) : 0;
+        s->h        = take(&at, sub * N * d);
+        s->xn       = take(&at, sub * N * d);
+        s->rstd     = take(&at, sub * N);
+        s->f        = take(&at, sub * N * d);
+        s->q        = take(&at, attention * N * z.q_dim);
+        s->k        = take(&at, attention * N * z.kv_dim);
+        s->v        = take(&at, attention * N * z.kv_dim);
+        s->att      = take(&at, attention * B * z.H * T * T);
+        s->y        = take(&at, attention * N * z.q_dim);
+        s->gate     = take(&at, mlp * N * F);
+        s->up       = take(&at, mlp * N * F);
+        s->act      = take(&at, mlp * N * F);
+        s->partial  = take(&at, sub * attnres * N * d);
+        s->alpha    = take(&at, N * s->n_sources);
+        s->key_rstd = take(&at, N * s->n_sources);
+    }
+    a->x0      = take(&at, N * d);
+    a->out     = take(&at, N * d);
+    a->xf      = take(&at, N * d);
+    a->rstd_f  = take(&at, N);
+    a->logits  = take(&at, N * V);
+    a->probs   = take(&at, N * V);
+    a->losses  = take(&at, N);
+    size_t b = backward != 0;
+    a->dlogits = take(&at, b * N * V);
+    a->dxf     = take(&at, b * N * d);
+    a->dout    = take(&at, b * N * d);
+    a->dh      = take(&at, b * N * d);
+    a->dxn     = take(&at, b * N * d);
+    a->dx0     = take(&at, b * N * d);
+    a->dq      = take(&at, b * N * z.q_dim);
+    a->dk      = take(&at, b * N * z.kv_dim);
+    a->dv      = take(&at, b * N * z.kv_dim);
+    a->dq_pre  = take(&at, b * N * z.q_dim);
+    a->dk_pre  = take(&at, b * N * z.kv_dim);
+    a->dy      = take(&at, b * N * z.q_dim);
+    a->dgate   = take(&at, b * N * F);
+    a->dup     = take(&at, b * N * F);
+    a->dact    = take(&at, b * N * F);
+    a->dpartial = take(&at, b * attnres * z.n_sub * N * d);
+    return at.used;
+}
+
+// ---------------------------------------------------------------------------------------
+// Building: the same for every kernel table; the table's alloc decides where memory lives.
+
+void model_build_on(Model* m, const ModelConfig* c, size_t max_B, size_t max_T,
+                    const Kernels* K) {
     memset(m, 0, sizeof(*m));
     m->config = *c;
+    m->dims = model_dims(c);
+    m->kernels = K;
     m->num_params = param_sizes(c, m->param_sizes);
-    m->params_memory = callocCheck(m->num_params, sizeof(float));
-    m->grads_memory = callocCheck(m->num_params, sizeof(float));
-    m->m_memory = callocCheck(m->num_params, sizeof(float));
-    m->v_memory = callocCheck(m->num_params, sizeof(float));
+    float** flat[] = {&m->params_memory, &m->grads_memory, &m->m_memory, &m->v_memory};
+    for (int i = 0; i < 4; i++) { *flat[i] = K->alloc_zeroed(m->num_params); }
     point_tensors(&m->params, m->params_memory, m->param_sizes);
     point_tensors(&m->grads, m->grads_memory, m->param_sizes);
     m->max_B = max_B;
     m->max_T = max_T;
+    m->acts.sub = callocCheck(m->dims.n_sub + 1, sizeof(SubLayer));
+    m->acts_memory = K->alloc_zeroed(point_activations(&m->acts, c, max_B, max_T, 1, NULL));
+    point_activations(&m->acts, c, max_B, max_T, 1, m->acts_memory);
+}
 
-    size_t N = max_B * max_T, V = c->vocab_size, d = c->d_model, F = c->ffn_hidden;
-    size_t H = c->n_heads, hs = d / H, q_dim = H * hs, kv_dim = c->n_kv_heads * hs;
-    int L2 = 2 * c->n_layers;
-    Activations* a = callocCheck(1, sizeof(Activations));
-    m->acts = a;
-    a->sub = callocCheck((size_t)L2 + 1, sizeof(SubLayer));
-    for (int l = 0; l <= L2; l++) {
-        SubLayer* s = &a->sub[l];
-        if (l < L2) {
-            s->h = mallocCheck(N * d * sizeof(float));
-            s->xn = mallocCheck(N * d * sizeof(float));
-            s->rstd = mallocCheck(N * sizeof(float));
-            if (l % 2 == 0) {
-                s->q = mallocCheck(N * q_dim * sizeof(float));
-                s->k = mallocCheck(N * kv_dim * sizeof(float));
-                s->v = mallocCheck(N * kv_dim * sizeof(float));
-                s->att = mallocCheck(max_B * H * max_T * max_T * sizeof(float));
-                s->y = mallocCheck(N * q_dim * sizeof(float));
-            } else {
-                s->gate = mallocCheck(N * F * sizeof(float));
-                s->up = mallocCheck(N * F * sizeof(float));
-                s->act = mallocCheck(N * F * sizeof(float));
-            }
-        }
-        if (c->block_size > 0) {
-            if (l < L2) { s->partial = mallocCheck(N * d * sizeof(float)); }
-            s->n_sources = count_sources(c, l);
-            s->alpha = mallocCheck(N * s->n_sources * sizeof(float));
-            s->key_rstd = mallocCheck(N * s->n_sources * sizeof(float));
-        }
-    }
-    size_t big = q_dim > F ? q_dim : F;
-    float** bufs[] = {&a->x0, &a->out, &a->xf, &a->f, &a->dxf, &a->dout, &a->dh, &a->dxn,
-                      &a->dx0};
-    for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++) {
-        *bufs[i] = mallocCheck(N * d * sizeof(float));
-    }
-    a->rstd_f = mallocCheck(N * sizeof(float));
-    a->losses = mallocCheck(N * sizeof(float));
-    a->logits = mallocCheck(N * V * sizeof(float));
-    a->probs = mallocCheck(N * V * sizeof(float));
-    a->dlogits = mallocCheck(N * V * sizeof(float));
-    a->dq = mallocCheck(N * q_dim * sizeof(float));
-    a->dq_pre = mallocCheck(N * q_dim * sizeof(float));
-    a->dy = mallocCheck(N * big * sizeof(float));
-    a->dk = mallocCheck(N * kv_dim * sizeof(float));
-    a->dk_pre = mallocCheck(N * kv_dim * sizeof(float));
-    a->dv = mallocCheck(N * kv_dim * sizeof(float));
-    a->dgate = mallocCheck(N * F * sizeof(float));
-    a->dup = mallocCheck(N * F * sizeof(float));
-    a->dact = mallocCheck(N * F * sizeof(float));
-    if (c->block_size > 0) { a->dpartial = mallocCheck((size_t)L2 * N * d * sizeof(float)); }
+void model_build(Model* m, const ModelConfig* c, size_t max_B, size_t max_T) {
+    model_build_on(m, c, max_B, max_T, &cpu_kernels);
 }
 
 void model_free(Model* m) {
-    Activations* a = m->acts;
-    if (a != NULL) {
-        for (int l = 0; l <= n_sub(m); l++) {
-            SubLayer* s = &a->sub[l];
-            float* p[] = {s->h, s->xn, s->rstd, s->q, s->k, s->v, s->att, s->y, s->gate, s->up,
-                          s->act, s->partial, s->alpha, s->key_rstd};
-            for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) { free(p[i]); }
-        }
-        free(a->sub);
-        float* p[] = {a->x0, a->out, a->xf, a->rstd_f, a->logits, a->probs, a->losses, a->f,
-                      a->dlogits, a->dxf, a->dout, a->dh, a->dxn, a->dx0, a->dq, a->dk, a->dv,
-                      a->dq_pre, a->dk_pre, a->dy, a->dgate, a->dup, a->dact, a->dpartial};
-        for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) { free(p[i]); }
-        free(a);
+    const Kernels* K = m->kernels;
+    if (K != NULL) {
+        float* memory[] = {m->params_memory, m->grads_memory, m->m_memory, m->v_memory,
+                           m->acts_memory};
+        for (int i = 0; i < 5; i++) { K->release(memory[i]); }
     }
-    free(m->params_memory);
-    free(m->grads_memory);
-    free(m->m_memory);
-    free(m->v_memory);
+    free(m->acts.sub);
     memset(m, 0, sizeof(*m));
-}
-
-void model_init_params(Model* m, uint64_t seed) {
-    const ModelConfig* c = &m->config;
-    uint64_t state = seed;
-    float std_out = 0.02f / sqrtf(2.0f * (float)c->n_layers);
-    float* p = m->params_memory;
-    for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t n = m->param_sizes[i];
-        int is_gain = (i == 1 || i == 6 || i == 11 || i == 12);
-        float std = (i == 5 || i == 9) ? std_out : 0.02f;
-        for (size_t j = 0; j < n; j++) {
-            if (i == 10) { p[j] = 0.0f; }               // pseudo-queries: 0
-            else if (is_gain) { p[j] = 1.0f; }          // gains: 1
-            else { p[j] = (float)(std * rng_normal(&state)); }
-        }
-        p += n;
-    }
 }
 
 // ---------------------------------------------------------------------------------------
 // The sub-layers, forward and backward. Layer index = l / 2.
 
-static void attention_sublayer_forward(Model* m, int l, float* f_out) {
-    const ModelConfig* c = &m->config;
-    SubLayer* s = &m->acts->sub[l];
-    size_t B = m->B, T = m->T, N = B * T, d = c->d_model, layer = l / 2;
-    size_t H = c->n_heads, G = c->n_kv_heads, hs = d / H, q_dim = H * hs, kv_dim = G * hs;
+static void attention_sublayer_forward(const Model* m, SubLayer* s, int l) {
+    const Kernels* K = m->kernels;
+    const ModelDims* z = &m->dims;
     const ParameterTensors* p = &m->params;
-    rmsnorm_forward(s->xn, s->rstd, s->h, p->attn_norm + layer * d, N, d);
-    linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
-    linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
-    linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
-    rope_forward(s->q, s->q, B, T, H, hs);
-    rope_forward(s->k, s->k, B, T, G, hs);
-    attention_forward(s->y, s->att, s->q, s->k, s->v, B, T, H, G, hs);
-    linear_forward(f_out, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
+    size_t B = m->B, T = m->T, N = B * T, d = z->d, layer = (size_t)l / 2;
+    size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
+    K->rmsnorm_forward(s->xn, s->rstd, s->h, p->attn_norm + layer * d, N, d);
+    K->linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
+    K->linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
+    K->linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
+    K->rope_forward(s->q, s->q, B, T, H, hs);
+    K->rope_forward(s->k, s->k, B, T, G, hs);
+    K->attention_forward(s->y, s->att, s->q, s->k, s->v, B, T, H, G, hs);
+    K->linear_forward(s->f, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
 }
 
 // df: gradient of the sub-layer output; accumulates into dh (the input's gradient)
 static void attention_sublayer_backward(Model* m, int l, const float* df, float* dh) {
-    const ModelConfig* c = &m->config;
-    SubLayer* s = &m->acts->sub[l];
-    Activations* a = m->acts;
-    size_t B = m->B, T = m->T, N = B * T, d = c->d_model, layer = l / 2;
-    size_t H = c->n_heads, G = c->n_kv_heads, hs = d / H, q_dim = H * hs, kv_dim = G * hs;
+    const Kernels* K = m->kernels;
+    const ModelDims* z = &m->dims;
+    const SubLayer* s = &m->acts.sub[l];
+    Activations* a = &m->acts;
     const ParameterTensors* p = &m->params;
     const ParameterTensors* g = &m->grads;
-    memset(a->dy, 0, N * q_dim * sizeof(float));
-    linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y, p->wo + layer * d * q_dim,
-                    N, q_dim, d);
-    memset(a->dq, 0, N * q_dim * sizeof(float));
-    memset(a->dk, 0, N * kv_dim * sizeof(float));
-    memset(a->dv, 0, N * kv_dim * sizeof(float));
-    attention_backward(a->dq, a->dk, a->dv, a->dy, s->att, s->q, s->k, s->v, B, T, H, G, hs);
-    memset(a->dq_pre, 0, N * q_dim * sizeof(float));
-    memset(a->dk_pre, 0, N * kv_dim * sizeof(float));
-    rope_backward(a->dq_pre, a->dq, B, T, H, hs);
-    rope_backward(a->dk_pre, a->dk, B, T, G, hs);
-    memset(a->dxn, 0, N * d * sizeof(float));
-    linear_backward(a->dxn, g->wq + layer * q_dim * d, a->dq_pre, s->xn,
-                    p->wq + layer * q_dim * d, N, d, q_dim);
-    linear_backward(a->dxn, g->wk + layer * kv_dim * d, a->dk_pre, s->xn,
-                    p->wk + layer * kv_dim * d, N, d, kv_dim);
-    linear_backward(a->dxn, g->wv + layer * kv_dim * d, a->dv, s->xn,
-                    p->wv + layer * kv_dim * d, N, d, kv_dim);
-    rmsnorm_backward(dh, g->attn_norm + layer * d, a->dxn, s->h, p->attn_norm + layer * d,
-                     s->rstd, N, d);
+    size_t B = m->B, T = m->T, N = B * T, d = z->d, layer = (size_t)l / 2;
+    size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
+    K->zero(a->dy, N * q_dim);
+    K->linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y, p->wo + layer * d * q_dim,
+                       N, q_dim, d);
+    K->zero(a->dq, N * q_dim);
+    K->zero(a->dk, N * kv_dim);
+    K->zero(a->dv, N * kv_dim);
+    K->attention_backward(a->dq, a->dk, a->dv, a->dy, s->att, s->q, s->k, s->v, B, T, H, G, hs);
+    K->zero(a->dq_pre, N * q_dim);
+    K->zero(a->dk_pre, N * kv_dim);
+    K->rope_backward(a->dq_pre, a->dq, B, T, H, hs);
+    K->rope_backward(a->dk_pre, a->dk, B, T, G, hs);
+    K->zero(a->dxn, N * d);
+    K->linear_backward(a->dxn, g->wq + layer * q_dim * d, a->dq_pre, s->xn,
+                       p->wq + layer * q_dim * d, N, d, q_dim);
+    K->linear_backward(a->dxn, g->wk + layer * kv_dim * d, a->dk_pre, s->xn,
+                       p->wk + layer * kv_dim * d, N, d, kv_dim);
+    K->linear_backward(a->dxn, g->wv + layer * kv_dim * d, a->dv, s->xn,
+                       p->wv + layer * kv_dim * d, N, d, kv_dim);
+    K->rmsnorm_backward(dh, g->attn_norm + layer * d, a->dxn, s->h, p->attn_norm + layer * d,
+                        s->rstd, N, d);
 }
 
-static void mlp_sublayer_forward(Model* m, int l, float* f_out) {
-    const ModelConfig* c = &m->config;
-    SubLayer* s = &m->acts->sub[l];
-    size_t N = m->B * m->T, d = c->d_model, F = c->ffn_hidden, layer = l / 2;
+void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N) {
+    const Kernels* K = m->kernels;
     const ParameterTensors* p = &m->params;
-    rmsnorm_forward(s->xn, s->rstd, s->h, p->mlp_norm + layer * d, N, d);
-    linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
-    linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
-    swiglu_forward(s->act, s->gate, s->up, N, F);
-    linear_forward(f_out, s->act, p->wd + layer * d * F, N, F, d);
+    size_t d = m->dims.d, F = m->dims.F, layer = (size_t)l / 2;
+    K->rmsnorm_forward(s->xn, s->rstd, s->h, p->mlp_norm + layer * d, N, d);
+    K->linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
+    K->linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
+    K->swiglu_forward(s->act, s->gate, s->up, N, F);
+    K->linear_forward(s->f, s->act, p->wd + layer * d * F, N, F, d);
 }
 
 static void mlp_sublayer_backward(Model* m, int l, const float* df, float* dh) {
-    const ModelConfig* c = &m->config;
-    SubLayer* s = &m->acts->sub[l];
-    Activations* a = m->acts;
-    size_t N = m->B * m->T, d = c->d_model, F = c->ffn_hidden, layer = l / 2;
+    const Kernels* K = m->kernels;
+    const SubLayer* s = &m->acts.sub[l];
+    Activations* a = &m->acts;
     const ParameterTensors* p = &m->params;
     const ParameterTensors* g = &m->grads;
-    memset(a->dact, 0, N * F * sizeof(float));
-    linear_backward(a->dact, g->wd + layer * d * F, df, s->act, p->wd + layer * d * F, N, F, d);
-    memset(a->dgate, 0, N * F * sizeof(float));
-    memset(a->dup, 0, N * F * sizeof(float));
-    swiglu_backward(a->dgate, a->dup, a->dact, s->gate, s->up, N, F);
-    memset(a->dxn, 0, N * d * sizeof(float));
-    linear_backward(a->dxn, g->wg + layer * F * d, a->dgate, s->xn, p->wg + layer * F * d,
-                    N, d, F);
-    linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn, p->wu + layer * F * d,
-                    N, d, F);
-    rmsnorm_backward(dh, g->mlp_norm + layer * d, a->dxn, s->h, p->mlp_norm + layer * d,
-                     s->rstd, N, d);
+    size_t N = m->B * m->T, d = m->dims.d, F = m->dims.F, layer = (size_t)l / 2;
+    K->zero(a->dact, N * F);
+    K->linear_backward(a->dact, g->wd + layer * d * F, df, s->act, p->wd + layer * d * F,
+                       N, F, d);
+    K->zero(a->dgate, N * F);
+    K->zero(a->dup, N * F);
+    K->swiglu_backward(a->dgate, a->dup, a->dact, s->gate, s->up, N, F);
+    K->zero(a->dxn, N * d);
+    K->linear_backward(a->dxn, g->wg + layer * F * d, a->dgate, s->xn, p->wg + layer * F * d,
+                       N, d, F);
+    K->linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn, p->wu + layer * F * d,
+                       N, d, F);
+    K->rmsnorm_backward(dh, g->mlp_norm + layer * d, a->dxn, s->h, p->mlp_norm + layer * d,
+                        s->rstd, N, d);
 }
 
-// sqrt(mean(x^2)) over n values, accumulated in double
-static void sublayer_forward(Model* m, int l, float* f_out) {
-    if (l % 2 == 0) { attention_sublayer_forward(m, l, f_out); }
-    else { mlp_sublayer_forward(m, l, f_out); }
-    if (m->sublayer_rms != NULL) {  // diagnostics only; off by default
-        m->sublayer_rms[l] = tensor_rms(f_out, m->B * m->T * (size_t)m->config.d_model);
-    }
+static void sublayer_forward(Model* m, int l) {
+    if (l % 2 == 0) { attention_sublayer_forward(m, &m->acts.sub[l], l); }
+    else { mlp_sublayer_forward(m, &m->acts.sub[l], l, m->B * m->T); }
 }
 
 static void sublayer_backward(Model* m, int l, const float* df, float* dh) {
@@ -355,25 +357,29 @@ static void sublayer_backward(Model* m, int l, const float* df, float* dh) {
 
 // depth attention of sub-layer l (l = 2L: output aggregation) into out
 static void depth_forward(Model* m, int l, float* out) {
-    const float* src[2 * m->config.n_layers + 2];
-    float* dsrc[2 * m->config.n_layers + 2];
-    size_t n = gather_sources(m, l, src, dsrc);
-    SubLayer* s = &m->acts->sub[l];
-    size_t d = m->config.d_model;
-    depth_attention_forward(out, s->alpha, s->key_rstd, src, m->params.res_query + l * d,
-                            m->params.res_norm + l * d, n, m->B * m->T, d);
+    const float* src[m->dims.n_sub + 2];
+    size_t N = m->B * m->T, d = m->dims.d;
+    size_t n = gather_sources(&m->acts, &m->config, N, l, src, NULL);
+    SubLayer* s = &m->acts.sub[l];
+    m->kernels->depth_attention_forward(out, s->alpha, s->key_rstd, src,
+                                        m->params.res_query + l * d, m->params.res_norm + l * d,
+                                        n, N, d);
 }
 
 static void depth_backward(Model* m, int l, const float* dout) {
-    const float* src[2 * m->config.n_layers + 2];
-    float* dsrc[2 * m->config.n_layers + 2];
-    size_t n = gather_sources(m, l, src, dsrc);
-    SubLayer* s = &m->acts->sub[l];
-    size_t d = m->config.d_model;
-    depth_attention_backward(dsrc, m->grads.res_query + l * d, m->grads.res_norm + l * d, dout,
-                             s->alpha, s->key_rstd, src, m->params.res_query + l * d,
-                             m->params.res_norm + l * d, n, m->B * m->T, d);
+    const float* src[m->dims.n_sub + 2];
+    float* dsrc[m->dims.n_sub + 2];
+    size_t N = m->B * m->T, d = m->dims.d;
+    size_t n = gather_sources(&m->acts, &m->config, N, l, src, dsrc);
+    const SubLayer* s = &m->acts.sub[l];
+    m->kernels->depth_attention_backward(dsrc, m->grads.res_query + l * d,
+                                         m->grads.res_norm + l * d, dout, s->alpha, s->key_rstd,
+                                         src, m->params.res_query + l * d,
+                                         m->params.res_norm + l * d, n, N, d);
 }
+
+// ---------------------------------------------------------------------------------------
+// The whole model.
 
 float model_forward(Model* m, const int* tokens, const int* targets, size_t B, size_t T) {
     if (B > m->max_B || T > m->max_T) {
@@ -381,117 +387,89 @@ float model_forward(Model* m, const int* tokens, const int* targets, size_t B, s
                 m->max_B, m->max_T);
         exit(1);
     }
-    const ModelConfig* c = &m->config;
-    Activations* a = m->acts;
+    const Kernels* K = m->kernels;
+    Activations* a = &m->acts;
     m->B = B;
     m->T = T;
     m->tokens = tokens;
     m->targets = targets;
-    size_t N = B * T, d = c->d_model, V = c->vocab_size;
-    int L2 = n_sub(m), S = c->block_size;
-    embedding_forward(a->x0, tokens, m->params.wte, N, d);
+    size_t N = B * T, d = m->dims.d, V = m->dims.V;
+    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0;
+    K->embedding_forward(a->x0, tokens, m->params.wte, N, d);
 
-    if (!is_attnres(m)) {
-        // standard PreNorm residual stream: h_{l+1} = h_l + f_l(h_l)
-        memcpy(a->sub[0].h, a->x0, N * d * sizeof(float));
-        for (int l = 0; l < L2; l++) {
-            sublayer_forward(m, l, a->f);
-            float* next = (l + 1 < L2) ? a->sub[l + 1].h : a->out;
-            const float* h = a->sub[l].h;
-            #pragma omp parallel for
-            for (size_t i = 0; i < N * d; i++) { next[i] = h[i] + a->f[i]; }
-        }
-    } else {
-        for (int l = 0; l < L2; l++) {
-            SubLayer* s = &a->sub[l];
-            depth_forward(m, l, s->h);
-            sublayer_forward(m, l, a->f);
-            // partial block sum: p = f_l if l starts its block, else p_{l-1} + f_l
-            if (l % S == 0) {
-                memcpy(s->partial, a->f, N * d * sizeof(float));
-            } else {
-                const float* prev = a->sub[l - 1].partial;
-                #pragma omp parallel for
-                for (size_t i = 0; i < N * d; i++) { s->partial[i] = prev[i] + a->f[i]; }
-            }
-        }
-        depth_forward(m, L2, a->out);
+    if (!attnres) { K->copy(a->sub[0].h, a->x0, N * d); }  // none: h_0 = x0
+    for (int l = 0; l < n_sub; l++) {
+        if (attnres) { depth_forward(m, l, a->sub[l].h); }  // h_l = DA_l(sources)
+        sublayer_forward(m, l);                              // f_l = f_l(h_l)
+        residual_update(m, a, l, N);                         // h_{l+1}, or partial[l]
     }
+    if (attnres) { depth_forward(m, n_sub, a->out); }       // out = DA_out(blocks)
 
-    rmsnorm_forward(a->xf, a->rstd_f, a->out, m->params.final_norm, N, d);
-    linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);
+    K->rmsnorm_forward(a->xf, a->rstd_f, a->out, m->params.final_norm, N, d);
+    K->linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);
+    // targets NULL: probabilities only (for decoding), every row counts as ignored
+    m->n_targets = K->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
     if (targets == NULL) {
-        // probabilities only (for decoding): every row counts as ignored
-        int* none = mallocCheck(N * sizeof(int));
-        for (size_t i = 0; i < N; i++) { none[i] = -1; }
-        crossentropy_forward(a->losses, a->probs, a->logits, none, N, V);
-        free(none);
         m->loss = -1.0f;
         return m->loss;
     }
-    size_t count = crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
-    double sum = 0.0;
-    for (size_t i = 0; i < N; i++) { sum += a->losses[i]; }
-    m->loss = count > 0 ? (float)(sum / (double)count) : 0.0f;
+    double sum = K->sum(a->losses, N);
+    m->loss = m->n_targets > 0 ? (float)(sum / (double)m->n_targets) : 0.0f;
     return m->loss;
 }
 
-const float* model_logits(const Model* m) { return m->acts->logits; }
-const float* model_probs(const Model* m) { return m->acts->probs; }
+const float* model_logits(const Model* m) { return m->acts.logits; }
+const float* model_probs(const Model* m) { return m->acts.probs; }
 
-void model_zero_grad(Model* m) {
-    memset(m->grads_memory, 0, m->num_params * sizeof(float));
-}
+void model_zero_grad(Model* m) { m->kernels->zero(m->grads_memory, m->num_params); }
 
 void model_backward(Model* m) {
     if (m->targets == NULL) {
         fprintf(stderr, "error: model_backward needs a forward with targets\n");
         exit(1);
     }
-    const ModelConfig* c = &m->config;
-    Activations* a = m->acts;
-    size_t N = m->B * m->T, d = c->d_model, V = c->vocab_size;
-    int L2 = n_sub(m), S = c->block_size;
-    size_t count = 0;
-    for (size_t i = 0; i < N; i++) { count += m->targets[i] >= 0; }
+    const Kernels* K = m->kernels;
+    Activations* a = &m->acts;
+    size_t N = m->B * m->T, d = m->dims.d, V = m->dims.V;
+    int n_sub = (int)m->dims.n_sub, S = (int)m->dims.S;
+    size_t count = m->n_targets;
 
     // head: loss -> logits -> xf -> out
-    memset(a->dlogits, 0, N * V * sizeof(float));
-    crossentropy_backward(a->dlogits, a->probs, m->targets,
-                          count > 0 ? 1.0f / (float)count : 0.0f, N, V);
-    memset(a->dxf, 0, N * d * sizeof(float));
-    linear_backward(a->dxf, m->grads.lm_head, a->dlogits, a->xf, m->params.lm_head, N, d, V);
-    memset(a->dout, 0, N * d * sizeof(float));
-    rmsnorm_backward(a->dout, m->grads.final_norm, a->dxf, a->out, m->params.final_norm,
-                     a->rstd_f, N, d);
+    K->zero(a->dlogits, N * V);
+    K->crossentropy_backward(a->dlogits, a->probs, m->targets,
+                             count > 0 ? 1.0f / (float)count : 0.0f, N, V);
+    K->zero(a->dxf, N * d);
+    K->linear_backward(a->dxf, m->grads.lm_head, a->dlogits, a->xf, m->params.lm_head, N, d, V);
+    K->zero(a->dout, N * d);
+    K->rmsnorm_backward(a->dout, m->grads.final_norm, a->dxf, a->out, m->params.final_norm,
+                        a->rstd_f, N, d);
 
-    memset(a->dx0, 0, N * d * sizeof(float));
-    if (!is_attnres(m)) {
+    K->zero(a->dx0, N * d);
+    if (S == 0) {
         // h_{l+1} = h_l + f_l(h_l): the residual gradient flows straight through, and each
         // sub-layer adds its input gradient to it. dx0 carries the running gradient.
-        memcpy(a->dx0, a->dout, N * d * sizeof(float));
-        for (int l = L2 - 1; l >= 0; l--) {
-            memcpy(a->dh, a->dx0, N * d * sizeof(float));  // df_l = dh_{l+1}
+        K->copy(a->dx0, a->dout, N * d);
+        for (int l = n_sub - 1; l >= 0; l--) {
+            K->copy(a->dh, a->dx0, N * d);  // df_l = dh_{l+1}
             sublayer_backward(m, l, a->dh, a->dx0);
         }
     } else {
-        memset(a->dpartial, 0, (size_t)L2 * N * d * sizeof(float));
-        depth_backward(m, L2, a->dout);
-        for (int l = L2 - 1; l >= 0; l--) {
+        K->zero(a->dpartial, (size_t)n_sub * N * d);
+        depth_backward(m, n_sub, a->dout);
+        for (int l = n_sub - 1; l >= 0; l--) {
             // every consumer of partial[l] comes later, so its gradient is complete here.
             // partial[l] = partial[l-1] + f_l (or f_l when l starts its block)
             const float* dp = a->dpartial + (size_t)l * N * d;
             if (l % S != 0) {
                 float* dprev = a->dpartial + (size_t)(l - 1) * N * d;
-                #pragma omp parallel for
-                for (size_t i = 0; i < N * d; i++) { dprev[i] += dp[i]; }
+                K->add(dprev, dprev, dp, N * d);
             }
-            memset(a->dh, 0, N * d * sizeof(float));
+            K->zero(a->dh, N * d);
             sublayer_backward(m, l, dp, a->dh);
             depth_backward(m, l, a->dh);
         }
     }
-    embedding_backward(m->grads.wte, a->dx0, m->tokens, N, d);
+    K->embedding_backward(m->grads.wte, a->dx0, m->tokens, N, d);
 }
 
 float model_grad_norm(const Model* m) {
@@ -508,20 +486,55 @@ void model_update(Model* m, float lr, float beta1, float beta2, float eps,
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         size_t n = m->param_sizes[i];
-        adamw_update(m->params_memory + offset, m->grads_memory + offset, m->m_memory + offset,
-                     m->v_memory + offset, n, lr, beta1, beta2, eps,
-                     param_is_matrix(i) ? weight_decay : 0.0f, t);
+        if (n > 0) {  // res_query and res_norm are empty in none mode: nothing to launch
+            m->kernels->adamw_update(m->params_memory + offset, m->grads_memory + offset,
+                                     m->m_memory + offset, m->v_memory + offset, n, lr, beta1,
+                                     beta2, eps, PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
+        }
         offset += n;
     }
 }
 
 const float* model_depth_alpha(const Model* m, int l, size_t* n_sources) {
-    if (!is_attnres(m) || l < 0 || l > n_sub(m)) { return NULL; }
-    *n_sources = m->acts->sub[l].n_sources;
-    return m->acts->sub[l].alpha;
+    if (m->dims.S == 0 || l < 0 || l > (int)m->dims.n_sub) { return NULL; }
+    *n_sources = m->acts.sub[l].n_sources;
+    return m->acts.sub[l].alpha;
 }
 
 const float* model_sublayer_input(const Model* m, int l) {
-    if (l < 0 || l > n_sub(m)) { return NULL; }
-    return l == n_sub(m) ? m->acts->out : m->acts->sub[l].h;
+    if (l < 0 || l > (int)m->dims.n_sub) { return NULL; }
+    return l == (int)m->dims.n_sub ? m->acts.out : m->acts.sub[l].h;
 }
+
+const float* model_sublayer_output(const Model* m, int l) {
+    if (l < 0 || l >= (int)m->dims.n_sub) { return NULL; }
+    return m->acts.sub[l].f;
+}
+
+// ---------------------------------------------------------------------------------------
+// The CPU kernel table: the src/ layers, and host-memory helpers.
+
+static float* host_alloc_zeroed(size_t n) { return callocCheck(n, sizeof(float)); }
+static void host_release(void* p) { free(p); }
+static void host_zero(float* x, size_t n) { memset(x, 0, n * sizeof(float)); }
+static void host_copy(float* dst, const float* src, size_t n) {
+    memcpy(dst, src, n * sizeof(float));
+}
+static void host_add(float* out, const float* a, const float* b, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) { out[i] = a[i] + b[i]; }
+}
+static double host_sum(const float* x, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) { sum += x[i]; }
+    return sum;
+}
+
+const Kernels cpu_kernels = {
+    embedding_forward, embedding_backward, rmsnorm_forward, rmsnorm_backward,
+    linear_forward, linear_backward, rope_forward, rope_backward,
+    attention_forward, attention_backward, swiglu_forward, swiglu_backward,
+    depth_attention_forward, depth_attention_backward, crossentropy_forward,
+    crossentropy_backward, adamw_update,
+    host_alloc_zeroed, host_release, host_zero, host_copy, host_add, host_sum,
+};

@@ -1,10 +1,13 @@
-// model.h — the attnres.c model: config, parameters in canonical order, activations, and
-// the forward/backward orchestration for the three residual modes (see SPEC.md).
+// model.h — the attnres.c model: config, its sizes, the parameter table in canonical order,
+// the activations' size table, and the forward/backward orchestration for the three residual
+// modes (see SPEC.md). The orchestration (model.c) runs on the CPU (model_build) or on the GPU
+// (cuda/model.cu builds the same Model with device buffers and the CUDA kernels).
 #ifndef ATTNRES_MODEL_H
 #define ATTNRES_MODEL_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kernels.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -23,63 +26,146 @@ typedef struct {
 // Returns 0 if the config is valid, else -1 with a one-line reason in err.
 int model_config_check(const ModelConfig* c, char* err, size_t err_len);
 
-// The parameter tensors in SPEC's canonical order: pointers into one flat buffer.
-#define N_PARAM_TENSORS 14
+// Every size derived from a config, computed once (SPEC's letters; hs = d/H).
 typedef struct {
-    float* wte;         // (V, d)
-    float* attn_norm;   // (L, d)
-    float* wq;          // (L, H*hs, d)
-    float* wk;          // (L, G*hs, d)
-    float* wv;          // (L, G*hs, d)
-    float* wo;          // (L, d, H*hs)
-    float* mlp_norm;    // (L, d)
-    float* wg;          // (L, F, d)
-    float* wu;          // (L, F, d)
-    float* wd;          // (L, d, F)
-    float* res_query;   // (2L+1, d) pseudo-queries w_l, row 2L = w_out (size 0 in none)
-    float* res_norm;    // (2L+1, d) key-norm gains g_l, row 2L = g_out (size 0 in none)
-    float* final_norm;  // (d)
-    float* lm_head;     // (V, d)
-} ParameterTensors;
+    size_t V, d, L, H, G, hs, F;
+    size_t q_dim;     // H*hs: width of the queries and of the heads' concatenation
+    size_t kv_dim;    // G*hs: width of the keys and of the values
+    size_t n_sub;     // 2L sub-layers; depth attention l = 2L is the output aggregation
+    size_t S;         // block size: 0 none, 1 full, >= 2 block
+    size_t n_blocks;  // 2L/S completed blocks at the end (0 in none mode)
+    size_t n_res;     // rows of res_query and res_norm: 2L+1 in AttnRes, 0 in none
+} ModelDims;
+ModelDims model_dims(const ModelConfig* c);
 
-extern const char* const PARAM_NAMES[N_PARAM_TENSORS];
+// ---- parameters ------------------------------------------------------------------------
+// The parameter tensors in SPEC's canonical order, one line each: name, size in floats (the
+// product of its shape, in ModelDims `dims`), init, and whether AdamW decays it (SPEC: the
+// matrices, never gains or pseudo-queries). Adding a tensor is adding a line.
+typedef enum { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONE, INIT_ZERO } ParamInit;
+//  INIT_NORMAL: N(0, 0.02); INIT_NORMAL_OUT: N(0, 0.02/sqrt(2L)) (the projections that
+//  write into the residual stream); INIT_ONE: gains; INIT_ZERO: pseudo-queries.
+#define PARAMETER_TENSORS(X)                                                    \
+    /* name         size (floats)                   init             decay */   \
+    X(wte,          dims.V * dims.d,                INIT_NORMAL,     1)         \
+    X(attn_norm,    dims.L * dims.d,                INIT_ONE,        0)         \
+    X(wq,           dims.L * dims.q_dim * dims.d,   INIT_NORMAL,     1)         \
+    X(wk,           dims.L * dims.kv_dim * dims.d,  INIT_NORMAL,     1)         \
+    X(wv,           dims.L * dims.kv_dim * dims.d,  INIT_NORMAL,     1)         \
+    X(wo,           dims.L * dims.d * dims.q_dim,   INIT_NORMAL_OUT, 1)         \
+    X(mlp_norm,     dims.L * dims.d,                INIT_ONE,        0)         \
+    X(wg,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
+    X(wu,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
+    X(wd,           dims.L * dims.d * dims.F,       INIT_NORMAL_OUT, 1)         \
+    X(res_query,    dims.n_res * dims.d,            INIT_ZERO,       0)         \
+    X(res_norm,     dims.n_res * dims.d,            INIT_ONE,        0)         \
+    X(final_norm,   dims.d,                         INIT_ONE,        0)         \
+    X(lm_head,      dims.V * dims.d,                INIT_NORMAL,     1)
+
+// PARAM_wte, PARAM_attn_norm, ...: a tensor's index in the canonical order
+#define PARAM_ENUM_ENTRY(name, size, init, decay) PARAM_##name,
+typedef enum { PARAMETER_TENSORS(PARAM_ENUM_ENTRY) N_PARAM_TENSORS } ParamIndex;
+#undef PARAM_ENUM_ENTRY
+
+// Pointers into one flat buffer, in canonical order:
+//   wte (V,d), attn_norm (L,d), wq (L,H*hs,d), wk and wv (L,G*hs,d), wo (L,d,H*hs),
+//   mlp_norm (L,d), wg and wu (L,F,d), wd (L,d,F), res_query and res_norm (2L+1,d) with row
+//   2L for the output aggregation (absent in none), final_norm (d), lm_head (V,d)
+#define PARAM_FIELD(name, size, init, decay) float* name;
+typedef struct { PARAMETER_TENSORS(PARAM_FIELD) } ParameterTensors;
+#undef PARAM_FIELD
+
+typedef struct {
+    const char* name;
+    ParamInit init;
+    int decayed;
+} ParamInfo;
+extern const ParamInfo PARAM_INFO[N_PARAM_TENSORS];
+
 // Fills sizes (elements per tensor, canonical order); returns the total.
 size_t param_sizes(const ModelConfig* c, size_t sizes[N_PARAM_TENSORS]);
-// Weight decay applies to the matrices only, never to gains or pseudo-queries.
-int param_is_matrix(int tensor_index);
-// Points the 14 tensors of t into a flat buffer of param_sizes(), in canonical order.
+// Points the tensors of t into a flat buffer of param_sizes(), in canonical order.
 void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes);
+
+// ---- the residual bookkeeping (one copy, for the model and the decoder) ----------------
 // Number of depth-attention sources of sub-layer l (l = 2L: the output aggregation); S >= 1.
 size_t count_sources(const ModelConfig* c, int l);
 
-typedef struct Activations Activations;
+// ---- activations -----------------------------------------------------------------------
+// What the backward needs from the forward, per sub-layer, plus scratch. N = B*T rows.
+typedef struct {
+    float* h;         // (N,d) sub-layer input (residual stream, or depth-attention output)
+    float* xn;        // (N,d) rmsnorm(h)
+    float* rstd;      // (N)
+    float* f;         // (N,d) the sub-layer's output f_l(h)
+    float* q;         // (N,H*hs) after RoPE              [attention]
+    float* k;         // (N,G*hs) after RoPE              [attention]
+    float* v;         // (N,G*hs)                         [attention]
+    float* att;       // (B,H,T,T) softmax probabilities  [attention]
+    float* y;         // (N,H*hs) heads concatenated      [attention]
+    float* gate;      // (N,F) xn Wg^T                     [MLP]
+    float* up;        // (N,F) xn Wu^T                     [MLP]
+    float* act;       // (N,F) silu(gate) * up             [MLP]
+    float* partial;   // (N,d) partial block sum after l  [AttnRes]
+    float* alpha;     // (N,n_sources) depth-attention weights    [AttnRes]
+    float* key_rstd;  // (N,n_sources)                            [AttnRes]
+    size_t n_sources;
+} SubLayer;
 
 typedef struct {
+    SubLayer* sub;    // host array: 2L sub-layers, then slot 2L: the output aggregation
+    float* x0;        // (N,d) embeddings
+    float* out;       // (N,d) final hidden state
+    float* xf;        // (N,d) rmsnorm(out; final_norm)
+    float* rstd_f;    // (N)
+    float* logits;    // (N,V)
+    float* probs;     // (N,V)
+    float* losses;    // (N)
+    // backward scratch (absent when built without it)
+    float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
+    float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
+    float* dpartial;  // (2L, N, d) gradients of partial[l]  [AttnRes]
+} Activations;
+
+// The size table: points every buffer of a (NULL: only counts) into one block of memory
+// sized for B x T and returns the floats it takes. Buffers start 64-byte aligned. a->sub must
+// hold 2L+1 entries. backward = 0 leaves the backward scratch out (decoding).
+size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
+                         int backward, float* memory);
+
+// ---- the model -------------------------------------------------------------------------
+typedef struct {
     ModelConfig config;
+    ModelDims dims;
+    const Kernels* kernels;  // cpu_kernels, or the CUDA table (every buffer then on the GPU)
     size_t param_sizes[N_PARAM_TENSORS];
     size_t num_params;
     float* params_memory;  ParameterTensors params;   // flat buffers, canonical order
     float* grads_memory;   ParameterTensors grads;
     float* m_memory;       // AdamW first moment
     float* v_memory;       // AdamW second moment
-    Activations* acts;     // sized for (max_B, max_T)
+    Activations acts;      // sized for (max_B, max_T)
+    float* acts_memory;    // the one block acts points into
     size_t max_B, max_T;
     size_t B, T;           // shape of the last forward
     const int* tokens;     // inputs of the last forward
-    const int* targets;    // of the last forward (NULL: no loss)
+    const int* targets;    // its targets (NULL: none, no loss)
+    size_t n_targets;      // targets != -1 in the last forward
     float loss;            // mean loss of the last forward, -1 without targets
-    float* sublayer_rms;   // NULL (default) or (2L): model_forward writes the RMS of each
-                           // sub-layer's output f_l here (diagnostics.h)
 } Model;
 
-// Allocates every buffer (params zeroed); the caller then inits or loads params.
+// Allocates every buffer (params zeroed) with the CPU kernels; the caller then inits or loads
+// params. model_build_on does it for any kernel table (cuda/model.cu: on the GPU).
 void model_build(Model* m, const ModelConfig* c, size_t max_B, size_t max_T);
+void model_build_on(Model* m, const ModelConfig* c, size_t max_B, size_t max_T,
+                    const Kernels* K);
 void model_free(Model* m);
-// SPEC init: matrices N(0, 0.02) (wo, wd: 0.02/sqrt(2L)), gains 1, pseudo-queries 0.
+// SPEC init (PARAMETER_TENSORS' init column) from one random stream, in canonical order.
 void model_init_params(Model* m, uint64_t seed);
 
 // Forward on tokens (B,T) with B <= max_B, T <= max_T. targets (B,T) may be NULL; else the
-// mean cross-entropy over targets != -1 is returned (and kept in m->loss).
+// mean cross-entropy over targets != -1 is returned (and kept in m->loss). Both arrays are
+// in the model's memory (host for the CPU model, device for the CUDA one).
 float model_forward(Model* m, const int* tokens, const int* targets, size_t B, size_t T);
 // (B,T,V) logits and probabilities of the last forward.
 const float* model_logits(const Model* m);
@@ -87,18 +173,31 @@ const float* model_probs(const Model* m);
 void model_zero_grad(Model* m);
 // Backward of the last forward's mean loss; accumulates into m->grads.
 void model_backward(Model* m);
-// Global L2 norm of all gradients.
+// Global L2 norm of all gradients (CPU model).
 float model_grad_norm(const Model* m);
 // One AdamW step on every tensor; t counts from 1.
 void model_update(Model* m, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t);
 
-// Depth-attention diagnostics: alpha (B*T, n_sources) of sub-layer l (l = 2L: the output
-// aggregation) from the last forward, and its number of sources. NULL in none mode.
+// What the last forward left, for diagnostics (CPU model): alpha (B*T, n_sources) of
+// sub-layer l (l = 2L: the output aggregation) and its number of sources (NULL in none mode);
+// the input h_l (B*T, d) fed to sub-layer l (l = 2L: the final hidden state `out`, before the
+// final rmsnorm); the output f_l (B*T, d) of sub-layer l < 2L.
 const float* model_depth_alpha(const Model* m, int l, size_t* n_sources);
-// The hidden state (B*T, d) fed to sub-layer l in the last forward; l = 2L: the final
-// hidden state `out` (before the final rmsnorm).
 const float* model_sublayer_input(const Model* m, int l);
+const float* model_sublayer_output(const Model* m, int l);
+
+// ---- the pieces the cached decoder (inference.c) shares with the forward ----------------
+// The sources of sub-layer l (l = 2L: output aggregation) in a, N rows: blocks b_0 .. b_{n-1}
+// (b_0 = x0, b_k = partial[k*S-1]), then partial[l-1] if l is not first in its block; and,
+// when dsrc is not NULL, their gradient buffers. Returns their number (count_sources).
+size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
+                      const float** src, float** dsrc);
+// After sub-layer l has written s->f: none mode: h_{l+1} = h_l + f_l (out after the last);
+// AttnRes: partial[l] = f_l if l starts its block, else partial[l-1] + f_l.
+void residual_update(const Model* m, Activations* a, int l, size_t N);
+// s->f = MLP(rmsnorm(s->h)) of sub-layer l (odd), on the buffers of s, N rows.
+void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N);
 
 #ifdef __cplusplus
 }

@@ -49,12 +49,12 @@ static void randomise_params(Model* m, uint64_t seed) {
     Rng rng(seed);
     float* p = m->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        bool is_gain = i == 1 || i == 6 || i == 11 || i == 12;
-        bool is_query = i == 10;
+        bool is_gain = PARAM_INFO[i].init == INIT_ONE;
+        bool is_query = i == PARAM_res_query;
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
             p[j] = is_gain ? rng.uniform(0.5f, 1.5f)
                    : is_query ? rng.uniform(-1.0f, 1.0f)
-                   : i == 0 ? rng.uniform(-1.0f, 1.0f)   // wte: O(1) embeddings
+                   : i == PARAM_wte ? rng.uniform(-1.0f, 1.0f)   // wte: O(1) embeddings
                             : rng.uniform(-0.4f, 0.4f);
         }
         p += m->param_sizes[i];
@@ -66,7 +66,7 @@ static void compare_tensors(const std::string& what, const float* cuda, const fl
                             const size_t* sizes, Tolerance tol) {
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        compare_within(what + " " + PARAM_NAMES[i], cuda + offset, cpu + offset, sizes[i], tol);
+        compare_within(what + " " + PARAM_INFO[i].name, cuda + offset, cpu + offset, sizes[i], tol);
         offset += sizes[i];
     }
 }
@@ -97,7 +97,7 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     ModelCuda gpu;
     model_build_cuda(&gpu, &c, max_B, max_T);
     model_to_device_cuda(&gpu, &cpu);
-    REQUIRE(gpu.num_params == cpu.num_params);
+    REQUIRE(gpu.model.num_params == cpu.num_params);
     size_t P = cpu.num_params;
 
     // the round trip host -> device -> host is exact
@@ -118,14 +118,14 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
                    N * V, forward_tol);
     compare_within("probs", download(model_probs_cuda(&gpu), N * V).data(), model_probs(&cpu),
                    N * V, forward_tol);
-    Floats grads = download(gpu.grads_memory, P);
+    Floats grads = download(gpu.model.grads_memory, P);
     compare_tensors("grad", grads.data(), cpu.grads_memory, cpu.param_sizes, grad_tol);
     if (c.block_size > 0) {  // w_0 and g_0 see a single source: exactly zero gradient
         size_t d = c.d_model, offset = 0;
-        for (int i = 0; i < 10; i++) offset += cpu.param_sizes[i];
+        for (int i = 0; i < PARAM_res_query; i++) offset += cpu.param_sizes[i];
         Floats zeros(d, 0.0f);
         compare_exact("grad w_0", grads.data() + offset, zeros.data(), d);
-        compare_exact("grad g_0", grads.data() + offset + cpu.param_sizes[10], zeros.data(), d);
+        compare_exact("grad g_0", grads.data() + offset + cpu.param_sizes[PARAM_res_query], zeros.data(), d);
     }
 
     // a forward without targets gives the same probabilities and no loss

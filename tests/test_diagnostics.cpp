@@ -105,9 +105,8 @@ TEST_CASE("input RMS is that of each sub-layer's input; output RMS that of each 
         init_params(m, 11);
         ScopedDiagnostics sd(c);
         Diagnostics& dg = sd.dg;
-        CHECK(m.sublayer_rms == nullptr);  // off by default
-        diagnostics_attach(&dg, &m);
         int L2 = 2 * c.n_layers;
+        for (int l = 0; l <= L2; l++) dg.input_rms[l] = -1.0f;  // sentinels: measured below
         for (int l = 0; l < L2; l++) dg.output_rms[l] = -1.0f;
         std::vector<int> tokens, targets;
         random_batch(c.vocab_size, N, 5, tokens, targets);
@@ -125,9 +124,13 @@ TEST_CASE("input RMS is that of each sub-layer's input; output RMS that of each 
         double x0_squares = 0.0;
         for (size_t i = 0; i < N; i++) x0_squares += squares(m.params.wte + (size_t)tokens[i] * d, d);
         CHECK(dg.input_rms[0] == doctest::Approx(std::sqrt(x0_squares / (double)(N * d))).epsilon(1e-6));
+        CHECK(model_sublayer_output(&m, L2) == nullptr);
         for (int l = 0; l < L2; l++) {
             INFO("sub-layer ", l);
+            const float* f_l = model_sublayer_output(&m, l);
+            REQUIRE(f_l != nullptr);
             CHECK(dg.output_rms[l] > 0.0f);
+            CHECK(dg.output_rms[l] == doctest::Approx(std::sqrt(squares(f_l, N * d) / (double)(N * d))).epsilon(1e-6));
             if (c.block_size != 0) continue;
             const float* h = model_sublayer_input(&m, l);
             const float* next = model_sublayer_input(&m, l + 1);
@@ -151,8 +154,11 @@ TEST_CASE("per-layer gradient norms square-sum to the global norm squared, the f
         model_forward(&m, tokens.data(), targets.data(), B, T);
         model_zero_grad(&m);
         model_backward(&m);
-        diagnostics_measure_layers(&sd.dg, &m);
         int L2 = 2 * c.n_layers;
+        // a sentinel in every entry: each one checked below must have been written
+        std::fill(sd.dg.grad_norm, sd.dg.grad_norm + L2 + 2, -1.0f);
+        std::fill(sd.dg.res_grad_norm, sd.dg.res_grad_norm + L2 + 2, -1.0f);
+        diagnostics_measure_layers(&sd.dg, &m);
         double total = 0.0;
         for (int i = 0; i < L2 + 2; i++) {
             total += (double)sd.dg.grad_norm[i] * sd.dg.grad_norm[i];
@@ -179,15 +185,19 @@ TEST_CASE("each gradient group covers exactly its layer's slices of the paramete
     size_t offset = 0;
     for (int t = 0; t < N_PARAM_TENSORS; t++) {
         size_t size = m.param_sizes[t];
-        int slices = (t >= 1 && t <= 9) ? L : (t == 10 || t == 11) ? L2 + 1 : 1;
+        bool res = t == PARAM_res_query || t == PARAM_res_norm;
+        int slices = (t >= PARAM_attn_norm && t <= PARAM_wd) ? L : res ? L2 + 1 : 1;
         for (int s = 0; s < slices; s++) {
-            INFO("tensor ", PARAM_NAMES[t], " slice ", s);
+            INFO("tensor ", PARAM_INFO[t].name, " slice ", s);
             size_t slice = size / (size_t)slices;
             std::memset(m.grads_memory, 0, m.num_params * sizeof(float));
             for (size_t i = 0; i < slice; i++) m.grads_memory[offset + (size_t)s * slice + i] = 1.0f;
             // the group that must hold it: index into grad_norm or res_grad_norm
-            bool res = t == 10 || t == 11;
-            int group = t == 0 ? 0 : (t <= 5) ? 1 + 2 * s : (t <= 9) ? 2 + 2 * s : res ? 1 + s : L2 + 1;
+            int group = t == PARAM_wte ? 0
+                        : t <= PARAM_wo ? 1 + 2 * s    // attention of layer s
+                        : t <= PARAM_wd ? 2 + 2 * s    // MLP of layer s
+                        : res ? 1 + s                  // depth attention before sub-layer s
+                        : L2 + 1;                      // head
             model_forward(&m, std::vector<int>{1, 2}.data(), nullptr, 1, 2);  // inputs must exist
             diagnostics_measure_layers(&sd.dg, &m);
             for (int g = 0; g < L2 + 2; g++) {
@@ -311,7 +321,6 @@ TEST_CASE("the CSV files get their headers and one row per record, and append on
     for (int append = 0; append < 2; append++) {
         ScopedDiagnostics sd(c);
         REQUIRE(diagnostics_open(&sd.dg, run.c_str(), append, "./train --x", err, sizeof(err)) == 0);
-        diagnostics_attach(&sd.dg, &m);
         model_forward(&m, tokens.data(), targets.data(), 1, 4);
         model_zero_grad(&m);
         model_backward(&m);
@@ -366,7 +375,6 @@ TEST_CASE("training with diagnostics on is bit-identical to training with them o
             Model& m = scoped.m;
             model_init_params(&m, 99);
             ScopedDiagnostics sd(c);
-            if (on) diagnostics_attach(&sd.dg, &m);
             for (int step = 1; step <= 5; step++) {
                 std::vector<int> tokens, targets;
                 random_batch(c.vocab_size, N, (uint64_t)step, tokens, targets);

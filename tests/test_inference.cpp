@@ -47,9 +47,9 @@ static void randomize_params(Model* m, uint64_t seed) {
     float* p = m->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
-            if (i == 0) p[j] = rng.uniform(-1.0f, 1.0f);
-            else if (i == 10) p[j] = rng.uniform(-1.0f, 1.0f);
-            else if (param_is_matrix(i)) p[j] = rng.uniform(-a, a);
+            if (i == PARAM_wte) p[j] = rng.uniform(-1.0f, 1.0f);
+            else if (i == PARAM_res_query) p[j] = rng.uniform(-1.0f, 1.0f);
+            else if (PARAM_INFO[i].decayed) p[j] = rng.uniform(-a, a);
             else p[j] = rng.uniform(0.5f, 1.5f);
         }
         p += m->param_sizes[i];

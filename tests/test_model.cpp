@@ -51,11 +51,9 @@ double normal(Rng& rng) {  // Box-Muller
     return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
 }
 
-// canonical tensor indices (SPEC.md, PARAM_NAMES)
-enum { WTE = 0, ATTN_NORM = 1, MLP_NORM = 6, RES_QUERY = 10, RES_NORM = 11, FINAL_NORM = 12 };
-
 bool is_gain(int tensor) {
-    return tensor == ATTN_NORM || tensor == MLP_NORM || tensor == RES_NORM || tensor == FINAL_NORM;
+    return tensor == PARAM_attn_norm || tensor == PARAM_mlp_norm || tensor == PARAM_res_norm ||
+           tensor == PARAM_final_norm;
 }
 
 // Gains 1 + 0.3 N(0,1), pseudo-queries N(0,0.5), wte N(0,1), other matrices N(0,0.3): every
@@ -68,8 +66,8 @@ void randomise_params(Model& m, uint64_t seed) {
         for (size_t j = 0; j < m.param_sizes[i]; j++) {
             double z = normal(rng);
             p[j] = (float)(is_gain(i) ? 1.0 + 0.3 * z
-                           : i == RES_QUERY ? 0.5 * z
-                           : i == WTE ? z
+                           : i == PARAM_res_query ? 0.5 * z
+                           : i == PARAM_wte ? z
                            : 0.3 * z);
         }
         p += m.param_sizes[i];
@@ -273,7 +271,7 @@ TEST_CASE("whole-model gradients match finite differences for every element of e
         };
         size_t offset = 0;
         for (int i = 0; i < N_PARAM_TENSORS; i++) {
-            std::string name = mode_name(c) + ": " + PARAM_NAMES[i];
+            std::string name = mode_name(c) + ": " + PARAM_INFO[i].name;
             check_gradient(name, m.params_memory + offset, analytic.data() + offset,
                            m.param_sizes[i], loss, MODEL_FD_EPS, MODEL_GRAD_TOL);
             offset += m.param_sizes[i];
@@ -355,7 +353,7 @@ TEST_CASE("with SPEC's zero pseudo-queries every depth attention is exactly the 
         ScopedModel scoped(c, B, T);
         Model& m = scoped.m;
         model_init_params(&m, 42);
-        size_t n_query = m.param_sizes[RES_QUERY];
+        size_t n_query = m.param_sizes[PARAM_res_query];
         Vec zeros(n_query, 0.0f), ones(n_query, 1.0f);
         compare_exact("res_query at SPEC init", m.params.res_query, zeros.data(), n_query);
         compare_exact("res_norm at SPEC init", m.params.res_norm, ones.data(), n_query);
@@ -419,7 +417,7 @@ TEST_CASE("huge lm_head weights and pseudo-queries give a finite loss and finite
             randomise_params(m, 6000 + (uint64_t)c.block_size);
             size_t d = c.d_model;
             for (size_t i = 0; i < (size_t)c.vocab_size * d; i++) m.params.lm_head[i] *= scale;
-            size_t n_query = m.param_sizes[RES_QUERY];
+            size_t n_query = m.param_sizes[PARAM_res_query];
             for (size_t i = 0; i < n_query; i++) m.params.res_query[i] *= scale;
             Batch batch = random_batch(c.vocab_size, B, T, 82, {2});
             forward_backward(m, batch);
@@ -514,8 +512,8 @@ TEST_CASE("weight decay applies to exactly SPEC's matrices") {
     const char* matrices[] = {"wte", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "lm_head"};
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         bool listed = false;
-        for (const char* name : matrices) listed |= std::strcmp(name, PARAM_NAMES[i]) == 0;
-        CHECK_MESSAGE(param_is_matrix(i) == (int)listed, PARAM_NAMES[i]);
+        for (const char* name : matrices) listed |= std::strcmp(name, PARAM_INFO[i].name) == 0;
+        CHECK_MESSAGE(PARAM_INFO[i].decayed == (int)listed, PARAM_INFO[i].name);
     }
 }
 
@@ -531,13 +529,13 @@ TEST_CASE("with zero gradients AdamW shrinks matrices by lr*wd*p and leaves gain
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         size_t n = m.param_sizes[i];
-        if (param_is_matrix(i)) {
+        if (PARAM_INFO[i].decayed) {
             std::vector<double> expected(n);
             for (size_t j = 0; j < n; j++) expected[j] = before[offset + j] * (1.0 - (double)lr * weight_decay);
-            compare_within(std::string(PARAM_NAMES[i]) + " after decay", m.params_memory + offset,
+            compare_within(std::string(PARAM_INFO[i].name) + " after decay", m.params_memory + offset,
                            expected.data(), n, Tolerance{0.0, 3e-7});
         } else {
-            compare_exact(std::string(PARAM_NAMES[i]) + " (no decay)", m.params_memory + offset,
+            compare_exact(std::string(PARAM_INFO[i].name) + " (no decay)", m.params_memory + offset,
                           before.data() + offset, n);
         }
         offset += n;
@@ -565,8 +563,8 @@ TEST_CASE("weight decay changes matrices by lr*wd*p and nothing else, with real 
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         size_t n = with.m.param_sizes[i];
-        std::string name = PARAM_NAMES[i];
-        if (param_is_matrix(i)) {
+        std::string name = PARAM_INFO[i].name;
+        if (PARAM_INFO[i].decayed) {
             Vec difference(n);
             std::vector<double> expected(n);
             for (size_t j = 0; j < n; j++) {

@@ -1,0 +1,75 @@
+// kernels.h — the layer functions the model runs, as one table, so that the model's
+// orchestration (model.c) exists once and runs on the CPU or on the GPU.
+//
+// Each entry has exactly the signature of the layers.h function of the same name, and of its
+// cuda/ mirror (layers.cuh, suffix _cuda): cpu_kernels (model.c) holds the src/ functions,
+// cuda_kernels (cuda/model.cu) the CUDA ones. Every pointer a kernel receives lives in that
+// table's memory (host or device). Besides the layers, four element-wise helpers on that
+// memory stand in for memset, memcpy, an addition loop and a sum read back to the host.
+#ifndef ATTNRES_KERNELS_H
+#define ATTNRES_KERNELS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    void (*embedding_forward)(float* out, const int* tokens, const float* wte, size_t N, size_t C);
+    void (*embedding_backward)(float* dwte, const float* dout, const int* tokens, size_t N,
+                               size_t C);
+    void (*rmsnorm_forward)(float* out, float* rstd, const float* inp, const float* weight,
+                            size_t N, size_t C);
+    void (*rmsnorm_backward)(float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, size_t N, size_t C);
+    void (*linear_forward)(float* out, const float* inp, const float* weight, size_t N,
+                           size_t IN, size_t OUT);
+    void (*linear_backward)(float* dinp, float* dweight, const float* dout, const float* inp,
+                            const float* weight, size_t N, size_t IN, size_t OUT);
+    void (*rope_forward)(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
+                         size_t head_size);
+    void (*rope_backward)(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
+                          size_t head_size);
+    void (*attention_forward)(float* out, float* att, const float* q, const float* k,
+                              const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
+    void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout,
+                               const float* att, const float* q, const float* k, const float* v,
+                               size_t B, size_t T, size_t H, size_t G, size_t hs);
+    void (*swiglu_forward)(float* out, const float* gate, const float* up, size_t N, size_t F);
+    void (*swiglu_backward)(float* dgate, float* dup, const float* dout, const float* gate,
+                            const float* up, size_t N, size_t F);
+    // sources and dsources are host arrays of pointers into the table's memory
+    void (*depth_attention_forward)(float* out, float* alpha, float* key_rstd,
+                                    const float* const* sources, const float* query,
+                                    const float* norm_weight, size_t n_sources, size_t N,
+                                    size_t C);
+    void (*depth_attention_backward)(float* const* dsources, float* dquery, float* dnorm_weight,
+                                     const float* dout, const float* alpha,
+                                     const float* key_rstd, const float* const* sources,
+                                     const float* query, const float* norm_weight,
+                                     size_t n_sources, size_t N, size_t C);
+    size_t (*crossentropy_forward)(float* losses, float* probs, const float* logits,
+                                   const int* targets, size_t N, size_t V);
+    void (*crossentropy_backward)(float* dlogits, const float* probs, const int* targets,
+                                  float scale, size_t N, size_t V);
+    void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
+                         float lr, float beta1, float beta2, float eps, float weight_decay,
+                         int t);
+    // memory: n floats, zeroed (exits with a one-line error when there is not enough); free
+    float* (*alloc_zeroed)(size_t n);
+    void (*release)(void* p);
+    // element-wise helpers: x = 0; dst = src; out = a + b (out may be a); the sum of x in
+    // double, returned to the host (in index order, so both tables give the same number)
+    void (*zero)(float* x, size_t n);
+    void (*copy)(float* dst, const float* src, size_t n);
+    void (*add)(float* out, const float* a, const float* b, size_t n);
+    double (*sum)(const float* x, size_t n);
+} Kernels;
+
+extern const Kernels cpu_kernels;  // src/ layers on host memory (model.c)
+
+#ifdef __cplusplus
+}
+#endif
+#endif
