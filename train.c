@@ -427,12 +427,18 @@ static size_t parse_token_list(const char* list, int** tokens, int V) {
     return n;
 }
 
-// --sample: load a checkpoint and generate from a prompt with the cached decoder. The prompt
-// is --prompt (bytes; V = 256 is read as a byte-level text model), --prompt-tokens, or for a
-// task model the first held-out example of --task/--length/--symbols/--seed (pass the
-// training's), whose expected answer is printed too.
-static int sample_main(const Options* o) {
-    char err[512];
+// ---- --sample: generate from a checkpoint ------------------------------------------------
+// The prompt is --prompt (bytes; V = 256 is read as a byte-level text model), --prompt-tokens,
+// or for a task model the first held-out example of --task/--length/--symbols/--seed (pass
+// the training's), whose expected answer is printed too.
+typedef struct {
+    int* prompt;
+    size_t n_prompt;
+    int* expected;      // the task's answer, NULL for text and --prompt-tokens
+    size_t n_expected;
+} Prompt;
+
+static void check_sample_flags(const Options* o) {
     if (o->checkpoint == NULL) { die("--sample needs --checkpoint PATH"); }
     if (o->prompt != NULL && o->prompt_tokens != NULL) {
         die("give --prompt or --prompt-tokens, not both");
@@ -440,228 +446,319 @@ static int sample_main(const Options* o) {
     if (o->sample_tokens < 0 || o->top_k < 0 || o->temperature < 0.0f) {
         die("--tokens, --top-k and --temperature must not be negative");
     }
+}
+
+// the checkpoint's config, then a model built for it with the parameters loaded
+static void load_model(Model* model, const char* path) {
+    char err[512];
     ModelConfig config;
     int step;
-    if (checkpoint_read_config(o->checkpoint, &config, &step, err, sizeof(err)) != 0) {
-        die("%s", err);
-    }
-    Model model;
-    model_build(&model, &config, 1, 1);
-    if (checkpoint_load(&model, o->checkpoint, &step, err, sizeof(err)) != 0) { die("%s", err); }
-    int V = config.vocab_size, is_text = V == 256;
+    if (checkpoint_read_config(path, &config, &step, err, sizeof(err)) != 0) { die("%s", err); }
+    model_build(model, &config, 1, 1);
+    if (checkpoint_load(model, path, &step, err, sizeof(err)) != 0) { die("%s", err); }
+}
 
-    int *prompt = NULL, *expected = NULL;
-    size_t n_prompt = 0, n_expected = 0;
+// the first held-out example of the task the flags describe: its prompt and separator, and
+// its answer
+static Prompt task_prompt(const Options* o, int V) {
+    char err[512];
+    Dataset ds;
+    if (dataset_init_task(&ds, o->task, o->length, o->symbols, (size_t)o->eval_examples,
+                          o->seed, err, sizeof(err)) != 0) { die("%s", err); }
+    if (ds.vocab_size != V) {
+        die("checkpoint %s has V = %d, but --task %s --symbols %d gives V = %d", o->checkpoint,
+            V, o->task, o->symbols, ds.vocab_size);
+    }
+    Prompt p;
+    size_t T = (size_t)ds.seq_len;
+    p.n_prompt = (size_t)ds.answer_start + 1;  // the prompt and the separator
+    p.n_expected = (size_t)ds.answer_len;
+    p.prompt = mallocCheck(T * sizeof(int));
+    int* y = mallocCheck(T * sizeof(int));
+    dataset_eval_batch(&ds, p.prompt, y, 1, 0);
+    p.expected = mallocCheck(p.n_expected * sizeof(int));
+    memcpy(p.expected, y + ds.answer_start, p.n_expected * sizeof(int));
+    free(y);
+    dataset_free(&ds);
+    return p;
+}
+
+static Prompt make_prompt(const Options* o, int V, int is_text) {
+    Prompt p = {NULL, 0, NULL, 0};
     if (o->prompt != NULL) {
         if (!is_text) {
             die("--prompt needs a text model (V = 256), this one has V = %d: use --prompt-tokens", V);
         }
-        n_prompt = strlen(o->prompt);
-        if (n_prompt == 0) { die("--prompt is empty"); }
-        prompt = mallocCheck(n_prompt * sizeof(int));
-        for (size_t i = 0; i < n_prompt; i++) { prompt[i] = (unsigned char)o->prompt[i]; }
+        p.n_prompt = strlen(o->prompt);
+        if (p.n_prompt == 0) { die("--prompt is empty"); }
+        p.prompt = mallocCheck(p.n_prompt * sizeof(int));
+        for (size_t i = 0; i < p.n_prompt; i++) { p.prompt[i] = (unsigned char)o->prompt[i]; }
     } else if (o->prompt_tokens != NULL) {
-        n_prompt = parse_token_list(o->prompt_tokens, &prompt, V);
+        p.n_prompt = parse_token_list(o->prompt_tokens, &p.prompt, V);
     } else if (is_text) {
         die("--sample with a text model needs --prompt \"text\" or --prompt-tokens");
     } else {
-        Dataset ds;
-        if (dataset_init_task(&ds, o->task, o->length, o->symbols, (size_t)o->eval_examples,
-                              o->seed, err, sizeof(err)) != 0) { die("%s", err); }
-        if (ds.vocab_size != V) {
-            die("checkpoint %s has V = %d, but --task %s --symbols %d gives V = %d", o->checkpoint,
-                V, o->task, o->symbols, ds.vocab_size);
-        }
-        size_t T = (size_t)ds.seq_len;
-        n_prompt = (size_t)ds.answer_start + 1;  // the prompt and the separator
-        n_expected = (size_t)ds.answer_len;
-        prompt = mallocCheck(T * sizeof(int));
-        int* y = mallocCheck(T * sizeof(int));
-        dataset_eval_batch(&ds, prompt, y, 1, 0);
-        expected = mallocCheck(n_expected * sizeof(int));
-        memcpy(expected, y + ds.answer_start, n_expected * sizeof(int));
-        free(y);
-        dataset_free(&ds);
+        p = task_prompt(o, V);
     }
-    size_t n_new = o->sample_tokens > 0 ? (size_t)o->sample_tokens
-                                        : (is_text ? 256 : (size_t)o->length);
+    return p;
+}
 
-    Decoder dec;
-    decoder_build(&dec, &model, 1, n_prompt + n_new - 1);
-    int* generated = mallocCheck(n_new * sizeof(int));
-    uint64_t rng = o->seed;
-    decoder_generate(&dec, prompt, n_prompt, generated, n_new, o->temperature, o->top_k, &rng);
+// text: the prompt and the generated bytes; tasks: the three token lists, one per line
+static void print_sample(const Prompt* p, const int* generated, size_t n_new, int is_text) {
     if (is_text) {
-        for (size_t i = 0; i < n_prompt; i++) { putchar(prompt[i]); }
+        for (size_t i = 0; i < p->n_prompt; i++) { putchar(p->prompt[i]); }
         for (size_t i = 0; i < n_new; i++) { putchar(generated[i]); }
         putchar('\n');
-    } else {
-        const char* labels[] = {"prompt:   ", "generated:", "expected: "};
-        const int* rows[] = {prompt, generated, expected};
-        size_t lengths[] = {n_prompt, n_new, n_expected};
-        for (int r = 0; r < 3 && rows[r] != NULL; r++) {
-            printf("%s", labels[r]);
-            for (size_t i = 0; i < lengths[r]; i++) { printf(" %d", rows[r][i]); }
-            printf("\n");
-        }
+        return;
     }
-    free(prompt);
-    free(expected);
+    const char* labels[] = {"prompt:   ", "generated:", "expected: "};
+    const int* rows[] = {p->prompt, generated, p->expected};
+    size_t lengths[] = {p->n_prompt, n_new, p->n_expected};
+    for (int r = 0; r < 3 && rows[r] != NULL; r++) {
+        printf("%s", labels[r]);
+        for (size_t i = 0; i < lengths[r]; i++) { printf(" %d", rows[r][i]); }
+        printf("\n");
+    }
+}
+
+static int sample_main(const Options* o) {
+    check_sample_flags(o);
+    Model model;
+    load_model(&model, o->checkpoint);
+    int V = model.config.vocab_size, is_text = V == 256;
+    Prompt p = make_prompt(o, V, is_text);
+    size_t n_new = o->sample_tokens > 0 ? (size_t)o->sample_tokens
+                                        : (is_text ? 256 : (size_t)o->length);
+    Decoder dec;
+    decoder_build(&dec, &model, 1, p.n_prompt + n_new - 1);
+    int* generated = mallocCheck(n_new * sizeof(int));
+    uint64_t rng = o->seed;
+    decoder_generate(&dec, p.prompt, p.n_prompt, generated, n_new, o->temperature, o->top_k, &rng);
+    print_sample(&p, generated, n_new, is_text);
+    free(p.prompt);
+    free(p.expected);
     free(generated);
     decoder_free(&dec);
     model_free(&model);
     return 0;
 }
 
+// ---- a training run, step by step --------------------------------------------------------
+typedef struct {
+    Options o;
+    Dataset ds;
+    Model model;          // on the host: evaluation, decoding, diagnostics, checkpoints
+    Trainer trainer;      // where the training step runs (the host model, or its GPU twin)
+    Diagnostics diag;
+    size_t B, T;          // the training batch
+    int *x, *y, *work;    // (max(B, 64), T) inputs, targets, decoding scratch
+    int start_step, end_step;
+    EvalResult last;      // the latest evaluation
+    double start_time, window_start, loss_window;  // progress since the last log line
+    int window_steps;
+} Run;
+
+// the task or text file fixes V and T
+static void load_data(Run* r) {
+    Options* o = &r->o;
+    char err[512];
+    int status;
+    if (strcmp(o->task, "text") == 0) {
+        if (o->text_path == NULL) { die("--task text needs --text FILE"); }
+        if (o->seq_len == 0) { o->seq_len = 64; }
+        status = dataset_init_text(&r->ds, o->text_path, o->seq_len, o->seed, err, sizeof(err));
+    } else {
+        if (o->seq_len != 0 && o->seq_len != 2 * o->length) {
+            die("--seq-len %d does not fit the task: --length %d needs T = 2 * length = %d",
+                o->seq_len, o->length, 2 * o->length);
+        }
+        status = dataset_init_task(&r->ds, o->task, o->length, o->symbols,
+                                   (size_t)o->eval_examples, o->seed, err, sizeof(err));
+    }
+    if (status != 0) { die("%s", err); }
+    o->model.vocab_size = r->ds.vocab_size;
+    if (model_config_check(&o->model, err, sizeof(err)) != 0) { die("%s", err); }
+}
+
+// the model, initialised or resumed, its trainer, and the batch buffers
+static void build_model(Run* r) {
+    const Options* o = &r->o;
+    char err[512];
+    r->B = (size_t)o->batch;
+    r->T = (size_t)r->ds.seq_len;
+    size_t eval_B = r->B < 64 ? 64 : r->B;  // evaluation runs in bigger batches
+    model_build(&r->model, &o->model, eval_B, r->T);
+    model_init_params(&r->model, o->seed);
+    r->start_step = 0;
+    if (o->resume) {
+        if (checkpoint_load(&r->model, o->checkpoint, &r->start_step, err, sizeof(err)) != 0) {
+            die("%s", err);
+        }
+        if (r->start_step > o->steps) {
+            die("checkpoint %s is at step %d, beyond --steps %d", o->checkpoint, r->start_step,
+                o->steps);
+        }
+    }
+    r->x = mallocCheck(eval_B * r->T * sizeof(int));
+    r->y = mallocCheck(eval_B * r->T * sizeof(int));
+    r->work = mallocCheck(eval_B * r->T * sizeof(int));
+    trainer_init(&r->trainer, &r->model, r->B, r->T);
+    // --stop-after interrupts the run early, as a crash would
+    r->end_step = o->steps;
+    if (o->stop_after > 0 && r->start_step + o->stop_after < o->steps) {
+        r->end_step = r->start_step + o->stop_after;
+    }
+}
+
+static void print_header(const Run* r) {
+    const Options* o = &r->o;
+    const ModelConfig* c = &o->model;
+    printf("attnres.c | mode %s (S=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
+           "task %s T=%zu B=%zu | threads %d\n", o->mode, c->block_size, c->d_model, c->n_layers,
+           c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size, r->model.num_params, o->task,
+           r->T, r->B, omp_get_max_threads());
+    if (r->start_step > 0) { printf("resumed from %s at step %d\n", o->checkpoint, r->start_step); }
+}
+
+static void open_diagnostics(Run* r, int argc, char** argv) {
+    diagnostics_init(&r->diag, &r->o.model);
+    if (r->o.diagnostics == NULL) { return; }
+    char command[4096], err[512];
+    command_line(command, sizeof(command), argc, argv);
+    if (diagnostics_open(&r->diag, r->o.diagnostics, r->o.resume, command, err,
+                         sizeof(err)) != 0) {
+        die("%s", err);
+    }
+}
+
+// "training stopped" and where the last good checkpoint is
+static void stop_on_nan(const Options* o, const char* what, int step, const char* detail) {
+    fprintf(stderr, "error: %s at step %d%s; training stopped%s%s\n", what, step, detail,
+            o->checkpoint ? ", last good checkpoint kept at " : "",
+            o->checkpoint ? o->checkpoint : "");
+    exit(1);
+}
+
+// forward, backward, the NaN check, the layer diagnostics (raw gradients), then clipping and
+// AdamW; returns the loss
+static float train_step(Run* r, int step, float* norm, float* lr) {
+    const Options* o = &r->o;
+    dataset_train_batch(&r->ds, r->x, r->y, r->B, (uint64_t)step);
+    float loss = trainer_forward_backward(&r->trainer, r->x, r->y, r->B, r->T, norm);
+    if (!isfinite(loss) || !isfinite(*norm)) {
+        char detail[64];
+        snprintf(detail, sizeof(detail), " (gradient norm %g)", (double)*norm);
+        stop_on_nan(o, isfinite(loss) ? "loss is finite but the gradient is not" : "loss is NaN/Inf",
+                    step + 1, detail);
+    }
+    int done = step + 1;
+    if (o->diagnostics != NULL && (done % o->log_every == 0 || done == r->end_step)) {
+        trainer_host_gradients(&r->trainer, r->x, r->y, r->B, r->T);
+        diagnostics_measure_layers(&r->diag, &r->model);  // before clipping: the raw gradients
+        diagnostics_write_layers(&r->diag, done);
+    }
+    *lr = learning_rate(o, step);
+    trainer_update(&r->trainer, o, *norm, *lr, done);
+    return loss;
+}
+
+// every --log-every steps: the mean loss since the last line, lr, norm and speed
+static void log_progress(Run* r, int done, float loss, float lr, float norm) {
+    r->loss_window += loss;
+    r->window_steps++;
+    if (done % r->o.log_every != 0 && done != r->end_step) { return; }
+    double now = now_seconds(), elapsed = now - r->window_start;
+    double mean_loss = r->loss_window / r->window_steps;
+    double ms_per_step = 1000.0 * elapsed / r->window_steps;
+    printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %7.2f ms/step\n",
+           done, r->o.steps, mean_loss, (double)lr, (double)norm,
+           (double)((size_t)r->window_steps * r->B * r->T) / elapsed, ms_per_step);
+    fflush(stdout);
+    diagnostics_write_train(&r->diag, done, (float)mean_loss, lr, norm, (float)ms_per_step);
+    r->loss_window = 0.0;
+    r->window_steps = 0;
+    r->window_start = now;
+}
+
+static void print_eval(const char* prefix, const EvalResult* e) {
+    printf("%s | val_loss %.4f | accuracy %.2f%%", prefix, (double)e->val_loss,
+           (double)e->accuracy);
+    if (e->exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)e->exact_match); }
+}
+
+// every --eval-every steps: evaluate, checkpoint (never a NaN model), diagnostics
+static void evaluate_and_save(Run* r, int done) {
+    const Options* o = &r->o;
+    double eval_start = now_seconds();
+    trainer_to_host(&r->trainer);
+    r->last = evaluate(&r->model, &r->ds, o, r->x, r->y, r->work);
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "eval step %5d", done);
+    print_eval(prefix, &r->last);
+    printf("\n");
+    fflush(stdout);
+    if (!isfinite(r->last.val_loss)) { stop_on_nan(o, "validation loss is NaN/Inf", done, ""); }
+    if (o->checkpoint != NULL) { save_checkpoint(&r->model, o, done); }
+    if (o->diagnostics != NULL) {
+        diagnostics_write_eval(&r->diag, done, r->last.val_loss, r->last.accuracy,
+                               r->last.exact_match);
+        measure_eval_alpha(&r->model, &r->ds, o, r->x, r->y, &r->diag);
+        diagnostics_write_alpha(&r->diag, done);
+    }
+    r->window_start += now_seconds() - eval_start;  // keep eval time out of ms/step
+}
+
+// the final line, then the depth-attention heatmap on the first eval batch
+static void finish(Run* r) {
+    char prefix[32];
+    snprintf(prefix, sizeof(prefix), "final | steps %d", r->end_step);
+    print_eval(prefix, &r->last);
+    printf(" | time %.1f s\n", now_seconds() - r->start_time);
+    if (r->o.model.block_size > 0) {
+        measure_eval_alpha(&r->model, &r->ds, &r->o, r->x, r->y, &r->diag);
+        diagnostics_print_heatmap(&r->diag, stdout);
+    }
+}
+
+static void free_run(Run* r) {
+    diagnostics_free(&r->diag);
+    free(r->x);
+    free(r->y);
+    free(r->work);
+    trainer_free(&r->trainer);
+    model_free(&r->model);
+    dataset_free(&r->ds);
+}
+
 int main(int argc, char** argv) {
-    Options o = defaults();
-    parse_flags(&o, argc, argv);
-    validate(&o);
-    if (o.threads > 0) { omp_set_num_threads(o.threads); }
-    if (o.sample) { return sample_main(&o); }  // decoding runs on the host, in both binaries
+    Run r = {0};
+    r.o = defaults();
+    parse_flags(&r.o, argc, argv);
+    validate(&r.o);
+    if (r.o.threads > 0) { omp_set_num_threads(r.o.threads); }
+    if (r.o.sample) { return sample_main(&r.o); }  // decoding runs on the host, in both binaries
 #ifdef ATTNRES_CUDA
     if (cuda_device_count() == 0) {
         die("no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)");
     }
 #endif
+    load_data(&r);
+    build_model(&r);
+    print_header(&r);
+    open_diagnostics(&r, argc, argv);
 
-    // data: the task or text file fixes V and T
-    Dataset ds;
-    char err[512];
-    int status;
-    if (strcmp(o.task, "text") == 0) {
-        if (o.text_path == NULL) { die("--task text needs --text FILE"); }
-        if (o.seq_len == 0) { o.seq_len = 64; }
-        status = dataset_init_text(&ds, o.text_path, o.seq_len, o.seed, err, sizeof(err));
-    } else {
-        if (o.seq_len != 0 && o.seq_len != 2 * o.length) {
-            die("--seq-len %d does not fit the task: --length %d needs T = 2 * length = %d",
-                o.seq_len, o.length, 2 * o.length);
-        }
-        status = dataset_init_task(&ds, o.task, o.length, o.symbols, (size_t)o.eval_examples,
-                                   o.seed, err, sizeof(err));
-    }
-    if (status != 0) { die("%s", err); }
-    o.model.vocab_size = ds.vocab_size;
-    if (model_config_check(&o.model, err, sizeof(err)) != 0) { die("%s", err); }
-
-    size_t B = (size_t)o.batch, T = (size_t)ds.seq_len;
-    size_t eval_B = B < 64 ? 64 : B;  // evaluation runs in bigger batches
-    Model model;
-    model_build(&model, &o.model, eval_B, T);
-    model_init_params(&model, o.seed);
-    int start_step = 0;
-    if (o.resume) {
-        if (checkpoint_load(&model, o.checkpoint, &start_step, err, sizeof(err)) != 0) {
-            die("%s", err);
-        }
-        if (start_step > o.steps) {
-            die("checkpoint %s is at step %d, beyond --steps %d", o.checkpoint, start_step, o.steps);
+    r.last = (EvalResult){NAN, NAN, NAN};
+    r.start_time = r.window_start = now_seconds();
+    if (r.start_step == r.end_step) { r.last = evaluate(&r.model, &r.ds, &r.o, r.x, r.y, r.work); }
+    for (int step = r.start_step; step < r.end_step; step++) {
+        float norm, lr;
+        float loss = train_step(&r, step, &norm, &lr);
+        log_progress(&r, step + 1, loss, lr, norm);
+        if ((step + 1) % r.o.eval_every == 0 || step + 1 == r.end_step) {
+            evaluate_and_save(&r, step + 1);
         }
     }
-    int* x = mallocCheck(eval_B * T * sizeof(int));
-    int* y = mallocCheck(eval_B * T * sizeof(int));
-    int* work = mallocCheck(eval_B * T * sizeof(int));
-    Trainer trainer;
-    trainer_init(&trainer, &model, B, T);
-
-    const ModelConfig* c = &o.model;
-    printf("attnres.c | mode %s (S=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
-           "task %s T=%zu B=%zu | threads %d\n", o.mode, c->block_size, c->d_model, c->n_layers,
-           c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size, model.num_params, o.task,
-           T, B, omp_get_max_threads());
-    if (start_step > 0) { printf("resumed from %s at step %d\n", o.checkpoint, start_step); }
-    Diagnostics diag;
-    diagnostics_init(&diag, &o.model);
-    if (o.diagnostics != NULL) {
-        char command[4096];
-        command_line(command, sizeof(command), argc, argv);
-        if (diagnostics_open(&diag, o.diagnostics, o.resume, command, err, sizeof(err)) != 0) {
-            die("%s", err);
-        }
-    }
-
-    EvalResult last = {NAN, NAN, NAN};
-    double train_start = now_seconds(), window_start = train_start;
-    double loss_window = 0.0;
-    int window_steps = 0;
-    int end_step = o.steps;  // --stop-after interrupts the run early, as a crash would
-    if (o.stop_after > 0 && start_step + o.stop_after < o.steps) { end_step = start_step + o.stop_after; }
-    if (start_step == end_step) { last = evaluate(&model, &ds, &o, x, y, work); }
-    for (int step = start_step; step < end_step; step++) {
-        dataset_train_batch(&ds, x, y, B, (uint64_t)step);
-        float norm;
-        float loss = trainer_forward_backward(&trainer, x, y, B, T, &norm);
-        if (!isfinite(loss) || !isfinite(norm)) {
-            fprintf(stderr, "error: loss is %s at step %d (gradient norm %g); training stopped%s%s\n",
-                    isfinite(loss) ? "finite but the gradient is not" : "NaN/Inf", step + 1,
-                    (double)norm, o.checkpoint ? ", last good checkpoint kept at " : "",
-                    o.checkpoint ? o.checkpoint : "");
-            exit(1);
-        }
-        if (o.diagnostics != NULL && ((step + 1) % o.log_every == 0 || step + 1 == end_step)) {
-            trainer_host_gradients(&trainer, x, y, B, T);
-            diagnostics_measure_layers(&diag, &model);  // before clipping: the raw gradients
-            diagnostics_write_layers(&diag, step + 1);
-        }
-        float lr = learning_rate(&o, step);
-        trainer_update(&trainer, &o, norm, lr, step + 1);
-        loss_window += loss;
-        window_steps++;
-
-        int done = step + 1;
-        if (done % o.log_every == 0 || done == end_step) {
-            double now = now_seconds(), elapsed = now - window_start;
-            printf("step %5d/%d | loss %.4f | lr %.2e | norm %6.3f | %8.0f tok/s | %7.2f ms/step\n",
-                   done, o.steps, loss_window / window_steps, (double)lr, (double)norm,
-                   (double)(window_steps * B * T) / elapsed, 1000.0 * elapsed / window_steps);
-            fflush(stdout);
-            diagnostics_write_train(&diag, done, (float)(loss_window / window_steps), lr, norm,
-                                    (float)(1000.0 * elapsed / window_steps));
-            loss_window = 0.0;
-            window_steps = 0;
-            window_start = now;
-        }
-        if (done % o.eval_every == 0 || done == end_step) {
-            double eval_start = now_seconds();
-            trainer_to_host(&trainer);
-            last = evaluate(&model, &ds, &o, x, y, work);
-            printf("eval step %5d | val_loss %.4f | accuracy %.2f%%", done, (double)last.val_loss,
-                   (double)last.accuracy);
-            if (last.exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)last.exact_match); }
-            printf("\n");
-            fflush(stdout);
-            if (!isfinite(last.val_loss)) {  // never overwrite the last good checkpoint
-                fprintf(stderr, "error: validation loss is NaN/Inf at step %d; training stopped%s%s\n",
-                        done, o.checkpoint ? ", last good checkpoint kept at " : "",
-                        o.checkpoint ? o.checkpoint : "");
-                exit(1);
-            }
-            if (o.checkpoint != NULL) { save_checkpoint(&model, &o, done); }
-            if (o.diagnostics != NULL) {
-                diagnostics_write_eval(&diag, done, last.val_loss, last.accuracy,
-                                       last.exact_match);
-                measure_eval_alpha(&model, &ds, &o, x, y, &diag);
-                diagnostics_write_alpha(&diag, done);
-            }
-            window_start += now_seconds() - eval_start;  // keep eval time out of ms/step
-        }
-    }
-    double total = now_seconds() - train_start;
-    printf("final | steps %d | val_loss %.4f | accuracy %.2f%%", end_step, (double)last.val_loss,
-           (double)last.accuracy);
-    if (last.exact_match >= 0.0f) { printf(" | exact_match %.2f%%", (double)last.exact_match); }
-    printf(" | time %.1f s\n", total);
-    if (c->block_size > 0) {  // the depth-attention heatmap, on the first eval batch
-        measure_eval_alpha(&model, &ds, &o, x, y, &diag);
-        diagnostics_print_heatmap(&diag, stdout);
-    }
-    diagnostics_free(&diag);
-    free(x);
-    free(y);
-    free(work);
-    trainer_free(&trainer);
-    model_free(&model);
-    dataset_free(&ds);
+    finish(&r);
+    free_run(&r);
     return 0;
 }
