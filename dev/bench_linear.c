@@ -1,5 +1,5 @@
 // bench_linear.c — checks src/linear.c against a naive double-precision reference and
-// across thread counts, then times it. Exits 1 if any check fails. Build and run:
+// across thread counts, then times it (and, once, the naive three loops beside it). Exits 1 if any check fails. Build and run:
 //   gcc -O3 -march=native -std=c11 -fopenmp -Isrc dev/bench_linear.c src/linear.c
 //       -o /tmp/bench_linear -lm        (one line)
 //   /tmp/bench_linear [repeats]         (times are the best of repeats: the cores are shared)
@@ -110,6 +110,33 @@ static void bench(size_t N, size_t IN, size_t OUT, int threads, int repeats) {
     free(inp); free(weight); free(dout); free(out); free(dinp); free(dweight);
 }
 
+// The naive three loops (linear_forward_naive / linear_backward_naive) on one shape, one
+// thread, best of 3: the starting point the tiled kernel is measured against.
+static void bench_naive(size_t N, size_t IN, size_t OUT) {
+    unsigned seed = 42;
+    float* inp = random_floats(N * IN, &seed);
+    float* weight = random_floats(OUT * IN, &seed);
+    float* dout = random_floats(N * OUT, &seed);
+    float* out = random_floats(N * OUT, &seed);
+    float* dinp = random_floats(N * IN, &seed);
+    float* dweight = random_floats(OUT * IN, &seed);
+    double best_fwd = 1e30, best_bwd = 1e30;
+    for (int r = 0; r < 3; r++) {
+        double t0 = omp_get_wtime();
+        linear_forward_naive(out, inp, weight, N, IN, OUT);
+        double t1 = omp_get_wtime();
+        linear_backward_naive(dinp, dweight, dout, inp, weight, N, IN, OUT);
+        double t2 = omp_get_wtime();
+        best_fwd = fmin(best_fwd, t1 - t0);
+        best_bwd = fmin(best_bwd, t2 - t1);
+    }
+    double flops = 2.0 * N * IN * OUT;
+    printf("N=%5zu IN=%4zu OUT=%4zu naive     forward %6.1f GFLOP/s (%.3f ms)  "
+           "backward %6.1f GFLOP/s (%.3f ms)\n", N, IN, OUT, flops / best_fwd * 1e-9,
+           best_fwd * 1e3, 2.0 * flops / best_bwd * 1e-9, best_bwd * 1e3);
+    free(inp); free(weight); free(dout); free(out); free(dinp); free(dweight);
+}
+
 int main(int argc, char** argv) {
     int repeats = argc > 1 ? atoi(argv[1]) : 100;
     // (N, IN, OUT): tiny, odd, exact tiles (6 x 16), long sums, and the model's shapes
@@ -123,6 +150,7 @@ int main(int argc, char** argv) {
     // (F -> d), lm_head (d -> V=256, byte-level text)
     size_t shapes[][3] = {{1024, 256, 704}, {1024, 256, 256}, {1024, 704, 256},
                           {1024, 256, 256}};
+    bench_naive(shapes[0][0], shapes[0][1], shapes[0][2]);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (int threads = 1; threads <= 2; threads++)
             bench(shapes[s][0], shapes[s][1], shapes[s][2], threads, repeats);

@@ -41,6 +41,12 @@ void linear_forward(float* out, const float* inp, const float* weight,
 // dinp (N,IN) += dout . weight; dweight (OUT,IN) += dout^T . inp
 void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, size_t N, size_t IN, size_t OUT);
+// The same two functions as three plain loops (no tiles, no threads): the algorithm, and the
+// reference the fast ones are tested against; results are bit-identical.
+void linear_forward_naive(float* out, const float* inp, const float* weight,
+                          size_t N, size_t IN, size_t OUT);
+void linear_backward_naive(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, size_t N, size_t IN, size_t OUT);
 
 // ---- rope.c ------------------------------------------------------------------------------
 // Rotary position embedding on (B,T,n_heads*head_size): position t = row index within T;

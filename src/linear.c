@@ -1,5 +1,13 @@
-// linear.c — y = x W^T (no bias), forward and backward, all through one matmul kernel.
+// linear.c — y = x W^T (no bias), forward and backward: first as three plain loops (the
+// naive version, what a reader learns first and the reference the fast one is tested
+// against), then through one register-tiled matmul kernel, the version the model runs.
 //
+// ---- the naive version ----
+// Each output is one dot product, summed in index order with fmaf: c = fmaf(a, b, c). The
+// fast kernel below computes every output as the same chain in the same order, so the two
+// agree bit for bit (tested).
+//
+// ---- the fast version ----
 // matmul_accumulate: C (n,m) += A (n,k) . B (k,m), C row-major, A and B read through strides
 // so that W^T and dout^T need no separate transpose. B is copied into column panels of
 // TILE_COLS columns (zero-padded) that the kernel reads contiguously; A is read in place when
@@ -13,6 +21,35 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include "layers.h"
+
+// out (N,OUT) = inp (N,IN) . weight^T: out[n][o] = sum_i inp[n][i] * weight[o][i]
+void linear_forward_naive(float* out, const float* inp, const float* weight,
+                          size_t N, size_t IN, size_t OUT) {
+    for (size_t n = 0; n < N; n++)
+        for (size_t o = 0; o < OUT; o++) {
+            float sum = 0.0f;
+            for (size_t i = 0; i < IN; i++) sum = fmaf(inp[n * IN + i], weight[o * IN + i], sum);
+            out[n * OUT + o] = sum;
+        }
+}
+
+// forward was: out[n][o] = sum_i inp[n][i] * weight[o][i], so
+// dinp[n][i] += sum_o dout[n][o] * weight[o][i]; dweight[o][i] += sum_n dout[n][o] * inp[n][i]
+void linear_backward_naive(float* dinp, float* dweight, const float* dout, const float* inp,
+                           const float* weight, size_t N, size_t IN, size_t OUT) {
+    for (size_t n = 0; n < N; n++)
+        for (size_t i = 0; i < IN; i++) {
+            float sum = dinp[n * IN + i];
+            for (size_t o = 0; o < OUT; o++) sum = fmaf(dout[n * OUT + o], weight[o * IN + i], sum);
+            dinp[n * IN + i] = sum;
+        }
+    for (size_t o = 0; o < OUT; o++)
+        for (size_t i = 0; i < IN; i++) {
+            float sum = dweight[o * IN + i];
+            for (size_t n = 0; n < N; n++) sum = fmaf(dout[n * OUT + o], inp[n * IN + i], sum);
+            dweight[o * IN + i] = sum;
+        }
+}
 
 #define TILE_ROWS 6
 #define TILE_COLS 16

@@ -214,7 +214,7 @@ TEST_CASE("linear backward matches finite differences, on sizes around the regis
     size_t N = 0, IN = 0, OUT = 0;
     SUBCASE("N=1 IN=1 OUT=1") { N = 1; IN = 1; OUT = 1; }
     SUBCASE("N=5 IN=7 OUT=3") { N = 5; IN = 7; OUT = 3; }
-    // whole register tiles of 4x32 or 6x16, then tiles with remainders in every dimension
+    // whole 6x16 register tiles, then tiles with remainders in every dimension
     SUBCASE("N=12 IN=32 OUT=32, whole tiles") { N = 12; IN = 32; OUT = 32; }
     SUBCASE("N=9 IN=33 OUT=70, tiles plus remainders") { N = 9; IN = 33; OUT = 70; }
     CAPTURE(N);
@@ -231,6 +231,47 @@ TEST_CASE("linear backward matches finite differences, on sizes around the regis
     };
     check_gradient("inp", inp.data(), dinp.data(), N * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
     check_gradient("weight", weight.data(), dweight.data(), OUT * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
+}
+
+TEST_CASE("the naive linear (three loops) matches finite differences") {
+    const size_t N = 5, IN = 7, OUT = 3;
+    Rng rng(107);
+    Vec inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
+    Vec R = rng.uniform_vector(N * OUT, -1, 1), out(N * OUT);
+    Vec dinp(N * IN, 0.0f), dweight(OUT * IN, 0.0f);
+    linear_backward_naive(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), N, IN, OUT);
+    auto loss = [&] {
+        linear_forward_naive(out.data(), inp.data(), weight.data(), N, IN, OUT);
+        return weighted_sum(R.data(), out.data(), N * OUT);
+    };
+    check_gradient("inp", inp.data(), dinp.data(), N * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
+    check_gradient("weight", weight.data(), dweight.data(), OUT * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
+}
+
+TEST_CASE("the tiled linear equals the naive three loops bit for bit, forward and backward") {
+    size_t N = 0, IN = 0, OUT = 0;
+    SUBCASE("N=1 IN=1 OUT=1") { N = 1; IN = 1; OUT = 1; }
+    SUBCASE("N=6 IN=16 OUT=16, one whole tile") { N = 6; IN = 16; OUT = 16; }
+    SUBCASE("N=13 IN=35 OUT=50, remainders everywhere") { N = 13; IN = 35; OUT = 50; }
+    SUBCASE("N=64 IN=48 OUT=176, the default model's MLP") { N = 64; IN = 48; OUT = 176; }
+    CAPTURE(N);
+    CAPTURE(IN);
+    CAPTURE(OUT);
+    Rng rng(109);
+    Vec inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
+    Vec dout = rng.uniform_vector(N * OUT, -1, 1);
+    Vec out = nan_vector(N * OUT), out_naive = nan_vector(N * OUT);
+    linear_forward(out.data(), inp.data(), weight.data(), N, IN, OUT);
+    linear_forward_naive(out_naive.data(), inp.data(), weight.data(), N, IN, OUT);
+    compare_exact("out", out.data(), out_naive.data(), N * OUT);
+    // both accumulate into the same non-zero starting gradients
+    Vec dinp = rng.uniform_vector(N * IN, -1, 1), dweight = rng.uniform_vector(OUT * IN, -1, 1);
+    Vec dinp_naive = dinp, dweight_naive = dweight;
+    linear_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(), N, IN, OUT);
+    linear_backward_naive(dinp_naive.data(), dweight_naive.data(), dout.data(), inp.data(),
+                          weight.data(), N, IN, OUT);
+    compare_exact("dinp", dinp.data(), dinp_naive.data(), N * IN);
+    compare_exact("dweight", dweight.data(), dweight_naive.data(), OUT * IN);
 }
 
 TEST_CASE("rope backward matches finite differences, with the forward in place") {
