@@ -68,6 +68,13 @@ asan:
 	@$(MAKE) --no-print-directory build/asan/train build/asan/test_attnres
 	ATTNRES_TRAIN=build/asan/train ./build/asan/test_attnres
 
+# `make mutants`: drop one term of one backward at a time, run its tests, name the survivors
+# (dev/mutants.py; MUTANTS_FLAGS="--files rmsnorm.c --fail-on-survivor" to narrow it).
+.PHONY: mutants
+mutants:
+	@dev/ensure_deps.sh
+	python3 dev/mutants.py $(MUTANTS_FLAGS)
+
 # `make test`: install what is missing (doctest, boost.context), build, run every suite.
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
@@ -102,13 +109,19 @@ clean:
 # tests/cuda_emu.h, which runs every CUDA thread as a fiber (boost.context), and comparing them
 # with the CPU layers: `make test_cuda` runs that suite in both thread orders and under ASan.
 NVCC       ?= /usr/local/cuda/bin/nvcc
+# machine code for sm_80 (A100) and sm_90 (H100, H200), and compute_90 PTX that the driver
+# compiles for any newer GPU
 NVCCFLAGS  = -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90 \
              -Werror all-warnings -Xptxas -warn-double-usage,-warn-spills,-warn-lmem-usage \
              -Xcompiler -Wall,-Wextra,-Werror -Isrc -Icuda
+# cuBLAS (./train_cuda --cublas, the reference matmul) from the toolkit, found at run time
+# through the toolkit's library folder
+CUDA_LIBS  = -lcublas -Xlinker -rpath=$(abspath $(dir $(NVCC))../lib64)
 CUDA_SRC   = $(wildcard cuda/*.cu)
 CUDA_DEPS  = $(wildcard cuda/*.cuh) src/layers.h src/model.h src/util.h
 CUDA_OBJ   = $(patsubst %.cu,build/%.o,$(CUDA_SRC))
-EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Itests -Icuda -Isrc -Idata
+EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -Itests -Icuda -Isrc -Idata
 EMU_TESTS  = $(wildcard tests/cuda_test_*.cpp)
 EMU_OBJ    = $(patsubst %,build/emu/%.o,$(CUDA_SRC) $(EMU_TESTS))
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
@@ -128,7 +141,7 @@ build/train_cuda.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h)
 	$(CC) $(CFLAGS) -DATTNRES_CUDA -Icuda -c train.c -o $@
 
 build/train_cuda: build/train_cuda.o $(CUDA_OBJ) $(OBJ)
-	$(NVCC) build/train_cuda.o $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS)
+	$(NVCC) build/train_cuda.o $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # the whole-model agreement test on a real GPU: tests/cuda_test_model.cpp compiled by nvcc
 # (-x cu: against cuda_runtime.h instead of the emulator) with the CUDA and CPU objects
@@ -136,8 +149,8 @@ build/gpu/%.o: tests/%.cpp $(CUDA_DEPS) tests/gradcheck.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Itests -Xcompiler -fopenmp -x cu -c $< -o $@
 
-build/test_cuda_gpu: build/gpu/cuda_test_model.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
-	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS)
+build/test_cuda_gpu: build/gpu/cuda_test_layers.o build/gpu/cuda_test_model.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 build/cuda/%.o: cuda/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)

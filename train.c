@@ -38,6 +38,7 @@ typedef struct {
     const char *prompt, *prompt_tokens;        // NULL = none given
     int sample_tokens, top_k;                  // 0 = default length / all tokens
     float temperature;                         // 0 = greedy
+    int cublas;                                // ./train_cuda: matmuls through cuBLAS
 } Options;
 
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_U64, OPT_SWITCH } OptionKind;
@@ -103,6 +104,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--tokens", OPT_INT, &o->sample_tokens, "--sample: tokens to generate (0: answer / 256)"},
         {"--temperature", OPT_FLOAT, &o->temperature, "--sample: softmax temperature (0 = greedy)"},
         {"--top-k", OPT_INT, &o->top_k, "--sample: draw among the K likeliest (0 = all)"},
+        {"--cublas", OPT_SWITCH, &o->cublas, "./train_cuda: every matmul through cuBLAS SGEMM"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     if (flags != NULL) { memcpy(flags, table, sizeof(table)); }
@@ -217,6 +219,9 @@ static void validate(Options* o) {
         die("unknown --mode '%s' (valid: none, full, block)", o->mode);
     }
     if (o->resume && o->checkpoint == NULL) { die("--resume needs --checkpoint PATH"); }
+#ifndef ATTNRES_CUDA
+    if (o->cublas) { die("--cublas is a flag of ./train_cuda (the GPU trainer), not of ./train"); }
+#endif
 }
 
 // Linear warmup to lr, then cosine decay to lr * final_lr_frac at the last step.
@@ -738,9 +743,9 @@ int main(int argc, char** argv) {
     if (r.o.threads > 0) { omp_set_num_threads(r.o.threads); }
     if (r.o.sample) { return sample_main(&r.o); }  // decoding runs on the host, in both binaries
 #ifdef ATTNRES_CUDA
-    if (cuda_device_count() == 0) {
-        die("no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)");
-    }
+    const char* problem = cuda_device_problem();
+    if (problem != NULL) { die("%s", problem); }
+    if (r.o.cublas) { model_use_cublas_cuda(1); }
 #endif
     load_data(&r);
     build_model(&r);

@@ -60,8 +60,7 @@ __global__ void scale_kernel(float* x, size_t n, float scale) {
 }
 
 float global_norm_cuda(const float* grads, size_t n) {
-    static Scratch partial_scratch;
-    float* partial = scratch_floats(&partial_scratch, NORM_BLOCKS);
+    float* partial = cuda_workspace(NORM_BLOCKS);
     launch_kernel(squared_sum_kernel, NORM_BLOCKS, NORM_THREADS, partial, grads, n);
     float host_partial[NORM_BLOCKS];
     cudaCheck(cudaMemcpyAsync(host_partial, partial, sizeof(host_partial), cudaMemcpyDeviceToHost,

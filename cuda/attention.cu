@@ -129,8 +129,7 @@ void attention_forward_cuda(float* out, float* att, const float* q, const float*
 void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* att,
                              const float* q, const float* k, const float* v,
                              size_t B, size_t T, size_t H, size_t G, size_t hs) {
-    static Scratch dscore_scratch;
-    float* dscore = scratch_floats(&dscore_scratch, B * H * T * T);
+    float* dscore = cuda_workspace(B * H * T * T);
     const size_t block_size = 128;
     launch_kernel(attention_backward_score_kernel, ceil_div(B * H * T * WARP_SIZE, block_size),
                   block_size, dscore, dout, att, v, B, T, H, G, hs);

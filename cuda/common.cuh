@@ -1,5 +1,5 @@
 // common.cuh — what every cuda/*.cu file shares: the CUDA runtime, error checks, the one
-// kernel launcher, warp reductions and a layer's private scratch memory.
+// kernel launcher, device memory (checked allocation, the shared workspace), warp reductions.
 //
 // Compiled by nvcc this is ordinary CUDA. Compiled as C++ by g++ (no __CUDACC__) the runtime
 // and the language come from tests/cuda_emu.h, which runs every CUDA thread as a fiber, so
@@ -8,8 +8,10 @@
 #define ATTNRES_COMMON_CUH
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
@@ -23,7 +25,8 @@
 // cudaCheck(call) reports the file and line of a failing CUDA call and exits.
 inline void cuda_check(cudaError_t error, const char* file, int line) {
     if (error != cudaSuccess) {
-        fprintf(stderr, "[CUDA ERROR] at file %s:%d:\n%s\n", file, line, cudaGetErrorString(error));
+        fprintf(stderr, "error: CUDA call failed at %s:%d: %s\n", file, line,
+                cudaGetErrorString(error));
         exit(EXIT_FAILURE);
     }
 }
@@ -32,16 +35,32 @@ inline void cuda_check(cudaError_t error, const char* file, int line) {
 // Every layer launches on this stream (0: the default stream); set it once at start-up.
 inline cudaStream_t cuda_stream = 0;
 
+// ATTNRES_CUDA_SYNC=1 in the environment: wait for every kernel right after its launch and
+// check it, so that a fault is reported by the kernel that caused it (slow; for debugging).
+inline bool cuda_sync_every_launch() {
+    static int on = -1;
+    if (on < 0) {
+        const char* flag = getenv("ATTNRES_CUDA_SYNC");
+        on = flag != NULL && flag[0] != '\0' && flag[0] != '0';
+    }
+    return on;
+}
+
 // launch_kernel(kernel, grid, block, args...) is kernel<<<grid, block, 0, cuda_stream>>>(args...)
-// followed by a check of the launch. No dynamic shared memory: kernels declare theirs static.
+// followed by a check of the launch that names the kernel. No dynamic shared memory: kernels
+// declare theirs static.
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
 #ifdef __CUDACC__
     kernel<<<grid, block, 0, cuda_stream>>>(args...);
     cudaError_t error = cudaGetLastError();
+    if (error == cudaSuccess && cuda_sync_every_launch()) error = cudaStreamSynchronize(cuda_stream);
     if (error != cudaSuccess) {
-        fprintf(stderr, "[CUDA ERROR] launching grid (%u,%u,%u) of blocks (%u,%u,%u): %s\n",
-                grid.x, grid.y, grid.z, block.x, block.y, block.z, cudaGetErrorString(error));
+        const char* name = "?";
+        if (cudaFuncGetName(&name, (const void*)kernel) != cudaSuccess) name = "?";
+        fprintf(stderr, "error: CUDA kernel %s, grid (%u,%u,%u) of blocks (%u,%u,%u): %s\n",
+                name, grid.x, grid.y, grid.z, block.x, block.y, block.z,
+                cudaGetErrorString(error));
         exit(EXIT_FAILURE);
     }
 #else
@@ -49,10 +68,80 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Args... arg
 #endif
 }
 
+// cudaMalloc that names what ran out: one line with the size asked for, then exit
+inline void* cuda_malloc_checked(size_t bytes) {
+    void* p = NULL;
+    if (bytes == 0) bytes = 1;
+    cudaError_t error = cudaMalloc(&p, bytes);
+    if (error != cudaSuccess) {
+        size_t free_bytes = 0, total_bytes = 0;
+        (void)cudaGetLastError();
+        (void)cudaMemGetInfo(&free_bytes, &total_bytes);
+        fprintf(stderr, "error: out of GPU memory: allocating %zu bytes (%.1f MiB) with %.1f of "
+                "%.1f MiB free (%s)\n", bytes, bytes / 1048576.0, free_bytes / 1048576.0,
+                total_bytes / 1048576.0, cudaGetErrorString(error));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+inline float* cuda_malloc_floats(size_t count) {
+    return (float*)cuda_malloc_checked(count * sizeof(float));
+}
+
+// The number of streaming multiprocessors of the device: how many blocks it runs at once,
+// which the matmul uses to choose its tile shape.
+inline int cuda_sm_count() {
+    static int count = 0;
+    if (count == 0) {
+        int device = 0;
+        cudaCheck(cudaGetDevice(&device));
+        cudaCheck(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device));
+    }
+    return count;
+}
+
+// One device buffer that the layers borrow for scratch (score gradients, split-K partial sums,
+// per-block partial sums). Everything runs in order on cuda_stream, so one call's scratch is
+// dead when the next call starts. It grows when a call needs more (cudaFree synchronises, so
+// no kernel still reads the old one) and never shrinks; model_build_cuda reserves the most a
+// training step needs, so that steps allocate nothing.
+inline float* cuda_workspace(size_t count) {
+    static float* data = NULL;
+    static size_t capacity = 0;
+    if (count > capacity) {
+        if (data != NULL) cudaCheck(cudaFree(data));
+        data = cuda_malloc_floats(count);
+        capacity = count;
+    }
+    return data;
+}
+
 // the number of blocks of `block_size` that cover `n`
 inline unsigned int ceil_div(size_t n, size_t block_size) {
     return (unsigned int)((n + block_size - 1) / block_size);
 }
+
+// 4 floats at p (16-byte aligned) in one 16-byte load or store. The emulator copies them
+// and, as a GPU would fault, aborts on an address that is not 16-byte aligned.
+#ifdef __CUDACC__
+__device__ __forceinline__ float4 load_float4(const float* p) {
+    return *reinterpret_cast<const float4*>(p);
+}
+__device__ __forceinline__ void store_float4(float* p, float4 v) {
+    *reinterpret_cast<float4*>(p) = v;
+}
+#else
+inline float4 load_float4(const float* p) {
+    if ((uintptr_t)p % 16 != 0) cuda_emu::fail("misaligned 16-byte load at %p", (const void*)p);
+    float4 v;
+    memcpy(&v, p, sizeof(v));
+    return v;
+}
+inline void store_float4(float* p, float4 v) {
+    if ((uintptr_t)p % 16 != 0) cuda_emu::fail("misaligned 16-byte store at %p", (void*)p);
+    memcpy(p, &v, sizeof(v));
+}
+#endif
 
 // Butterfly reductions over the 32 lanes of a warp; every lane gets the same result.
 __device__ __forceinline__ float warp_sum(float x) {
@@ -64,22 +153,6 @@ __device__ __forceinline__ float warp_max(float x) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2)
         x = fmaxf(x, __shfl_xor_sync(FULL_MASK, x, offset));
     return x;
-}
-
-// Device memory private to one layer (e.g. attention's backward keeps dscores in it): grows
-// when a call needs more (cudaFree and cudaMalloc synchronise the device), never shrinks,
-// and lives until the program exits.
-struct Scratch {
-    float* data;
-    size_t count;
-};
-inline float* scratch_floats(Scratch* scratch, size_t count) {
-    if (count > scratch->count) {
-        if (scratch->data != NULL) cudaCheck(cudaFree(scratch->data));
-        cudaCheck(cudaMalloc(&scratch->data, count * sizeof(float)));
-        scratch->count = count;
-    }
-    return scratch->data;
 }
 
 #endif

@@ -142,8 +142,7 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    static Scratch dscore_scratch;
-    float* dscore = scratch_floats(&dscore_scratch, N * n_sources);
+    float* dscore = cuda_workspace(N * n_sources);
     SourceList source_pointers = source_list(sources, n_sources);
     GradList grad_pointers = {};
     for (size_t i = 0; i < n_sources; i++) grad_pointers.source[i] = dsources[i];

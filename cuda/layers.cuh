@@ -30,6 +30,9 @@ void linear_forward_cuda(float* out, const float* inp, const float* weight,
                          size_t N, size_t IN, size_t OUT);
 void linear_backward_cuda(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, size_t N, size_t IN, size_t OUT);
+// on = 1: every product above runs through cuBLAS SGEMM (float32) instead of our kernel, the
+// reference to compare against (./train_cuda --cublas). Exits in builds without cuBLAS.
+void linear_use_cublas_cuda(int on);
 
 // ---- rope.cu -----------------------------------------------------------------------------
 void rope_forward_cuda(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
@@ -42,7 +45,7 @@ void rope_backward_cuda(float* dinp, const float* dout, size_t B, size_t T, size
 // ---- attention.cu ------------------------------------------------------------------------
 void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
                             const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
-// Keeps a private (B,H,T,T) scratch for the score gradients (see Scratch in common.cuh).
+// Borrows (B,H,T,T) floats of the workspace (common.cuh) for the score gradients.
 void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* att,
                              const float* q, const float* k, const float* v,
                              size_t B, size_t T, size_t H, size_t G, size_t hs);

@@ -1,45 +1,237 @@
-// linear.cu — y = x W^T on the GPU (mirror of src/linear.c), with one shared-memory tiled
-// matmul doing the forward and both halves of the backward.
+// linear.cu — y = x W^T on the GPU (mirror of src/linear.c): one register-blocked matmul does
+// the forward and both halves of the backward. Read it as a walk through how a fast GEMM
+// works; every step is plain CUDA, so the emulator runs it too.
+//
+// C (M,P) = A (M,K) . B (K,P), or C += when accumulating. The operands are read through
+// strides, A(m,k) = a[m*a_row + k*a_col] and B(k,p) = b[k*b_row + p*b_col], so the three
+// products need no transposed copies:
+//   forward   out = inp . W^T      A = inp (k contiguous),    B(k,p) = W[p][k] (k contiguous)
+//   backward  dinp += dout . W     A = dout (k contiguous),   B = W (p contiguous)
+//             dW += dout^T . inp   A(m,k) = dout[k][m] (m contiguous), B = inp (p contiguous)
+//
+// 1. Blocking for the memory hierarchy. A block of 256 threads owns a BM x BN tile of C. It
+//    walks K in steps of BK: all 256 threads copy a BM x BK slice of A and a BK x BN slice of
+//    B into shared memory (each element read from global memory once per block), wait
+//    (__syncthreads), then multiply out of shared memory.
+// 2. Blocking for registers. Each thread owns a TM x TN sub-tile of C (8 x 8 in the big
+//    configuration) kept in registers. For each k of the slice it loads TM values of A and TN
+//    of B into registers and does TM*TN fused multiply-adds with them: 64 FMAs for 16 shared
+//    loads, where one output per thread would need 2 loads per FMA.
+// 3. Coalesced, vectorised loads. Whichever direction of an operand is contiguous in memory,
+//    neighbouring threads read neighbouring addresses, 4 floats (16 bytes) at a time when the
+//    tile is inside the matrix and the address is aligned; shared memory holds both slices
+//    k-major (As[k][m], Bs[k][p]) so the inner loop reads rows of them.
+// 4. Split-K when C is small. dW is only OUT x IN (e.g. 256 x 256 = 16 tiles of 64 x 64) but
+//    K = B*T is long: too few blocks to fill the GPU. The K range is then split into S parts,
+//    each written to its own slice of a scratch buffer, and a second kernel adds the slices
+//    in order. No atomics anywhere: every output is summed in a fixed order, so results
+//    repeat bit for bit.
 #include "common.cuh"
 #include "layers.cuh"
+#ifdef __CUDACC__
+#include <cublas_v2.h>
+#endif
 
-#define TILE 16
-
-// out (M,P) = A (M,K) . B (K,P), or out += when accumulate. A and B are read through strides,
-// A(m,k) = a[m * a_row + k * a_col] and B(k,p) = b[k * b_row + p * b_col], so a transposed
-// operand needs no copy. Each block computes a TILE x TILE tile of out, one thread per element,
-// stepping along K one TILE x TILE tile of A and of B at a time through shared memory.
-// blockIdx.x walks the rows (M = N*T can pass 65535 tiles), blockIdx.y the columns.
-__global__ void matmul_tiled_kernel(float* out, const float* a, const float* b,
-                                    size_t M, size_t P, size_t K,
-                                    size_t a_row, size_t a_col, size_t b_row, size_t b_col,
-                                    int accumulate) {
-    __shared__ float a_tile[TILE][TILE];
-    __shared__ float b_tile[TILE][TILE];
-    unsigned int tx = threadIdx.x, ty = threadIdx.y;
-    size_t m = (size_t)blockIdx.x * TILE + ty;
-    size_t p = (size_t)blockIdx.y * TILE + tx;
-    float sum = 0.0f;
-    for (size_t k0 = 0; k0 < K; k0 += TILE) {
-        // every thread loads one element of each tile (zero outside the matrices)...
-        a_tile[ty][tx] = (m < M && k0 + tx < K) ? a[m * a_row + (k0 + tx) * a_col] : 0.0f;
-        b_tile[ty][tx] = (k0 + ty < K && p < P) ? b[(k0 + ty) * b_row + p * b_col] : 0.0f;
-        __syncthreads();
-        // ...and, once both tiles are complete, adds their product to its element
-        for (int k = 0; k < TILE; k++) sum += a_tile[ty][k] * b_tile[k][tx];
-        __syncthreads();  // before the next step overwrites the tiles
-    }
-    if (m < M && p < P) {
-        if (accumulate) out[m * P + p] += sum;
-        else out[m * P + p] = sum;
+// The copy of one operand's slice into shared memory. X(i,k) = x[i*s_i + k*s_k] where i runs
+// over the rows of C (for A) or its columns (for B) and k over the reduction; the slice is
+// i0 .. i0+BI-1 by k0 .. k0+BK-1, stored k-major: tile[k][i]. Each thread copies groups of 4
+// elements that are consecutive in memory (along k when s_k == 1, else along i), as one
+// 16-byte load when `vectorised` (x aligned, the other stride a multiple of 4) and the group
+// lies inside the matrix; elements outside (i >= n_i or k >= n_k) are 0.
+template <int BI, int BK, int THREADS>
+__device__ __forceinline__ void load_tile(float (*tile)[BI], const float* x, size_t s_i,
+                                          size_t s_k, size_t i0, size_t k0, size_t n_i,
+                                          size_t n_k, bool vectorised) {
+    const bool along_k = s_k == 1;
+    for (int g = threadIdx.x; g < BI * BK / 4; g += THREADS) {
+        int ii = along_k ? g / (BK / 4) : g % (BI / 4) * 4;
+        int kk = along_k ? g % (BK / 4) * 4 : g / (BI / 4);
+        size_t i = i0 + ii, k = k0 + kk;
+        float v[4];
+        bool inside = along_k ? (i < n_i && k + 3 < n_k) : (k < n_k && i + 3 < n_i);
+        if (vectorised && inside) {
+            float4 q = load_float4(x + i * s_i + k * s_k);
+            v[0] = q.x; v[1] = q.y; v[2] = q.z; v[3] = q.w;
+        } else {
+            for (int j = 0; j < 4; j++) {
+                size_t ij = along_k ? i : i + j, kj = along_k ? k + j : k;
+                v[j] = (ij < n_i && kj < n_k) ? x[ij * s_i + kj * s_k] : 0.0f;
+            }
+        }
+        for (int j = 0; j < 4; j++) {
+            if (along_k) tile[kk + j][ii] = v[j];
+            else tile[kk][ii + j] = v[j];
+        }
     }
 }
 
-static void matmul(float* out, const float* a, const float* b, size_t M, size_t P, size_t K,
+// One BM x BN tile of C per block, TM x TN outputs per thread, k from k_begin to k_end.
+// Writes C (accumulate: C +=) or, with `partial`, its own slice partial[blockIdx.z] (M,P).
+template <int BM, int BN, int BK, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+matmul_kernel(float* c, float* partial, const float* a, const float* b, size_t M, size_t P,
+              size_t K, size_t a_row, size_t a_col, size_t b_row, size_t b_col,
+              size_t k_per_split, int accumulate, int vectorised_a, int vectorised_b,
+              int vectorised_c) {
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    __shared__ float As[BK][BM];
+    __shared__ float Bs[BK][BN];
+    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+    const size_t m0 = (size_t)blockIdx.x * BM, p0 = (size_t)blockIdx.y * BN;
+    const size_t k_begin = (size_t)blockIdx.z * k_per_split;
+    const size_t k_end = k_begin + k_per_split < K ? k_begin + k_per_split : K;
+
+    float acc[TM][TN];  // registers: every loop over i, j below is unrolled
+#pragma unroll
+    for (int i = 0; i < TM; i++)
+#pragma unroll
+        for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
+    for (size_t k0 = k_begin; k0 < k_end; k0 += BK) {
+        // A(m, k) with i = m; B(k, p) with i = p. Elements past k_end read as 0.
+        load_tile<BM, BK, THREADS>(As, a, a_row, a_col, m0, k0, M, k_end, vectorised_a);
+        load_tile<BN, BK, THREADS>(Bs, b, b_col, b_row, p0, k0, P, k_end, vectorised_b);
+        __syncthreads();  // both slices complete before anyone multiplies
+#pragma unroll
+        for (int k = 0; k < BK; k++) {
+            float a_reg[TM], b_reg[TN];
+#pragma unroll
+            for (int i = 0; i < TM; i++) a_reg[i] = As[k][ty * TM + i];
+#pragma unroll
+            for (int j = 0; j < TN; j++) b_reg[j] = Bs[k][tx * TN + j];
+#pragma unroll
+            for (int i = 0; i < TM; i++)
+#pragma unroll
+                for (int j = 0; j < TN; j++) acc[i][j] = fmaf(a_reg[i], b_reg[j], acc[i][j]);
+        }
+        __syncthreads();  // everyone is done with the slices before the next copy
+    }
+
+    float* out = partial != NULL ? partial + (size_t)blockIdx.z * M * P : c;
+    int add = partial == NULL && accumulate;
+    const size_t p = p0 + tx * TN;
+#pragma unroll
+    for (int i = 0; i < TM; i++) {
+        size_t m = m0 + ty * TM + i;
+        if (m >= M) continue;
+        float* row = out + m * P + p;
+#pragma unroll
+        for (int j = 0; j < TN; j += 4) {
+            if (vectorised_c && p + j + 3 < P) {  // 4 outputs in one 16-byte store
+                float4 old = add ? load_float4(row + j) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                store_float4(row + j, make_float4(old.x + acc[i][j], old.y + acc[i][j + 1],
+                                                  old.z + acc[i][j + 2], old.w + acc[i][j + 3]));
+            } else {
+#pragma unroll
+                for (int q = 0; q < 4; q++)
+                    if (p + j + q < P) row[j + q] = add ? row[j + q] + acc[i][j + q] : acc[i][j + q];
+            }
+        }
+    }
+}
+
+// C (M,P) (+)= sum over s = 0 .. splits-1 of partial[s] (M,P), in that order; one thread per
+// element
+__global__ void split_k_sum_kernel(float* c, const float* partial, size_t count, int splits,
+                                   int accumulate) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= count) return;
+    float sum = 0.0f;
+    for (int s = 0; s < splits; s++) sum += partial[(size_t)s * count + idx];
+    c[idx] = accumulate ? c[idx] + sum : sum;
+}
+
+// 16-byte loads of X(i,k) = x[i*s_i + k*s_k] are possible when x is 16-byte aligned, the
+// contiguous direction has stride 1 and the other stride keeps every group aligned
+static int vectorisable(const float* x, size_t s_i, size_t s_k) {
+    size_t other = s_k == 1 ? s_i : s_k;
+    return ((uintptr_t)x % 16 == 0) && (s_i == 1 || s_k == 1) && other % 4 == 0;
+}
+
+template <int BM, int BN, int BK, int TM, int TN>
+static void launch_matmul(float* c, const float* a, const float* b, size_t M, size_t P,
+                          size_t K, size_t a_row, size_t a_col, size_t b_row, size_t b_col,
+                          int accumulate) {
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    const size_t tiles = (size_t)ceil_div(M, BM) * ceil_div(P, BN);
+    // split K when the tiles alone would leave most of the GPU idle and K is long
+    size_t splits = 1;
+    while (tiles * splits * 2 <= (size_t)cuda_sm_count() * 2 && K / (splits * 2) >= 256)
+        splits *= 2;
+    size_t k_per_split = ceil_div(K, splits * BK) * (size_t)BK;
+    splits = ceil_div(K, k_per_split);
+    float* partial = splits > 1 ? cuda_workspace(splits * M * P) : NULL;
+    dim3 grid(ceil_div(M, BM), ceil_div(P, BN), (unsigned int)splits);
+    launch_kernel(matmul_kernel<BM, BN, BK, TM, TN>, grid, THREADS, c, partial, a, b, M, P, K,
+                  a_row, a_col, b_row, b_col, k_per_split, accumulate,
+                  vectorisable(a, a_row, a_col), vectorisable(b, b_col, b_row),
+                  (int)((uintptr_t)c % 16 == 0 && P % 4 == 0));
+    if (splits > 1) {
+        const size_t block_size = 256;
+        launch_kernel(split_k_sum_kernel, ceil_div(M * P, block_size), block_size, c, partial,
+                      M * P, (int)splits, accumulate);
+    }
+}
+
+// ---- the reference: the same products through cuBLAS (linear_use_cublas_cuda) ----------
+// cuBLAS is column-major: our row-major C (M,P) is its C^T (P,M) = B^T A^T. A row-major
+// operand read as column-major is already transposed (op N, leading dimension its row
+// stride); one whose rows are its contiguous direction needs op T. float32 throughout:
+// CUBLAS_DEFAULT_MATH never uses TF32.
+static int use_cublas = 0;
+
+void linear_use_cublas_cuda(int on) {
+#ifndef __CUDACC__
+    if (on) {
+        fprintf(stderr, "error: this build has no cuBLAS (the emulator)\n");
+        exit(EXIT_FAILURE);
+    }
+#endif
+    use_cublas = on;
+}
+
+static int matmul_use_cublas(float* c, const float* a, const float* b, size_t M, size_t P,
+                             size_t K, size_t a_row, size_t a_col, size_t b_row, size_t b_col,
+                             int accumulate) {
+#ifdef __CUDACC__
+    if (!use_cublas) return 0;
+    static cublasHandle_t handle = NULL;
+    if (handle == NULL) {
+        if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS ||
+            cublasSetMathMode(handle, CUBLAS_DEFAULT_MATH) != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "error: cuBLAS could not be initialised\n");
+            exit(EXIT_FAILURE);
+        }
+    }
+    cublasSetStream(handle, cuda_stream);
+    cublasOperation_t op_a = a_col == 1 ? CUBLAS_OP_N : CUBLAS_OP_T;
+    cublasOperation_t op_b = b_col == 1 ? CUBLAS_OP_N : CUBLAS_OP_T;
+    int lda = (int)(a_col == 1 ? a_row : a_col), ldb = (int)(b_col == 1 ? b_row : b_col);
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    cublasStatus_t status = cublasSgemm(handle, op_b, op_a, (int)P, (int)M, (int)K, &one, b, ldb,
+                                        a, lda, &beta, c, (int)P);
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cublasSgemm (%zu x %zu x %zu) failed with status %d\n", M, P, K,
+                (int)status);
+        exit(EXIT_FAILURE);
+    }
+    return 1;
+#else
+    (void)c; (void)a; (void)b; (void)M; (void)P; (void)K; (void)a_row; (void)a_col;
+    (void)b_row; (void)b_col; (void)accumulate;
+    return 0;
+#endif
+}
+
+// the tile shape: 128 x 128 (8 x 8 per thread) when there are enough such tiles to fill the
+// GPU, else 64 x 64 (4 x 4 per thread), four times as many blocks
+static void matmul(float* c, const float* a, const float* b, size_t M, size_t P, size_t K,
                    size_t a_row, size_t a_col, size_t b_row, size_t b_col, int accumulate) {
-    dim3 grid(ceil_div(M, TILE), ceil_div(P, TILE));
-    launch_kernel(matmul_tiled_kernel, grid, dim3(TILE, TILE), out, a, b, M, P, K,
-                  a_row, a_col, b_row, b_col, accumulate);
+    if (matmul_use_cublas(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate)) return;
+    size_t big_tiles = (size_t)ceil_div(M, 128) * ceil_div(P, 128);
+    if (big_tiles >= (size_t)cuda_sm_count())
+        launch_matmul<128, 128, 8, 8, 8>(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
+    else
+        launch_matmul<64, 64, 8, 4, 4>(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
 }
 
 // out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN). Overwrites out.

@@ -34,8 +34,7 @@ static void copy_cuda(float* dst, const float* src, size_t n) {
     cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
 }
 static float* alloc_zeroed_cuda(size_t n) {
-    float* p;
-    cudaCheck(cudaMalloc(&p, (n > 0 ? n : 1) * sizeof(float)));
+    float* p = cuda_malloc_floats(n);
     zero_cuda(p, n);
     return p;
 }
@@ -60,14 +59,32 @@ static const Kernels cuda_kernels = {
     alloc_zeroed_cuda, release_cuda, zero_cuda, copy_cuda, add_cuda, sum_cuda,
 };
 
-int cuda_device_count(void) {
+const char* cuda_device_problem(void) {
     int count = 0;
-    if (cudaGetDeviceCount(&count) != cudaSuccess) {
-        (void)cudaGetLastError();  // clear the error, so that it does not stick to later calls
-        return 0;
+    cudaError_t error = cudaGetDeviceCount(&count);
+    (void)cudaGetLastError();  // clear any error, so that it does not stick to later calls
+    static char message[256];
+    if (error == cudaSuccess && count > 0) return NULL;
+    if (error == cudaSuccess || error == cudaErrorNoDevice) {
+        return "no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)";
     }
-    return count;
+    if (error == cudaErrorInsufficientDriver) {
+        int driver = 0, runtime = 0;
+        cudaDriverGetVersion(&driver);
+        cudaRuntimeGetVersion(&runtime);
+        if (driver == 0) {  // no driver library at all: a machine without an NVIDIA GPU
+            return "no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)";
+        }
+        snprintf(message, sizeof(message), "the NVIDIA driver supports CUDA %d.%d, this build "
+                 "needs %d.%d: update the driver (or build with an older CUDA toolkit)",
+                 driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
+        return message;
+    }
+    snprintf(message, sizeof(message), "CUDA cannot use the GPU: %s", cudaGetErrorString(error));
+    return message;
 }
+
+void model_use_cublas_cuda(int on) { linear_use_cublas_cuda(on); }
 
 // ---------------------------------------------------------------------------------------
 // Building, and moving parameters between the host and the device.
@@ -80,8 +97,8 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
         exit(1);
     }
     model_build_on(&m->model, c, max_B, max_T, &cuda_kernels);
-    cudaCheck(cudaMalloc(&m->tokens, max_B * max_T * sizeof(int)));
-    cudaCheck(cudaMalloc(&m->targets, max_B * max_T * sizeof(int)));
+    m->tokens = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
+    m->targets = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
 }
 
 void model_free_cuda(ModelCuda* m) {

@@ -22,8 +22,11 @@ typedef struct {
     int* targets;  // device: its targets
 } ModelCuda;
 
-// The number of CUDA devices; 0 when there is none or no driver to ask.
-int cuda_device_count(void);
+// NULL when there is a CUDA device to train on, else one line saying what is missing: no
+// device (or no NVIDIA driver at all), a driver older than this build's CUDA, another error.
+const char* cuda_device_problem(void);
+// Every matmul through cuBLAS SGEMM (float32) instead of cuda/linear.cu's: --cublas.
+void model_use_cublas_cuda(int on);
 
 // Allocates every device buffer (params, grads and AdamW state zeroed). Exits with a one-line
 // error when an AttnRes model needs more depth-attention sources than the kernel takes

@@ -115,7 +115,10 @@ inline bool is_device_pointer(const void* pointer) {
 }  // namespace cuda_emu
 
 // ---- the runtime -------------------------------------------------------------------------
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
+enum cudaError_t {
+    cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
+    cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100
+};
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
     cudaMemcpyDeviceToDevice = 3, cudaMemcpyDefault = 4
@@ -127,6 +130,8 @@ inline const char* cudaGetErrorString(cudaError_t error) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidValue: return "invalid argument";
     case cudaErrorMemoryAllocation: return "out of memory";
+    case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
+    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
     }
     return "unknown error";
 }
@@ -181,10 +186,41 @@ inline cudaError_t cudaGetDeviceCount(int* count) {  // the emulator is one devi
     *count = 1;
     return cudaSuccess;
 }
+inline cudaError_t cudaDriverGetVersion(int* version) {  // the emulator plays CUDA 13.0
+    *version = 13000;
+    return cudaSuccess;
+}
+inline cudaError_t cudaRuntimeGetVersion(int* version) {
+    *version = 13000;
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
 inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
+
+// The device's properties: the emulator reports 4 multiprocessors, so that code choosing
+// its launch shapes by the size of the GPU takes every branch at test sizes.
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
+inline cudaError_t cudaGetDevice(int* device) {
+    *device = 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int) {
+    if (attribute != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
+    *value = 4;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+    *free_bytes = *total_bytes = 0;
+    return cudaSuccess;
+}
+
+// ---- vector types ------------------------------------------------------------------------
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 
 // ---- device functions --------------------------------------------------------------------
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }

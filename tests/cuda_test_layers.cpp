@@ -67,6 +67,23 @@ std::vector<T> download(const T* device, size_t n) {
     return host;
 }
 
+#ifdef __CUDACC__
+const bool ON_GPU = true;  // built by nvcc (build/test_cuda_gpu): the model's shapes too
+// Runs a CUDA computation (upload, kernels, download) twice, checks that the results are
+// identical (no race, no order-dependent sum), and returns them.
+Outputs run_cuda(const std::function<Outputs()>& computation) {
+    Outputs first = computation();
+    Outputs second = computation();
+    REQUIRE(first.size() == second.size());
+    for (size_t i = 0; i < first.size(); i++) {
+        REQUIRE(first[i].values.size() == second[i].values.size());
+        compare_exact(first[i].name + ", second run vs first", second[i].values.data(),
+                      first[i].values.data(), first[i].values.size());
+    }
+    return first;
+}
+#else
+const bool ON_GPU = false;  // the emulator: sizes it runs in seconds
 // Runs a CUDA computation (upload, kernels, download) in both thread orders, checks that the
 // results are identical, and returns those of the forward order.
 Outputs run_cuda(const std::function<Outputs()>& computation) {
@@ -84,6 +101,7 @@ Outputs run_cuda(const std::function<Outputs()>& computation) {
     }
     return forward;
 }
+#endif
 
 void check(const Output& cuda, const Floats& cpu, Tolerance tol) {
     REQUIRE(cuda.values.size() == cpu.size());
@@ -153,14 +171,30 @@ TEST_CASE("rmsnorm forward and backward on the GPU match the CPU") {
 }
 
 // ---- linear ------------------------------------------------------------------------------
+// The emulator reports 4 multiprocessors (cuda_emu.h), so these sizes reach every branch of
+// cuda/linear.cu: the 64 x 64 tiles, the 128 x 128 tiles (4 or more of them: 130 x 260),
+// split-K (one tile, K >= 512), tiles cut by the matrix edge in every dimension, and the
+// scalar loads and stores (odd sizes, or pointers one float past 16-byte alignment).
 TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around the tile") {
-    const Tolerance tol{1e-5, 1e-5};
-    size_t N = 0, IN = 0, OUT = 0;
+    size_t N = 0, IN = 0, OUT = 0, offset = 0;
+    Tolerance tol{1e-5, 1e-5};
     SUBCASE("N=1 IN=1 OUT=1") { N = 1; IN = 1; OUT = 1; }
     SUBCASE("N=5 IN=7 OUT=3") { N = 5; IN = 7; OUT = 3; }
-    SUBCASE("N=16 IN=16 OUT=16, one whole tile") { N = 16; IN = 16; OUT = 16; }
+    SUBCASE("N=64 IN=16 OUT=64, one whole 64 x 64 tile, 16-byte loads") { N = 64; IN = 16; OUT = 64; }
     SUBCASE("N=33 IN=40 OUT=17, tiles plus remainders") { N = 33; IN = 40; OUT = 17; }
-    SUBCASE("N=20 IN=80 OUT=48") { N = 20; IN = 80; OUT = 48; }
+    SUBCASE("N=130 IN=12 OUT=260, 128 x 128 tiles (dW: split-K)") { N = 130; IN = 12; OUT = 260; }
+    SUBCASE("N=600 IN=20 OUT=12, split-K of the weight gradient") { N = 600; IN = 20; OUT = 12; }
+    SUBCASE("N=24 IN=8 OUT=20, pointers one float off alignment") { N = 24; IN = 8; OUT = 20; offset = 1; }
+    if (ON_GPU) {
+        // the model's shapes: d = 256, F = 704, B*T = 1024, and an odd one; sums of up to
+        // 1024 terms, so the tolerance grows with sqrt(K) (measured errors: GRADCHECK_VERBOSE)
+        SUBCASE("GPU: N=1024 IN=256 OUT=704 (MLP up)") { N = 1024; IN = 256; OUT = 704; tol = {1e-4, 1e-4}; }
+        SUBCASE("GPU: N=1024 IN=704 OUT=256 (MLP down)") { N = 1024; IN = 704; OUT = 256; tol = {1e-4, 1e-4}; }
+        SUBCASE("GPU: N=1021 IN=255 OUT=259, odd") { N = 1021; IN = 255; OUT = 259; tol = {1e-4, 1e-4}; }
+    }
+    CAPTURE(N);
+    CAPTURE(IN);
+    CAPTURE(OUT);
     Rng rng(3);
     Floats inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
     Floats dout = rng.uniform_vector(N * OUT, -1, 1);
@@ -173,13 +207,19 @@ TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around
                     N, IN, OUT);
 
     Floats stale = rng.uniform_vector(N * OUT, -1, 1);  // what out holds before: overwritten
+    // each buffer uploaded `offset` floats into its allocation
+    auto shifted = [&](Device& d, const Floats& host) {
+        Floats padded(offset, 0.0f);
+        padded.insert(padded.end(), host.begin(), host.end());
+        return d.upload(padded) + offset;
+    };
     Outputs cuda = run_cuda([&] {
         Device d;
-        float* d_out = d.upload(stale);
-        float *d_dinp = d.upload(dinp0), *d_dweight = d.upload(dweight0);
-        float *d_inp = d.upload(inp), *d_weight = d.upload(weight);
+        float* d_out = shifted(d, stale);
+        float *d_dinp = shifted(d, dinp0), *d_dweight = shifted(d, dweight0);
+        float *d_inp = shifted(d, inp), *d_weight = shifted(d, weight);
         linear_forward_cuda(d_out, d_inp, d_weight, N, IN, OUT);
-        linear_backward_cuda(d_dinp, d_dweight, d.upload(dout), d_inp, d_weight, N, IN, OUT);
+        linear_backward_cuda(d_dinp, d_dweight, shifted(d, dout), d_inp, d_weight, N, IN, OUT);
         return Outputs{{"out", download(d_out, N * OUT)}, {"dinp", download(d_dinp, N * IN)},
                        {"dweight", download(d_dweight, OUT * IN)}};
     });
