@@ -143,6 +143,14 @@ inline void store_float4(float* p, float4 v) {
 }
 #endif
 
+// Column sums over many rows (weight gradients: the sum over the B*T rows of each column) run
+// in two steps, so that more than C threads work: each (part of ROWS_PER_PART rows, column)
+// sums its rows in order into partial[part][column] (a kernel of the layer's own); then
+// add_column_partials_cuda (common.cu) adds the parts in order: out_c += sum_p partial[p][c].
+// Fixed orders both times, so the result repeats bit for bit.
+#define ROWS_PER_PART 32
+void add_column_partials_cuda(float* out, const float* partial, size_t parts, size_t C);
+
 // Butterfly reductions over the 32 lanes of a warp; every lane gets the same result.
 __device__ __forceinline__ float warp_sum(float x) {
     for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2)

@@ -99,21 +99,34 @@ __global__ void depth_attention_backward_sources_kernel(GradList dsources, float
 }
 
 // With k_i = g V_i rstd_i and dk_i = ds_i w: dw += sum ds_i k_i, dg += sum dk_i V_i rstd_i,
-// so both are a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc:
-// dquery_c += g_c acc_c, dnorm_weight_c += w_c acc_c. One thread per column walks the rows.
-__global__ void depth_attention_backward_weights_kernel(float* dquery, float* dnorm_weight,
-                                                        const float* dscore,
+// so both are a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc. Step 1 of the column
+// sum (common.cuh): partial[part][c] = that sum over the ROWS_PER_PART rows of one part,
+// one thread per (part, column).
+__global__ void depth_attention_backward_weights_kernel(float* partial, const float* dscore,
                                                         const float* key_rstd, SourceList sources,
-                                                        const float* query,
-                                                        const float* norm_weight,
                                                         size_t n_sources, size_t N, size_t C) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
+    size_t first = (size_t)blockIdx.y * ROWS_PER_PART;
+    size_t last = first + ROWS_PER_PART < N ? first + ROWS_PER_PART : N;
     float acc = 0.0f;
-    for (size_t n = 0; n < N; n++)
+    for (size_t n = first; n < last; n++)
         for (size_t i = 0; i < n_sources; i++)
             acc += dscore[n * n_sources + i] * key_rstd[n * n_sources + i] *
                    sources.source[i][n * C + c];
+    partial[blockIdx.y * C + c] = acc;
+}
+
+// Step 2, then the two gradients: acc_c = sum over parts; dquery_c += g_c acc_c,
+// dnorm_weight_c += w_c acc_c. One thread per column.
+__global__ void depth_attention_backward_sum_kernel(float* dquery, float* dnorm_weight,
+                                                    const float* partial, size_t parts,
+                                                    const float* query, const float* norm_weight,
+                                                    size_t C) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (size_t p = 0; p < parts; p++) acc += partial[p * C + c];
     dquery[c] += norm_weight[c] * acc;
     dnorm_weight[c] += query[c] * acc;
 }
@@ -142,7 +155,9 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    float* dscore = cuda_workspace(N * n_sources);
+    unsigned int parts = ceil_div(N, ROWS_PER_PART);
+    float* dscore = cuda_workspace(N * n_sources + (size_t)parts * C);  // then the partials
+    float* partial = dscore + N * n_sources;
     SourceList source_pointers = source_list(sources, n_sources);
     GradList grad_pointers = {};
     for (size_t i = 0; i < n_sources; i++) grad_pointers.source[i] = dsources[i];
@@ -150,7 +165,8 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
     launch_kernel(depth_attention_backward_sources_kernel, ceil_div(N * WARP_SIZE, block_size),
                   block_size, grad_pointers, dscore, dout, alpha, key_rstd, source_pointers, query,
                   norm_weight, n_sources, N, C);
-    launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, block_size), block_size,
-                  dquery, dnorm_weight, dscore, key_rstd, source_pointers, query, norm_weight,
-                  n_sources, N, C);
+    launch_kernel(depth_attention_backward_weights_kernel, dim3(ceil_div(C, block_size), parts),
+                  block_size, partial, dscore, key_rstd, source_pointers, n_sources, N, C);
+    launch_kernel(depth_attention_backward_sum_kernel, ceil_div(C, block_size), block_size,
+                  dquery, dnorm_weight, partial, (size_t)parts, query, norm_weight, C);
 }

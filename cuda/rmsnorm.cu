@@ -36,14 +36,20 @@ __global__ void rmsnorm_backward_inp_kernel(float* dinp, const float* dout, cons
         dinp[row * C + c] += s * (weight[c] * dy[c] - x[c] * s * s * dot / (float)C);
 }
 
-// dweight_c += sum_n dy_nc x_nc rstd_n; one thread per column walks the rows in order
-__global__ void rmsnorm_backward_weight_kernel(float* dweight, const float* dout, const float* inp,
-                                               const float* rstd, size_t N, size_t C) {
+// dweight_c += sum_n dy_nc x_nc rstd_n, in two deterministic steps (one thread per column
+// walking all N rows would leave all but C threads of the GPU idle):
+// 1. partial[b][c] = the sum over the ROWS_PER_PART rows of part b, one thread per (b, c);
+// 2. dweight_c += sum_b partial[b][c], in order of b (add_column_partials_cuda).
+__global__ void rmsnorm_backward_weight_kernel(float* partial, const float* dout,
+                                               const float* inp, const float* rstd, size_t N,
+                                               size_t C) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
+    size_t first = (size_t)blockIdx.y * ROWS_PER_PART;
+    size_t last = first + ROWS_PER_PART < N ? first + ROWS_PER_PART : N;
     float sum = 0.0f;
-    for (size_t n = 0; n < N; n++) sum += dout[n * C + c] * inp[n * C + c] * rstd[n];
-    dweight[c] += sum;
+    for (size_t n = first; n < last; n++) sum += dout[n * C + c] * inp[n * C + c] * rstd[n];
+    partial[blockIdx.y * C + c] = sum;
 }
 
 void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight,
@@ -58,6 +64,9 @@ void rmsnorm_backward_cuda(float* dinp, float* dweight, const float* dout, const
     const size_t block_size = 128;
     launch_kernel(rmsnorm_backward_inp_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
                   dinp, dout, inp, weight, rstd, N, C);
-    launch_kernel(rmsnorm_backward_weight_kernel, ceil_div(C, block_size), block_size,
-                  dweight, dout, inp, rstd, N, C);
+    unsigned int parts = ceil_div(N, ROWS_PER_PART);
+    float* partial = cuda_workspace((size_t)parts * C);
+    launch_kernel(rmsnorm_backward_weight_kernel, dim3(ceil_div(C, block_size), parts),
+                  block_size, partial, dout, inp, rstd, N, C);
+    add_column_partials_cuda(dweight, partial, parts, C);
 }

@@ -115,6 +115,18 @@ TEST_CASE("embedding forward and backward on the GPU match the CPU, with repeate
     SUBCASE("V=5 C=3") { V = 5; C = 3; tokens = {1, 3, 1, 1, 0, 3}; }
     SUBCASE("V=11 C=37, one token everywhere") { V = 11; C = 37; tokens = {4, 4, 4, 4, 4, 4, 4}; }
     SUBCASE("V=13 C=130") { V = 13; C = 130; tokens = {12, 0, 12, 5, 2, 5, 5, 0, 9}; }
+    SUBCASE("V=7 C=20, N=600: tokens read in three chunks") {
+        V = 7; C = 20;
+        Rng draw(11);
+        for (int i = 0; i < 600; i++) tokens.push_back((int)(draw.next() % 7));
+    }
+    if (ON_GPU) {
+        SUBCASE("GPU: V=256 C=256, N=1024") {
+            V = 256; C = 256;
+            Rng draw(12);
+            for (int i = 0; i < 1024; i++) tokens.push_back((int)(draw.next() % 256));
+        }
+    }
     size_t N = tokens.size();
     Rng rng(1);
     Floats wte = rng.uniform_vector(V * C, -1, 1), dout = rng.uniform_vector(N * C, -1, 1);
@@ -139,11 +151,15 @@ TEST_CASE("embedding forward and backward on the GPU match the CPU, with repeate
 
 // ---- rmsnorm -----------------------------------------------------------------------------
 TEST_CASE("rmsnorm forward and backward on the GPU match the CPU") {
-    const Tolerance tol{1e-5, 1e-5};
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;
     SUBCASE("N=1 C=4") { N = 1; C = 4; }
     SUBCASE("N=5 C=33") { N = 5; C = 33; }
     SUBCASE("N=9 C=130") { N = 9; C = 130; }
+    SUBCASE("N=70 C=20: the weight gradient summed in three parts of rows") { N = 70; C = 20; }
+    if (ON_GPU) {
+        SUBCASE("GPU: N=1024 C=256") { N = 1024; C = 256; tol = {1e-4, 1e-4}; }
+    }
     Rng rng(2);
     Floats inp = rng.uniform_vector(N * C, -2, 2), weight = rng.uniform_vector(C, 0.5, 1.5);
     Floats dout = rng.uniform_vector(N * C, -1, 1);
@@ -336,12 +352,16 @@ TEST_CASE("swiglu forward and backward on the GPU match the CPU") {
 
 // ---- depth attention ---------------------------------------------------------------------
 TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
-    const Tolerance tol{1e-5, 1e-5};
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t n_sources = 0, N = 0, C = 0;
     SUBCASE("1 source (its query gets exactly zero gradient)") { n_sources = 1; N = 3; C = 8; }
     SUBCASE("2 sources, N=5 C=7") { n_sources = 2; N = 5; C = 7; }
     SUBCASE("5 sources, N=9 C=70") { n_sources = 5; N = 9; C = 70; }
     SUBCASE("37 sources, more than a warp") { n_sources = 37; N = 3; C = 33; }
+    SUBCASE("3 sources, N=70: dw and dg summed in three parts of rows") { n_sources = 3; N = 70; C = 12; }
+    if (ON_GPU) {
+        SUBCASE("GPU: 17 sources, N=1024 C=256") { n_sources = 17; N = 1024; C = 256; tol = {1e-4, 1e-4}; }
+    }
     Rng rng(7);
     std::vector<Floats> sources, dsources0;
     for (size_t i = 0; i < n_sources; i++) {
