@@ -33,6 +33,8 @@ void linear_backward_cuda(float* dinp, float* dweight, const float* dout, const 
 // on = 1: every product above runs through cuBLAS SGEMM (float32) instead of our kernel, the
 // reference to compare against (./train_cuda --cublas). Exits in builds without cuBLAS.
 void linear_use_cublas_cuda(int on);
+// The most floats of the workspace (common.cuh) one linear call borrows (split-K partials).
+size_t linear_workspace_floats_cuda(void);
 
 // ---- rope.cu -----------------------------------------------------------------------------
 void rope_forward_cuda(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
@@ -69,10 +71,9 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C);
 
 // ---- crossentropy.cu ---------------------------------------------------------------------
-// Returns the number of rows whose target is not -1; counting copies targets to the host,
-// so this call synchronises.
-size_t crossentropy_forward_cuda(float* losses, float* probs, const float* logits,
-                                 const int* targets, size_t N, size_t V);
+// Counting the targets is the caller's, on the host (crossentropy_count): no copy, no sync.
+void crossentropy_forward_cuda(float* losses, float* probs, const float* logits,
+                               const int* targets, size_t N, size_t V);
 void crossentropy_backward_cuda(float* dlogits, const float* probs, const int* targets,
                                 float scale, size_t N, size_t V);
 

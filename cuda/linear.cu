@@ -222,6 +222,10 @@ static int matmul_use_cublas(float* c, const float* a, const float* b, size_t M,
 #endif
 }
 
+// split-K gives tiles * splits <= 2 * (multiprocessors) (launch_matmul), and a tile is at most
+// 128 x 128: the partial sums of one product never need more floats than this
+size_t linear_workspace_floats_cuda(void) { return 2 * (size_t)cuda_sm_count() * 128 * 128; }
+
 // the tile shape: 128 x 128 (8 x 8 per thread) when there are enough such tiles to fill the
 // GPU, else 64 x 64 (4 x 4 per thread), four times as many blocks
 static void matmul(float* c, const float* a, const float* b, size_t M, size_t P, size_t K,

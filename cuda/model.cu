@@ -97,6 +97,18 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
         exit(1);
     }
     model_build_on(&m->model, c, max_B, max_T, &cuda_kernels);
+    // the most scratch one layer call of a training step borrows, reserved now: steps then
+    // allocate nothing (common.cuh, cuda_workspace)
+    const ModelDims* z = &m->model.dims;
+    size_t N = max_B * max_T, parts = ceil_div(N, ROWS_PER_PART);
+    size_t most_sources = z->S > 0 ? count_sources(c, (int)z->n_sub) : 0;
+    size_t needs[] = {max_B * z->H * max_T * max_T,               // attention: dscore
+                      N * most_sources + parts * z->d,              // depth attention
+                      parts * z->d,                                 // rmsnorm
+                      linear_workspace_floats_cuda(), 64};          // matmul, global norm
+    size_t most = 0;
+    for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;
+    cuda_workspace(most);
     m->tokens = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
     m->targets = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
 }
@@ -140,7 +152,7 @@ void model_to_host_cuda(Model* host, const ModelCuda* m) {
 float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B, size_t T) {
     size_t N = B * T;
     if (B > m->model.max_B || T > m->model.max_T) {  // model_forward says so and exits
-        return model_forward(&m->model, NULL, NULL, B, T);
+        return model_forward_counted(&m->model, NULL, NULL, 0, B, T);
     }
     cudaCheck(cudaMemcpyAsync(m->tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice,
                               cuda_stream));
@@ -148,7 +160,8 @@ float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, si
         cudaCheck(cudaMemcpyAsync(m->targets, targets, N * sizeof(int), cudaMemcpyHostToDevice,
                                   cuda_stream));
     }
-    return model_forward(&m->model, m->tokens, targets != NULL ? m->targets : NULL, B, T);
+    return model_forward_counted(&m->model, m->tokens, targets != NULL ? m->targets : NULL,
+                                 crossentropy_count(targets, N), B, T);
 }
 
 const float* model_logits_cuda(const ModelCuda* m) { return model_logits(&m->model); }

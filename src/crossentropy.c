@@ -5,11 +5,10 @@
 // logits, probs (N,V); losses (N); a target of -1 is ignored (loss 0, no gradient), and so
 // is every row when targets is NULL (probabilities only).
 // loss = logsumexp(logits) - logits[target], computed with the row max subtracted so that
-// large logits cannot overflow. Returns the number of counted rows.
-size_t crossentropy_forward(float* losses, float* probs, const float* logits,
-                            const int* targets, size_t N, size_t V) {
-    size_t count = 0;
-    #pragma omp parallel for reduction(+:count)
+// large logits cannot overflow.
+void crossentropy_forward(float* losses, float* probs, const float* logits,
+                          const int* targets, size_t N, size_t V) {
+    #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* z = logits + n * V;
         float* p = probs + n * V;
@@ -22,13 +21,13 @@ size_t crossentropy_forward(float* losses, float* probs, const float* logits,
         }
         for (size_t i = 0; i < V; i++) { p[i] /= sum; }
         int target = targets != NULL ? targets[n] : -1;
-        if (target < 0) {
-            losses[n] = 0.0f;
-        } else {
-            losses[n] = logf(sum) + max_logit - z[target];
-            count++;
-        }
+        losses[n] = target < 0 ? 0.0f : logf(sum) + max_logit - z[target];
     }
+}
+
+size_t crossentropy_count(const int* targets, size_t N) {
+    size_t count = 0;
+    for (size_t n = 0; targets != NULL && n < N; n++) { count += targets[n] >= 0; }
     return count;
 }
 

@@ -49,8 +49,8 @@ typedef struct {
                                      const float* key_rstd, const float* const* sources,
                                      const float* query, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C);
-    size_t (*crossentropy_forward)(float* losses, float* probs, const float* logits,
-                                   const int* targets, size_t N, size_t V);
+    void (*crossentropy_forward)(float* losses, float* probs, const float* logits,
+                                 const int* targets, size_t N, size_t V);
     void (*crossentropy_backward)(float* dlogits, const float* probs, const int* targets,
                                   float scale, size_t N, size_t V);
     void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,

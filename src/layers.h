@@ -100,10 +100,12 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 
 // ---- crossentropy.c ----------------------------------------------------------------------
 // Softmax + cross-entropy per row. logits, probs (N,V); losses (N); targets (N), -1 = ignored
-// (its loss is 0); targets NULL ignores every row (probabilities only). Returns the number
-// of rows whose target is not -1.
-size_t crossentropy_forward(float* losses, float* probs, const float* logits,
-                            const int* targets, size_t N, size_t V);
+// (its loss is 0); targets NULL ignores every row (probabilities only).
+void crossentropy_forward(float* losses, float* probs, const float* logits,
+                          const int* targets, size_t N, size_t V);
+// The rows whose target is not -1 (0 for NULL): what a mean loss divides by. Host arrays
+// only, also for the CUDA model, which counts its targets before they go to the device.
+size_t crossentropy_count(const int* targets, size_t N);
 // dlogits += scale * (probs - onehot(target)) on rows whose target is not -1;
 // for a mean loss, scale = 1 / (number of counted rows).
 void crossentropy_backward(float* dlogits, const float* probs, const int* targets,

@@ -382,6 +382,11 @@ static void depth_backward(Model* m, int l, const float* dout) {
 // The whole model.
 
 float model_forward(Model* m, const int* tokens, const int* targets, size_t B, size_t T) {
+    return model_forward_counted(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+}
+
+float model_forward_counted(Model* m, const int* tokens, const int* targets, size_t n_targets,
+                            size_t B, size_t T) {
     if (B > m->max_B || T > m->max_T) {
         fprintf(stderr, "error: batch %zux%zu exceeds the model's buffers %zux%zu\n", B, T,
                 m->max_B, m->max_T);
@@ -408,7 +413,8 @@ float model_forward(Model* m, const int* tokens, const int* targets, size_t B, s
     K->rmsnorm_forward(a->xf, a->rstd_f, a->out, m->params.final_norm, N, d);
     K->linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);
     // targets NULL: probabilities only (for decoding), every row counts as ignored
-    m->n_targets = K->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
+    K->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
+    m->n_targets = n_targets;
     if (targets == NULL) {
         m->loss = -1.0f;
         return m->loss;

@@ -164,9 +164,14 @@ void model_free(Model* m);
 void model_init_params(Model* m, uint64_t seed);
 
 // Forward on tokens (B,T) with B <= max_B, T <= max_T. targets (B,T) may be NULL; else the
-// mean cross-entropy over targets != -1 is returned (and kept in m->loss). Both arrays are
-// in the model's memory (host for the CPU model, device for the CUDA one).
+// mean cross-entropy over targets != -1 is returned (and kept in m->loss). Host arrays, for
+// the CPU model.
 float model_forward(Model* m, const int* tokens, const int* targets, size_t B, size_t T);
+// The same with the inputs already in the model's memory (device memory for the CUDA model)
+// and n_targets, the number of targets != -1, counted by the caller (crossentropy_count on
+// the host copy), so that nothing is read back from the device for it.
+float model_forward_counted(Model* m, const int* tokens, const int* targets, size_t n_targets,
+                            size_t B, size_t T);
 // (B,T,V) logits and probabilities of the last forward.
 const float* model_logits(const Model* m);
 const float* model_probs(const Model* m);

@@ -441,23 +441,20 @@ TEST_CASE("crossentropy forward and backward on the GPU match the CPU, with igno
     Floats dlogits0 = rng.uniform_vector(N * V, -1, 1);
 
     Floats losses(N), probs(N * V), dlogits = dlogits0;
-    size_t counted = crossentropy_forward(losses.data(), probs.data(), logits.data(),
-                                          targets.data(), N, V);
+    crossentropy_forward(losses.data(), probs.data(), logits.data(), targets.data(), N, V);
+    size_t counted = crossentropy_count(targets.data(), N);
     float scale = counted > 0 ? 1.0f / (float)counted : 0.0f;
     crossentropy_backward(dlogits.data(), probs.data(), targets.data(), scale, N, V);
 
-    size_t counted_cuda = 0;
     Outputs cuda = run_cuda([&] {
         Device d;
         float *d_losses = d.zeros(N), *d_probs = d.zeros(N * V), *d_dlogits = d.upload(dlogits0);
         int* d_targets = d.upload(targets);
-        counted_cuda =
-            crossentropy_forward_cuda(d_losses, d_probs, d.upload(logits), d_targets, N, V);
+        crossentropy_forward_cuda(d_losses, d_probs, d.upload(logits), d_targets, N, V);
         crossentropy_backward_cuda(d_dlogits, d_probs, d_targets, scale, N, V);
         return Outputs{{"losses", download(d_losses, N)}, {"probs", download(d_probs, N * V)},
                        {"dlogits", download(d_dlogits, N * V)}};
     });
-    CHECK(counted_cuda == counted);
     check(cuda[0], losses, tol);
     check(cuda[1], probs, tol);
     check(cuda[2], dlogits, tol);

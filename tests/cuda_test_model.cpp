@@ -164,3 +164,68 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     model_free_cuda(&gpu);
     model_free(&cpu);
 }
+
+#ifdef __CUDACC__
+// On a GPU (build/test_cuda_gpu, make gpu-check): the bench configuration of dev/bench.c,
+// d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128 (B*T = 1024 rows), in every mode, SPEC's init with
+// gains and pseudo-queries randomised. Sums run over up to 1024 rows and 704 columns here,
+// ~10x longer than in the small test above, so each tolerance is 10x the small test's.
+TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradients, 2 AdamW steps") {
+    const Tolerance forward_tol{1e-4, 1e-4}, grad_tol{1e-4, 1e-3}, param_tol{1e-4, 1e-3};
+    ModelConfig c = {256, 256, 8, 8, 4, 704, 0};
+    SUBCASE("none") { c.block_size = 0; }
+    SUBCASE("full") { c.block_size = 1; }
+    SUBCASE("block S=4") { c.block_size = 4; }
+    CAPTURE(c.block_size);
+    const size_t B = 8, T = 128, N = B * T, V = c.vocab_size;
+    Rng rng(43);
+    std::vector<int> tokens(N), targets(N);
+    for (size_t i = 0; i < N; i++) {
+        tokens[i] = (int)(rng.next() % V);
+        targets[i] = i % 7 == 3 ? -1 : (int)(rng.next() % V);
+    }
+    Model cpu;
+    model_build(&cpu, &c, B, T);
+    model_init_params(&cpu, 5);
+    float* p = cpu.params_memory;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        for (size_t j = 0; j < cpu.param_sizes[i]; j++) {
+            if (PARAM_INFO[i].init == INIT_ONE) p[j] = rng.uniform(0.5f, 1.5f);
+            if (i == PARAM_res_query) p[j] = rng.uniform(-1.0f, 1.0f);
+        }
+        p += cpu.param_sizes[i];
+    }
+    ModelCuda gpu;
+    model_build_cuda(&gpu, &c, B, T);
+    model_to_device_cuda(&gpu, &cpu);
+    size_t P = cpu.num_params;
+    Model back;
+    model_build(&back, &c, 1, 1);
+
+    const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+    for (int t = 1; t <= 2; t++) {
+        CAPTURE(t);
+        float loss = model_forward(&cpu, tokens.data(), targets.data(), B, T);
+        model_zero_grad(&cpu);
+        model_backward(&cpu);
+        float loss_cuda = model_forward_cuda(&gpu, tokens.data(), targets.data(), B, T);
+        model_zero_grad_cuda(&gpu);
+        model_backward_cuda(&gpu);
+        CHECK(loss_cuda == doctest::Approx(loss).epsilon(1e-4));
+        compare_within("logits", download(model_logits_cuda(&gpu), N * V).data(),
+                       model_logits(&cpu), N * V, forward_tol);
+        Floats grads = download(gpu.model.grads_memory, P);
+        compare_tensors("grad", grads.data(), cpu.grads_memory, cpu.param_sizes, grad_tol);
+        float norm = model_grad_norm(&cpu), norm_cuda = model_grad_norm_cuda(&gpu);
+        CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-4));
+        model_update(&cpu, lr, beta1, beta2, eps, weight_decay, t);
+        model_update_cuda(&gpu, lr, beta1, beta2, eps, weight_decay, t);
+    }
+    model_to_host_cuda(&back, &gpu);
+    compare_tensors("after 2 steps: param", back.params_memory, cpu.params_memory,
+                    cpu.param_sizes, param_tol);
+    model_free(&back);
+    model_free_cuda(&gpu);
+    model_free(&cpu);
+}
+#endif
