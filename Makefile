@@ -43,7 +43,7 @@ bench: build/bench build/bench_linear
 	./build/bench
 	./build/bench_linear
 
-build/bench: dev/bench.c $(OBJ)
+build/bench: dev/bench.c dev/bench_util.h $(OBJ)
 	$(CC) $(CFLAGS) dev/bench.c $(OBJ) -o $@ $(LDLIBS)
 
 build/bench_linear: dev/bench_linear.c build/src/linear.o
@@ -83,7 +83,7 @@ TEST_BINS = all test_attnres test_cuda_emu test_cuda_emu_asan build/emu/train_cu
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory $(TEST_BINS) \
-		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu)
+		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm)
 	@tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
@@ -143,11 +143,13 @@ build/train_cuda.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h)
 build/train_cuda: build/train_cuda.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) build/train_cuda.o $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-# the whole-model agreement test on a real GPU: tests/cuda_test_model.cpp compiled by nvcc
-# (-x cu: against cuda_runtime.h instead of the emulator) with the CUDA and CPU objects
+# the agreement tests on a real GPU: tests/cuda_test_{layers,model}.cpp compiled by nvcc
+# (-x cu: against cuda_runtime.h instead of the emulator) with the CUDA and CPU objects.
+# doctest comes from the system, or from .carry/ (make carry) on a machine without it.
+CARRY_INCLUDE = $(if $(wildcard .carry/doctest/doctest.h),-I.carry)
 build/gpu/%.o: tests/%.cpp $(CUDA_DEPS) tests/gradcheck.h
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Itests -Xcompiler -fopenmp -x cu -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Itests $(CARRY_INCLUDE) -Xcompiler -fopenmp -x cu -c $< -o $@
 
 build/test_cuda_gpu: build/gpu/cuda_test_layers.o build/gpu/cuda_test_model.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
@@ -184,6 +186,32 @@ build/emu_asan/%.cpp.o: %.cpp $(CUDA_DEPS) $(wildcard tests/*.h)
 
 test_cuda_emu_asan: $(ASAN_OBJ)
 	$(CXX) $(ASAN_FLAGS) -fopenmp $(ASAN_OBJ) -o $@ -lboost_context $(LDLIBS)
+
+# `make gpu-check`: on a machine with a GPU (and no network: nothing is installed), build
+# everything with nvcc, then dev/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
+# against ./train_cuda, and the speed benchmarks, and prints a summary (OUT=DIR keeps the
+# logs). Without a GPU it builds, says so in one line and exits 0. `make carry` first, on a
+# machine with doctest, copies its header into .carry/ to take along to one without it.
+.PHONY: gpu-check carry
+gpu-check:
+	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }
+	@$(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm
+	@GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh
+
+carry:
+	@dev/ensure_deps.sh
+	@mkdir -p .carry && cp -r /usr/include/doctest .carry/
+	@echo "carry: .carry/doctest ready (name .carry in the device run's carry list)"
+
+build/bench_cuda.o: dev/bench_cuda.c dev/bench_util.h cuda/model.cuh $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Icuda -c $< -o $@
+
+build/bench_cuda: build/bench_cuda.o $(CUDA_OBJ) $(OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+
+build/bench_gemm: dev/bench_gemm.cu $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # nvcc proves the kernels compile for the GPU wherever it is installed
 test_cuda: test_cuda_emu test_cuda_emu_asan $(if $(wildcard $(NVCC)),cuda_check)

@@ -73,13 +73,18 @@ inline void* cuda_malloc_checked(size_t bytes) {
     void* p = NULL;
     if (bytes == 0) bytes = 1;
     cudaError_t error = cudaMalloc(&p, bytes);
-    if (error != cudaSuccess) {
+    if (error == cudaErrorMemoryAllocation) {
         size_t free_bytes = 0, total_bytes = 0;
         (void)cudaGetLastError();
         (void)cudaMemGetInfo(&free_bytes, &total_bytes);
         fprintf(stderr, "error: out of GPU memory: allocating %zu bytes (%.1f MiB) with %.1f of "
-                "%.1f MiB free (%s)\n", bytes, bytes / 1048576.0, free_bytes / 1048576.0,
-                total_bytes / 1048576.0, cudaGetErrorString(error));
+                "%.1f MiB free\n", bytes, bytes / 1048576.0, free_bytes / 1048576.0,
+                total_bytes / 1048576.0);
+        exit(EXIT_FAILURE);
+    }
+    if (error != cudaSuccess) {
+        fprintf(stderr, "error: cudaMalloc of %zu bytes failed: %s\n", bytes,
+                cudaGetErrorString(error));
         exit(EXIT_FAILURE);
     }
     return p;

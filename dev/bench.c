@@ -16,25 +16,9 @@
 #include "model.h"
 #include "rng.h"
 #include "util.h"
+#include "bench_util.h"
 
 #define N_MODES 3
-
-static double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
-// the q-quantile (0 .. 1) of n values, sorted in place
-static double quantile(double* values, int n, double q) {
-    qsort(values, (size_t)n, sizeof(double), compare_doubles);
-    return values[(int)(q * (n - 1) + 0.5)];
-}
 
 // one training step of m on (x, y); returns its milliseconds
 static double timed_step(Model* m, const int* x, const int* y, size_t B, size_t T, int t) {
@@ -74,31 +58,16 @@ int main(int argc, char** argv) {
         y[i] = (int)(rng_next(&state) % 256);
     }
     double* ms[N_MODES];
-    double* ratio[N_MODES];
     for (int i = 0; i < N_MODES; i++) {
         ms[i] = mallocCheck((size_t)rounds * sizeof(double));
-        ratio[i] = mallocCheck((size_t)rounds * sizeof(double));
         for (int w = 1; w <= 2; w++) { timed_step(&models[i], x, y, B, T, w); }  // warm-up
     }
     for (int r = 0; r < rounds; r++) {
         for (int i = 0; i < N_MODES; i++) { ms[i][r] = timed_step(&models[i], x, y, B, T, r + 3); }
-        for (int i = 0; i < N_MODES; i++) { ratio[i][r] = ms[i][r] / ms[0][r]; }
     }
-    for (int i = 0; i < N_MODES; i++) {
-        double median = quantile(ms[i], rounds, 0.5);
-        printf("%-10s %8.1f ms/step %9.0f tokens/s", names[i], median,
-               (double)(B * T) / (median / 1000.0));
-        if (i > 0) {
-            double low = quantile(ratio[i], rounds, 0.25), high = quantile(ratio[i], rounds, 0.75);
-            printf("   overhead vs none %+6.1f%% (middle half of rounds %+.1f%% .. %+.1f%%)",
-                   100.0 * (quantile(ratio[i], rounds, 0.5) - 1.0), 100.0 * (low - 1.0),
-                   100.0 * (high - 1.0));
-        }
-        printf("\n");
-    }
+    print_rounds(names, N_MODES, ms, rounds, B * T);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
-        free(ratio[i]);
         model_free(&models[i]);
     }
     free(x);

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch eager (float32, CPU) counterpart of dev/bench.c: ms/step and tokens/s of one full
+"""PyTorch eager (float32, CPU or --device cuda) counterpart of dev/bench.c: ms/step and tokens/s of one full
 training step (forward, backward, AdamW) per residual mode, on the same fixed config
 (d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128), median of --steps steps after 2 warm-up steps.
 
-  /usr/bin/python3 dev/bench_pytorch.py [--steps N] [--threads N]
+  /usr/bin/python3 dev/bench_pytorch.py [--steps N] [--threads N] [--device cpu|cuda]
 
 Note: Debian's python3-torch does its matmuls in whatever libblas.so.3 the system resolves;
 with only libblas3 installed that is netlib's unoptimised reference BLAS (~2 GFLOP/s here),
@@ -60,12 +60,14 @@ STACKED = {"attn_norm", "wq", "wk", "wv", "wo", "mlp_norm", "wg", "wu", "wd",
            "res_query", "res_norm"}
 
 
-def time_mode(S, steps, B, T):
+def time_mode(S, steps, B, T, device):
     c = reference.cfg(B=B, T=T, V=256, d=256, L=8, H=8, G=4, F=704, S=S)
     hp = dict(reference.DEFAULT_HP)
     p, decay, no_decay = {}, [], []
+    if device == "cuda":
+        torch.set_default_device("cpu")  # init_params draws from a CPU generator
     for name, t in reference.init_params(c, "spec", 1).items():
-        t = t.float()
+        t = t.float().to(device)
         ts = [r.clone().requires_grad_(True) for r in t] if name in STACKED \
             else t.clone().requires_grad_(True)
         p[name] = ts
@@ -75,8 +77,10 @@ def time_mode(S, steps, B, T):
                              dict(params=no_decay, weight_decay=0.0)],
                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8)
     g = torch.Generator().manual_seed(7)
-    x = torch.randint(0, 256, (B, T), generator=g)
-    y = torch.randint(0, 256, (B, T), generator=g)
+    x = torch.randint(0, 256, (B, T), generator=g).to(device)
+    y = torch.randint(0, 256, (B, T), generator=g).to(device)
+    if device == "cuda":  # the tensors reference.forward makes (causal mask, rope tables)
+        torch.set_default_device(device)
     ms = []
     for s in range(-2, steps):
         t0 = time.perf_counter()
@@ -84,6 +88,8 @@ def time_mode(S, steps, B, T):
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if device == "cuda":
+            torch.cuda.synchronize()
         if s >= 0:
             ms.append(1000.0 * (time.perf_counter() - t0))
     assert math.isfinite(loss.item())
@@ -115,19 +121,30 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                    help="cuda: on the GPU, float32 without TF32 (exits 3 if torch has no CUDA)")
     a = ap.parse_args()
     if a.steps < 1:
         sys.exit("error: --steps must be positive")
+    if a.device == "cuda":
+        if not torch.cuda.is_available():
+            print("bench_pytorch: skipped: this torch has no CUDA device")
+            sys.exit(3)
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as ours
+        torch.backends.cudnn.allow_tf32 = False
     torch.set_num_threads(a.threads)
     B, T = 8, 128
     flops = step_flops(B, T)
-    print(f"bench_pytorch: torch {torch.__version__} eager float32, d=256 L=8 H=8 G=4 F=704 "
+    print(f"bench_pytorch: torch {torch.__version__} eager float32 on {a.device}, d=256 L=8 H=8 G=4 F=704 "
           f"V=256 B={B} T={T}, {torch.get_num_threads()} threads, median of {a.steps} steps "
           f"({flops / 1e9:.2f} GFLOP/step counted)")
-    print(f"BLAS: {blas_library()}")
+    if a.device == "cuda":
+        print(f"device: {torch.cuda.get_device_name()}, TF32 off")
+    else:
+        print(f"BLAS: {blas_library()}")
     base = 0.0
     for i, (name, S) in enumerate([("none", 0), ("full", 1), ("block S=4", 4)]):
-        ms = time_mode(S, a.steps, B, T)
+        ms = time_mode(S, a.steps, B, T, a.device)
         if i == 0:
             base = ms
         line = f"{name:<10s} {ms:8.1f} ms/step {B * T / (ms / 1000.0):9.0f} tokens/s"

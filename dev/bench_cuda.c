@@ -1,0 +1,82 @@
+// bench_cuda.c — dev/bench.c on the GPU: ms/step and tokens/s of one full training step of
+// ./train_cuda (forward, backward, gradient norm, clipping, AdamW) per residual mode, on
+// bench.c's config, the modes interleaved round by round, each overhead the median of the
+// paired ratios mode / none. Built by `make gpu-check` (build/bench_cuda).
+//
+// ./build/bench_cuda [--rounds N] [--cublas]     (--cublas: every matmul through cuBLAS)
+#define _POSIX_C_SOURCE 200809L  // clock_gettime
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "model.cuh"
+#include "rng.h"
+#include "util.h"
+#include "bench_util.h"
+
+#define N_MODES 3
+
+// one training step as train.c takes it; the gradient norm is read back, so the step has
+// finished on the GPU when this returns
+static double timed_step(ModelCuda* m, const int* x, const int* y, size_t B, size_t T, int t) {
+    double t0 = now_seconds();
+    model_forward_cuda(m, x, y, B, T);
+    model_zero_grad_cuda(m);
+    model_backward_cuda(m);
+    float norm = model_grad_norm_cuda(m);
+    model_clip_gradients_cuda(m, norm, 1.0f);
+    model_update_cuda(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    model_grad_norm_cuda(m);  // a read-back: waits for the update
+    return 1000.0 * (now_seconds() - t0);
+}
+
+int main(int argc, char** argv) {
+    int rounds = 50, cublas = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
+        else if (strcmp(argv[i], "--cublas") == 0) { cublas = 1; }
+        else { fprintf(stderr, "error: unknown argument '%s' (usage: bench_cuda [--rounds N] [--cublas])\n", argv[i]); return 1; }
+    }
+    if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }
+    const char* problem = cuda_device_problem();
+    if (problem != NULL) { fprintf(stderr, "error: %s\n", problem); return 1; }
+    model_use_cublas_cuda(cublas);
+    const size_t B = 8, T = 128;
+    const char* names[N_MODES] = {"none", "full", "block S=4"};
+    const int block_sizes[N_MODES] = {0, 1, 4};
+    printf("bench_cuda: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, matmuls: %s, %d rounds of "
+           "one step per mode, modes interleaved\n", B, T, cublas ? "cuBLAS" : "ours", rounds);
+
+    ModelCuda models[N_MODES];
+    for (int i = 0; i < N_MODES; i++) {
+        ModelConfig c = {256, 256, 8, 8, 4, 704, block_sizes[i]};
+        Model host;
+        model_build(&host, &c, 1, 1);
+        model_init_params(&host, 1);
+        model_build_cuda(&models[i], &c, B, T);
+        model_to_device_cuda(&models[i], &host);
+        model_free(&host);
+    }
+    int* x = mallocCheck(B * T * sizeof(int));
+    int* y = mallocCheck(B * T * sizeof(int));
+    uint64_t state = 7;
+    for (size_t i = 0; i < B * T; i++) {
+        x[i] = (int)(rng_next(&state) % 256);
+        y[i] = (int)(rng_next(&state) % 256);
+    }
+    double* ms[N_MODES];
+    for (int i = 0; i < N_MODES; i++) {
+        ms[i] = mallocCheck((size_t)rounds * sizeof(double));
+        for (int w = 1; w <= 3; w++) { timed_step(&models[i], x, y, B, T, w); }  // warm-up
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < N_MODES; i++) { ms[i][r] = timed_step(&models[i], x, y, B, T, r + 4); }
+    }
+    print_rounds(names, N_MODES, ms, rounds, B * T);
+    for (int i = 0; i < N_MODES; i++) {
+        free(ms[i]);
+        model_free_cuda(&models[i]);
+    }
+    free(x);
+    free(y);
+    return 0;
+}

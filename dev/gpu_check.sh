@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# gpu_check.sh — what `make gpu-check` runs after building: everything that needs a GPU, in
+# one go, for a machine that may have no network (nothing is installed; the build needs only
+# the CUDA toolkit and the tree). Prints a summary and exits 1 if anything failed.
+#
+#   1. the kernel and whole-model agreement tests on the GPU (build/test_cuda_gpu)
+#   2. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
+#      on one training step at the bench size
+#   3. ./train against ./train_cuda, loss by loss: a tiny model in every mode (within 1e-4)
+#      and the bench model (within 2e-3, see below)
+#   4. speed: ms/step and tokens/s per mode with our matmul and with cuBLAS; our matmul
+#      against cuBLAS SGEMM on the bench shapes; PyTorch eager on the same GPU when the
+#      machine's python3 has a CUDA-enabled torch (a line saying it was skipped otherwise)
+#
+# GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR).
+set -u
+cd "$(dirname "$0")/.."
+out=${GPU_CHECK_OUT:-$(mktemp -d)}
+mkdir -p "$out"
+summary=()
+failed=0
+
+if ! nvidia-smi -L >/dev/null 2>&1; then
+    echo "gpu-check: no NVIDIA GPU here (nvidia-smi finds none): built everything, ran nothing"
+    exit 0
+fi
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)
+echo "gpu-check on: $gpu ($(date -u +%Y-%m-%d))"
+
+# check NAME LOG TIMEOUT_S COMMAND...: runs it, keeps its output in $out/LOG, records ok/FAIL
+check() {
+    local name=$1 log=$2 limit=$3
+    shift 3
+    local start=$SECONDS
+    if declare -F "$1" >/dev/null; then "$@" >>"$out/$log" 2>&1  # a function of this script
+    else timeout "$limit" "$@" >>"$out/$log" 2>&1; fi
+    local status=$?
+    local took=$((SECONDS - start))
+    if [ $status -eq 0 ]; then
+        summary+=("ok    $name (${took} s)")
+    else
+        summary+=("FAIL  $name (exit $status after ${took} s; see $log)")
+        failed=1
+    fi
+    echo "${summary[-1]}"
+    return $status
+}
+
+# ---- 1. agreement tests ----------------------------------------------------------------
+check "kernels and whole model on the GPU vs the CPU (build/test_cuda_gpu)" tests.log 300 \
+    build/test_cuda_gpu
+grep -E "test cases:|assertions:" "$out/tests.log" | tail -2
+
+# ---- 2. compute-sanitizer ----------------------------------------------------------------
+# the bench model (d=256 L=8 H=8 G=4 F=704, V=256 bytes), block AttnRes, one step of B=8 T=128
+bench_flags=(--task text --text README.md --seq-len 128 --batch 8 --d 256 --L 8 --H 8 --G 4
+             --F 704 --mode block --block-size 4 --eval-examples 8 --threads 8)
+sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck synccheck initcheck; do
+    check "compute-sanitizer $tool: the whole-model test" sanitizer.log 300 \
+        "$sanitizer" --tool "$tool" --error-exitcode 9 \
+        build/test_cuda_gpu -tc="the whole model on the GPU matches the CPU*"
+    check "compute-sanitizer $tool: one training step at the bench size" sanitizer.log 300 \
+        "$sanitizer" --tool "$tool" --error-exitcode 9 \
+        ./train_cuda "${bench_flags[@]}" --steps 1 --eval-every 1 --log-every 1
+done
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | sort | uniq -c
+
+# ---- 3. ./train vs ./train_cuda, loss by loss ---------------------------------------------
+# train.csv of --diagnostics holds every logged loss with 6 significant digits.
+# same_losses A B TOL: every loss of run A within TOL (relative) of run B's
+same_losses() {
+    paste -d, <(tail -n +2 "$1/train.csv" | cut -d, -f1,2) <(tail -n +2 "$2/train.csv" | cut -d, -f1,2) |
+        awk -F, -v tol="$3" '
+            { n++; d = $2 - $4; if (d < 0) d = -d; r = d / ($4 < 0 ? -$4 : $4)
+              if (r > worst) worst = r; if ($1 != $3 || r > tol) bad = 1 }
+            END { printf "  %d losses, worst relative difference %.2e (tolerance %g)\n", n, worst, tol
+                  exit (bad || n == 0) }'
+}
+tiny_flags=(--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24 --batch 8
+            --steps 30 --warmup 5 --log-every 1 --eval-every 30 --eval-examples 32 --threads 4)
+for mode in "none" "full" "block --block-size 2"; do
+    name=${mode%% *}
+    ./train "${tiny_flags[@]}" --mode $mode --diagnostics "$out/cpu_$name" >>"$out/losses.log" 2>&1
+    ./train_cuda "${tiny_flags[@]}" --mode $mode --diagnostics "$out/gpu_$name" >>"$out/losses.log" 2>&1
+    check "./train_cuda = ./train, tiny model, $name, 30 steps (1e-4)" losses.log 60 \
+        same_losses "$out/gpu_$name" "$out/cpu_$name" 1e-4
+    tail -1 "$out/losses.log"
+done
+# The bench model over 10 steps: the GPU sums in other orders (tiled matmuls, warp
+# reductions), a relative difference of ~1e-6 per operation; AdamW's first steps move every
+# weight by ~lr whatever the gradient's size, so a weight whose gradient is near zero can
+# step either way, and these differences grow with the steps: 2e-3 on the loss after 10.
+./train "${bench_flags[@]}" --steps 10 --eval-every 10 --log-every 1 --warmup 2 \
+    --diagnostics "$out/cpu_bench" >>"$out/losses.log" 2>&1
+./train_cuda "${bench_flags[@]}" --steps 10 --eval-every 10 --log-every 1 --warmup 2 \
+    --diagnostics "$out/gpu_bench" >>"$out/losses.log" 2>&1
+check "./train_cuda = ./train, bench model, block S=4, 10 steps (2e-3)" losses.log 60 \
+    same_losses "$out/gpu_bench" "$out/cpu_bench" 2e-3
+tail -1 "$out/losses.log"
+
+# ---- 4. speed ------------------------------------------------------------------------------
+check "training step speed, our matmul (build/bench_cuda)" speed.log 120 build/bench_cuda
+check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log 120 \
+    build/bench_cuda --cublas
+check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed.log 120 \
+    build/bench_gemm
+python3 dev/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
+status=$?
+if [ $status -eq 3 ]; then
+    summary+=("skip  PyTorch eager on the GPU: this machine's python3 has no CUDA-enabled torch")
+elif [ $status -ne 0 ]; then
+    summary+=("FAIL  PyTorch eager on the GPU (exit $status; see speed.log)")
+    failed=1
+else
+    summary+=("ok    PyTorch eager on the GPU (dev/bench_pytorch.py --device cuda)")
+fi
+echo
+cat "$out/speed.log" | grep -vE "^\s*$"
+
+echo
+echo "gpu-check summary ($gpu; logs in $out):"
+printf '  %s\n' "${summary[@]}"
+n_fail=$(printf '%s\n' "${summary[@]}" | grep -c '^FAIL')
+echo "gpu-check: $((${#summary[@]} - n_fail)) passed, $n_fail failed"
+exit $failed
