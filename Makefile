@@ -82,7 +82,7 @@ mutants:
 TEST_BINS = all test_attnres test_cuda_emu test_cuda_emu_asan build/emu/train_cuda
 test:
 	@dev/ensure_deps.sh
-	@$(MAKE) --no-print-directory $(TEST_BINS) \
+	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
 		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm)
 	@tests/run_all.sh
 

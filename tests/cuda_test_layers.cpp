@@ -251,6 +251,9 @@ TEST_CASE("rope forward (in place, at one position) and backward on the GPU matc
     SUBCASE("B=1 T=5 heads=1 hs=2") { B = 1; T = 5; n_heads = 1; hs = 2; }
     SUBCASE("B=2 T=7 heads=3 hs=8") { B = 2; T = 7; n_heads = 3; hs = 8; }
     SUBCASE("B=1 T=33 heads=2 hs=64") { B = 1; T = 33; n_heads = 2; hs = 64; }
+    if (ON_GPU) {
+        SUBCASE("GPU: B=8 T=128 heads=8 hs=32") { B = 8; T = 128; n_heads = 8; hs = 32; }
+    }
     size_t n = B * T * n_heads * hs;
     Rng rng(4);
     Floats inp = rng.uniform_vector(n, -1, 1), dout = rng.uniform_vector(n, -1, 1);
@@ -289,6 +292,10 @@ TEST_CASE("attention forward and backward on the GPU match the CPU (causal, grou
     SUBCASE("B=2 T=37 H=2 G=2 hs=4, G=H, T over a warp") { B = 2; T = 37; H = 2; G = 2; hs = 4; }
     SUBCASE("B=1 T=9 H=6 G=3 hs=40, hs over a warp") { B = 1; T = 9; H = 6; G = 3; hs = 40; }
     SUBCASE("B=2 T=1 H=2 G=1 hs=2") { B = 2; T = 1; H = 2; G = 1; hs = 2; }
+    if (ON_GPU) {
+        SUBCASE("GPU: B=8 T=128 H=8 G=4 hs=32, the bench model") { B = 8; T = 128; H = 8; G = 4; hs = 32; }
+        SUBCASE("GPU: B=3 T=131 H=6 G=2 hs=16, odd") { B = 3; T = 131; H = 6; G = 2; hs = 16; }
+    }
     size_t nq = B * T * H * hs, nkv = B * T * G * hs, natt = B * H * T * T;
     Rng rng(5);
     Floats q = rng.uniform_vector(nq, -1, 1), k = rng.uniform_vector(nkv, -1, 1);
@@ -327,6 +334,9 @@ TEST_CASE("swiglu forward and backward on the GPU match the CPU") {
     size_t N = 0, F = 0;
     SUBCASE("N=1 F=1") { N = 1; F = 1; }
     SUBCASE("N=7 F=100") { N = 7; F = 100; }
+    if (ON_GPU) {
+        SUBCASE("GPU: N=1024 F=704") { N = 1024; F = 704; }
+    }
     Rng rng(6);
     Floats gate = rng.uniform_vector(N * F, -6, 6), up = rng.uniform_vector(N * F, -2, 2);
     Floats dout = rng.uniform_vector(N * F, -1, 1);
@@ -435,6 +445,13 @@ TEST_CASE("crossentropy forward and backward on the GPU match the CPU, with igno
     SUBCASE("V=5") { V = 5; targets = {0, -1, 4, 2, -1, 1}; }
     SUBCASE("V=100, over a warp") { V = 100; targets = {99, 3, -1, 64, 31, 32, 0}; }
     SUBCASE("every target ignored") { V = 7; targets = {-1, -1, -1}; }
+    if (ON_GPU) {
+        SUBCASE("GPU: N=1024 V=256, every 7th ignored") {
+            V = 256;
+            Rng draw(13);
+            for (int i = 0; i < 1024; i++) targets.push_back(i % 7 == 3 ? -1 : (int)(draw.next() % 256));
+        }
+    }
     size_t N = targets.size();
     Rng rng(8);
     Floats logits = rng.uniform_vector(N * V, -8, 8);

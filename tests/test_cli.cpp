@@ -225,6 +225,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--symbols", "1"}, {"symbols", "1"}},
         {{"--task", "text"}, {"--text"}},
         {{"--resume"}, {"--resume", "--checkpoint"}},
+        {{"--cublas"}, {"--cublas", "./train_cuda"}},
     };
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
