@@ -23,6 +23,13 @@ for run in "$@"; do
     for f in meta.csv train.csv eval.csv layers.csv; do
         [ -f "$run/$f" ] || { echo "error: $run/$f is missing (train with --diagnostics $run)" >&2; exit 1; }
     done
+    # a run stopped before its first log line or evaluation has headers only: nothing to draw
+    for f in train.csv eval.csv layers.csv; do
+        [ "$(wc -l <"$run/$f")" -gt 1 ] || {
+            echo "error: $run/$f has no rows yet (the run stopped before its first $([ $f = eval.csv ] && echo evaluation || echo log line)): nothing to plot" >&2
+            exit 1
+        }
+    done
 done
 out=${out:-$1}
 mkdir -p "$out"

@@ -1,7 +1,10 @@
 // checkpoint.c — save and load checkpoints (format in checkpoint.h).
+#define _POSIX_C_SOURCE 200809L  // stat
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "checkpoint.h"
 #include "util.h"
 
@@ -17,7 +20,50 @@ static void header_to_config(const int* header, ModelConfig* c) {
     c->block_size = header[8];
 }
 
-int checkpoint_save(const Model* m, const char* path, int step, char* err, size_t err_len) {
+// The run record's slots in the header: ints as they are, 64-bit values as two slots (low,
+// high), floats as their bits, the text file's name as bytes in [64..127].
+enum { RUN_FLAG = 12, RUN_TASK = 13, RUN_LENGTH, RUN_SYMBOLS, RUN_SEQ_LEN, RUN_BATCH,
+       RUN_STEPS, RUN_WARMUP, RUN_EVAL_EXAMPLES, RUN_SEED_LO, RUN_SEED_HI, RUN_TEXT_LO,
+       RUN_TEXT_HI, RUN_LR, RUN_FINAL_LR_FRAC, RUN_WEIGHT_DECAY, RUN_GRAD_CLIP, RUN_BETA1,
+       RUN_BETA2, RUN_ADAM_EPS, RUN_BEST_STEP, RUN_BEST_VAL, RUN_TEXT_NAME = 64 };
+
+static int float_bits(float x) { int i; memcpy(&i, &x, sizeof(i)); return i; }
+static float bits_float(int i) { float x; memcpy(&x, &i, sizeof(x)); return x; }
+
+static void run_to_header(const RunRecord* r, int* h) {
+    int ints[] = {r->task, r->length, r->symbols, r->seq_len, r->batch, r->steps, r->warmup,
+                  r->eval_examples};
+    memcpy(h + RUN_TASK, ints, sizeof(ints));
+    h[RUN_SEED_LO] = (int)(r->seed & 0xffffffffu);
+    h[RUN_SEED_HI] = (int)(r->seed >> 32);
+    h[RUN_TEXT_LO] = (int)(r->text_bytes & 0xffffffffu);
+    h[RUN_TEXT_HI] = (int)(r->text_bytes >> 32);
+    float floats[] = {r->lr, r->final_lr_frac, r->weight_decay, r->grad_clip, r->beta1,
+                      r->beta2, r->adam_eps};
+    for (int i = 0; i < 7; i++) { h[RUN_LR + i] = float_bits(floats[i]); }
+    h[RUN_BEST_STEP] = r->best_step;
+    h[RUN_BEST_VAL] = float_bits(r->best_val_loss);
+    memcpy(h + RUN_TEXT_NAME, r->text_name, sizeof(r->text_name));
+    h[RUN_FLAG] = 1;
+}
+
+static void header_to_run(const int* h, RunRecord* r) {
+    int* ints[] = {&r->task, &r->length, &r->symbols, &r->seq_len, &r->batch, &r->steps,
+                   &r->warmup, &r->eval_examples};
+    for (int i = 0; i < 8; i++) { *ints[i] = h[RUN_TASK + i]; }
+    r->seed = (unsigned long long)(unsigned)h[RUN_SEED_LO] | (unsigned long long)(unsigned)h[RUN_SEED_HI] << 32;
+    r->text_bytes = (unsigned long long)(unsigned)h[RUN_TEXT_LO] | (unsigned long long)(unsigned)h[RUN_TEXT_HI] << 32;
+    float* floats[] = {&r->lr, &r->final_lr_frac, &r->weight_decay, &r->grad_clip, &r->beta1,
+                       &r->beta2, &r->adam_eps};
+    for (int i = 0; i < 7; i++) { *floats[i] = bits_float(h[RUN_LR + i]); }
+    r->best_step = h[RUN_BEST_STEP];
+    r->best_val_loss = bits_float(h[RUN_BEST_VAL]);
+    memcpy(r->text_name, h + RUN_TEXT_NAME, sizeof(r->text_name));
+    r->text_name[sizeof(r->text_name) - 1] = '\0';
+}
+
+int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,
+                    char* err, size_t err_len) {
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
         snprintf(err, err_len, "checkpoint path is too long");
@@ -35,6 +81,7 @@ int checkpoint_save(const Model* m, const char* path, int step, char* err, size_
     header[9] = step;
     header[10] = (int)(m->num_params & 0xffffffffu);
     header[11] = (int)(m->num_params >> 32);
+    if (run != NULL) { run_to_header(run, header); }
     size_t P = m->num_params;
     int ok = fwrite(header, sizeof(int), 256, f) == 256 &&
              fwrite(m->params_memory, sizeof(float), P, f) == P &&
@@ -51,6 +98,11 @@ int checkpoint_save(const Model* m, const char* path, int step, char* err, size_
 
 // Opens path and checks its header and size; on success *f is positioned after the header.
 static int open_checked(const char* path, FILE** f, int* header, char* err, size_t err_len) {
+    struct stat info;
+    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
+        snprintf(err, err_len, "checkpoint %s is a directory, not a checkpoint file", path);
+        return -1;
+    }
     *f = fopen(path, "rb");
     if (*f == NULL) {
         snprintf(err, err_len, "cannot open checkpoint %s: %s", path, strerror(errno));
@@ -64,8 +116,8 @@ static int open_checked(const char* path, FILE** f, int* header, char* err, size
         problem = "is truncated (no complete 256-int header)";
     } else if (header[0] != CHECKPOINT_MAGIC) {
         problem = "has the wrong magic number (not an attnres.c checkpoint)";
-    } else if (header[1] != CHECKPOINT_VERSION) {
-        snprintf(err, err_len, "checkpoint %s has version %d, this build reads version %d",
+    } else if (header[1] != 1 && header[1] != CHECKPOINT_VERSION) {
+        snprintf(err, err_len, "checkpoint %s has version %d, this build reads versions 1 to %d",
                  path, header[1], CHECKPOINT_VERSION);
         fclose(*f);
         return -1;
@@ -110,6 +162,18 @@ int checkpoint_read_config(const char* path, ModelConfig* config, int* step,
     return 0;
 }
 
+int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* err,
+                        size_t err_len) {
+    FILE* f;
+    int header[256];
+    if (open_checked(path, &f, header, err, err_len) != 0) { return -1; }
+    fclose(f);
+    memset(run, 0, sizeof(*run));
+    *recorded = header[1] >= 2 && header[RUN_FLAG] == 1;
+    if (*recorded) { header_to_run(header, run); }
+    return 0;
+}
+
 int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err_len) {
     FILE* f;
     int header[256];
@@ -126,15 +190,33 @@ int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err
         fclose(f);
         return -1;
     }
+    // read everything first, so that a file refused below leaves m as it was
     size_t P = m->num_params;
-    int ok = fread(m->params_memory, sizeof(float), P, f) == P &&
-             fread(m->m_memory, sizeof(float), P, f) == P &&
-             fread(m->v_memory, sizeof(float), P, f) == P;
+    float* state = mallocCheck(3 * P * sizeof(float));  // parameters, m, v
+    int ok = fread(state, sizeof(float), 3 * P, f) == 3 * P;
     fclose(f);
     if (!ok) {
         snprintf(err, err_len, "checkpoint %s could not be read completely", path);
+        free(state);
         return -1;
     }
+    // a NaN or Inf parameter would only train into more of them: refuse it, naming the tensor
+    const float* p = state;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        for (size_t j = 0; j < m->param_sizes[i]; j++) {
+            if (!isfinite(p[j])) {
+                snprintf(err, err_len, "checkpoint %s holds NaN/Inf parameters (in %s): not "
+                         "loading it", path, PARAM_INFO[i].name);
+                free(state);
+                return -1;
+            }
+        }
+        p += m->param_sizes[i];
+    }
+    memcpy(m->params_memory, state, P * sizeof(float));
+    memcpy(m->m_memory, state + P, P * sizeof(float));
+    memcpy(m->v_memory, state + 2 * P, P * sizeof(float));
+    free(state);
     *step = header[9];
     return 0;
 }

@@ -1,11 +1,15 @@
 // checkpoint.h — model checkpoints: a 256-int header, then parameters, then AdamW state.
 //
 // Format (little-endian, documented in README.md):
-//   int32[256] header: [0] magic 20261124, [1] version 1, [2] V, [3] d, [4] L, [5] H,
+//   int32[256] header: [0] magic 20261124, [1] version 2, [2] V, [3] d, [4] L, [5] H,
 //                      [6] G, [7] F, [8] S (0 none, 1 full, >= 2 block), [9] completed
-//                      steps, [10..11] number of parameters P (low, high 32 bits); rest 0
+//                      steps, [10..11] number of parameters P (low, high 32 bits),
+//                      [12] 1 if the run that wrote it is recorded in [13..127] (RunRecord,
+//                      laid out in checkpoint.c); rest 0
 //   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
-// Files are written to PATH.tmp and renamed over PATH, so a crash never leaves a torn file.
+// Version 1 files (no run record) still load. Files are written to PATH.tmp and renamed over
+// PATH, so a crash never leaves a torn file. A file whose parameters hold NaN or Inf is
+// refused at load.
 #ifndef ATTNRES_CHECKPOINT_H
 #define ATTNRES_CHECKPOINT_H
 
@@ -17,13 +21,32 @@ extern "C" {
 #endif
 
 #define CHECKPOINT_MAGIC 20261124
-#define CHECKPOINT_VERSION 1
+#define CHECKPOINT_VERSION 2
+
+// What a checkpoint records of the run that wrote it, so that --resume can refuse other
+// settings and --sample can start from the training's.
+typedef struct {
+    int task;                      // TaskKind (dataset.h)
+    int length, symbols;           // tasks
+    int seq_len, batch, steps, warmup, eval_examples;
+    unsigned long long seed;
+    float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
+    char text_name[256];           // text: the file's name, without its folders ...
+    unsigned long long text_bytes; // ... and its size
+    int best_step;                 // the best validation loss so far and its step (0: none)
+    float best_val_loss;
+} RunRecord;
 
 // Each returns 0 on success, or -1 after writing a one-line reason into err.
-int checkpoint_save(const Model* m, const char* path, int step, char* err, size_t err_len);
+// run (may be NULL: none recorded) is stored in the header.
+int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,
+                    char* err, size_t err_len);
 // Reads the header only: the config and step stored in the file (checks magic, version, size).
 int checkpoint_read_config(const char* path, ModelConfig* config, int* step,
                            char* err, size_t err_len);
+// Reads the run record; *recorded is 0 for a file that has none (version 1).
+int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* err,
+                        size_t err_len);
 // Loads parameters and optimiser state into m, whose config must equal the file's.
 int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err_len);
 

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L  // mkdir
 #include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include "diagnostics.h"
@@ -48,17 +49,37 @@ static int make_dirs(const char* dir) {
     }
 }
 
-// opens dir/name for writing (appending: keep what is there) and writes the header if empty
-static FILE* open_csv(const char* dir, const char* name, const char* header, int append) {
+// Keeps the header and the rows of dir/name whose step (the first column) is at most
+// last_step: a resumed run replays the steps after its checkpoint, whose rows an interrupted
+// run may have written already. Rewritten through name.tmp and a rename. 0, or -1.
+static int drop_rows_after(const char* path, int last_step) {
+    FILE* in = fopen(path, "r");
+    if (in == NULL) { return errno == ENOENT ? 0 : -1; }
+    char tmp[4200], line[8192];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    FILE* out = fopen(tmp, "w");
+    if (out == NULL) { fclose(in); return -1; }
+    for (int row = 0; fgets(line, sizeof(line), in) != NULL; row++) {
+        if (row == 0 || atoi(line) <= last_step) { fputs(line, out); }
+    }
+    fclose(in);
+    if (fclose(out) != 0) { return -1; }
+    return rename(tmp, path);
+}
+
+// opens dir/name for writing (resume_step >= 0: keep what is there up to that step) and
+// writes the header if the file is empty
+static FILE* open_csv(const char* dir, const char* name, const char* header, int resume_step) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    FILE* f = fopen(path, append ? "a" : "w");
+    if (resume_step >= 0 && drop_rows_after(path, resume_step) != 0) { return NULL; }
+    FILE* f = fopen(path, resume_step >= 0 ? "a" : "w");
     if (f == NULL) { return NULL; }
     if (ftell(f) == 0) { fprintf(f, "%s\n", header); }
     return f;
 }
 
-int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* command,
+int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const char* command,
                      char* err, size_t err_len) {
     if (make_dirs(dir) != 0) {
         snprintf(err, err_len, "cannot create the diagnostics directory %s: %s", dir,
@@ -74,7 +95,7 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* c
         "step,row,row_name,source,source_name,alpha"};
     FILE* files[5];
     for (int i = 0; i < 5; i++) {
-        files[i] = open_csv(dir, names[i], headers[i], append && i > 0);
+        files[i] = open_csv(dir, names[i], headers[i], i > 0 ? resume_step : -1);
         if (files[i] == NULL) {
             snprintf(err, err_len, "cannot write %s/%s: %s", dir, names[i], strerror(errno));
             for (int j = 0; j < i; j++) { fclose(files[j]); }

@@ -56,8 +56,10 @@ void diagnostics_free(Diagnostics* dg);  // closes the CSV files
 //               step; index -1 "emb", 0..2L-1 "L<i>.attn"/"L<i>.mlp", 2L "out"; empty
 //               where a value does not apply)
 //   alpha.csv   step,row,row_name,source,source_name,alpha           (each eval, AttnRes)
-// append (resuming): keep existing rows and headers. Returns 0, or -1 with a reason in err.
-int diagnostics_open(Diagnostics* dg, const char* dir, int append, const char* command,
+// resume_step >= 0 (resuming from that step): keep the existing rows up to that step and
+// drop later ones (an interrupted run may have logged past its last checkpoint); -1: start
+// the files afresh. Returns 0, or -1 with a reason in err.
+int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const char* command,
                      char* err, size_t err_len);
 // sqrt(mean(x^2)) over n values
 float tensor_rms(const float* x, size_t n);

@@ -136,22 +136,37 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
 
 void decoder_generate(Decoder* dec, const int* prompt, size_t n_prompt, int* out,
                       size_t n_new, float temperature, int top_k, uint64_t* rng) {
-    size_t B = dec->B, V = dec->model->config.vocab_size;
+    size_t B = dec->B, V = dec->model->config.vocab_size, total = n_prompt + n_new;
+    int* seq = mallocCheck(B * total * sizeof(int));    // (B, total): prompt, then drawn
     int* tokens = mallocCheck(B * sizeof(int));
+    for (size_t b = 0; b < B; b++) { memcpy(seq + b * total, prompt + b * n_prompt, n_prompt * sizeof(int)); }
     decoder_reset(dec);
-    // position t reads prompt[t], or the token drawn at t-1; its logits draw token t+1
-    for (size_t t = 0; t + 1 < n_prompt + n_new; t++) {
-        for (size_t b = 0; b < B; b++) {
-            tokens[b] = t < n_prompt ? prompt[b * n_prompt + t] : out[b * n_new + t - n_prompt];
+    size_t start = 0;  // the cache holds the positions seq[start .. start + dec->T)
+    // position p reads seq[p]; its logits draw seq[p+1]
+    for (size_t p = 0; p + 1 < total; p++) {
+        int draws = p + 1 >= n_prompt;
+        size_t first;  // feed seq[first .. p]
+        if (start + dec->T == p && dec->T < dec->max_T) {
+            first = p;  // the cache ends just before p and has room: append p
+        } else if (draws) {
+            // past the window: start again on the last max_T tokens up to p
+            decoder_reset(dec);
+            start = first = p + 1 > dec->max_T ? p + 1 - dec->max_T : 0;
+        } else {
+            continue;  // a prompt token past the window, needed only once the window slides
         }
-        decoder_step(dec, tokens, dec->acts.logits);
-        if (t + 1 < n_prompt) { continue; }
+        for (size_t q = first; q <= p; q++) {
+            for (size_t b = 0; b < B; b++) { tokens[b] = seq[b * total + q]; }
+            decoder_step(dec, tokens, dec->acts.logits);
+        }
+        if (!draws) { continue; }
         for (size_t b = 0; b < B; b++) {
-            out[b * n_new + t + 1 - n_prompt] =
-                sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
+            seq[b * total + p + 1] = sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
         }
     }
+    for (size_t b = 0; b < B; b++) { memcpy(out + b * n_new, seq + b * total + n_prompt, n_new * sizeof(int)); }
     free(tokens);
+    free(seq);
 }
 
 int sample_token(const float* logits, size_t V, float temperature, int top_k, uint64_t* rng) {

@@ -72,7 +72,9 @@ void decoder_reset(Decoder* dec);
 void decoder_step(Decoder* dec, const int* tokens, float* logits);
 // Resets, feeds prompt (B, n_prompt) position by position (n_prompt >= 1), then draws
 // n_new tokens per sequence with sample_token, each fed back as the next input, into
-// out (B, n_new). Needs n_prompt + n_new - 1 <= max_T.
+// out (B, n_new). The model sees at most max_T positions (build the decoder with the
+// trained T as max_T): past it the context slides, each new token read from the window of
+// the last max_T tokens, encoded afresh (positions 0 .. max_T-1, as in training).
 void decoder_generate(Decoder* dec, const int* prompt, size_t n_prompt, int* out,
                       size_t n_new, float temperature, int top_k, uint64_t* rng);
 

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -77,7 +78,7 @@ TEST_CASE("save then load restores parameters, AdamW moments and step bit for bi
         std::string path = dir.file("round_trip.ckpt");
         RandomModel saved(c, 100 + (uint64_t)S);
         char err[512] = "";
-        REQUIRE_MESSAGE(checkpoint_save(&saved.m, path.c_str(), 123, err, sizeof err) == 0, err);
+        REQUIRE_MESSAGE(checkpoint_save(&saved.m, nullptr, path.c_str(), 123, err, sizeof err) == 0, err);
         CHECK(fs::file_size(path) == 256 * sizeof(int) + 3 * saved.m.num_params * sizeof(float));
 
         ModelConfig header_config;
@@ -102,9 +103,9 @@ TEST_CASE("a save replaces the checkpoint by rename and leaves no PATH.tmp behin
     std::string path = dir.file("model.ckpt");
     RandomModel first(CONFIG, 1), second(CONFIG, 2);
     char err[512] = "";
-    REQUIRE_MESSAGE(checkpoint_save(&first.m, path.c_str(), 10, err, sizeof err) == 0, err);
+    REQUIRE_MESSAGE(checkpoint_save(&first.m, nullptr, path.c_str(), 10, err, sizeof err) == 0, err);
     CHECK_FALSE(fs::exists(path + ".tmp"));
-    REQUIRE_MESSAGE(checkpoint_save(&second.m, path.c_str(), 20, err, sizeof err) == 0, err);
+    REQUIRE_MESSAGE(checkpoint_save(&second.m, nullptr, path.c_str(), 20, err, sizeof err) == 0, err);
     CHECK_FALSE(fs::exists(path + ".tmp"));
     RandomModel loaded(CONFIG, 3);
     int step = -1;
@@ -121,7 +122,7 @@ TEST_CASE("a save into a missing directory fails with a reason and creates nothi
     std::string path = dir.file("missing/model.ckpt");
     RandomModel model(CONFIG, 4);
     char err[512] = "";
-    CHECK(checkpoint_save(&model.m, path.c_str(), 1, err, sizeof err) == -1);
+    CHECK(checkpoint_save(&model.m, nullptr, path.c_str(), 1, err, sizeof err) == -1);
     INFO("err: ", err);
     CHECK(contains(err, "missing/model.ckpt"));
     CHECK(contains(err, "No such file or directory"));
@@ -134,12 +135,12 @@ TEST_CASE("a failing save leaves the existing checkpoint untouched") {
     std::string path = dir.file("model.ckpt");
     RandomModel old_model(CONFIG, 5), new_model(CONFIG, 6);
     char err[512] = "";
-    REQUIRE_MESSAGE(checkpoint_save(&old_model.m, path.c_str(), 7, err, sizeof err) == 0, err);
+    REQUIRE_MESSAGE(checkpoint_save(&old_model.m, nullptr, path.c_str(), 7, err, sizeof err) == 0, err);
     Bytes before = read_bytes(path);
 
     SUBCASE("PATH.tmp cannot be created") {
         fs::create_directory(path + ".tmp");  // fopen(PATH.tmp, "wb") fails on a directory
-        CHECK(checkpoint_save(&new_model.m, path.c_str(), 8, err, sizeof err) == -1);
+        CHECK(checkpoint_save(&new_model.m, nullptr, path.c_str(), 8, err, sizeof err) == -1);
         INFO("err: ", err);
         CHECK(contains(err, "cannot write checkpoint"));
         CHECK(read_bytes(path) == before);
@@ -148,7 +149,7 @@ TEST_CASE("a failing save leaves the existing checkpoint untouched") {
         std::string dir_path = dir.file("a_directory.ckpt");
         fs::create_directory(dir_path);
         fs::create_directory(dir_path + "/inside");  // a non-empty directory cannot be replaced
-        CHECK(checkpoint_save(&new_model.m, dir_path.c_str(), 8, err, sizeof err) == -1);
+        CHECK(checkpoint_save(&new_model.m, nullptr, dir_path.c_str(), 8, err, sizeof err) == -1);
         INFO("err: ", err);
         CHECK(contains(err, "a_directory.ckpt"));
         CHECK_FALSE(fs::exists(dir_path + ".tmp"));
@@ -162,7 +163,7 @@ TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the p
     std::string good_path = dir.file("good.ckpt");
     RandomModel source(CONFIG, 7);
     char err[512] = "";
-    REQUIRE_MESSAGE(checkpoint_save(&source.m, good_path.c_str(), 42, err, sizeof err) == 0, err);
+    REQUIRE_MESSAGE(checkpoint_save(&source.m, nullptr, good_path.c_str(), 42, err, sizeof err) == 0, err);
     const Bytes good = read_bytes(good_path);
     REQUIRE(header_int(good, 0) == CHECKPOINT_MAGIC);
     REQUIRE(header_int(good, 1) == CHECKPOINT_VERSION);
@@ -179,7 +180,7 @@ TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the p
     b = good;
     set_header_int(b, 1, CHECKPOINT_VERSION + 1);
     cases.push_back({"wrong_version", b, {"version " + std::to_string(CHECKPOINT_VERSION + 1),
-                                          "version " + std::to_string(CHECKPOINT_VERSION)}});
+                                          "versions 1 to " + std::to_string(CHECKPOINT_VERSION)}});
     cases.push_back({"truncated_data", Bytes(good.begin(), good.end() - 4),
                      {"truncated", std::to_string(good.size() - 4), std::to_string(good.size())}});
     cases.push_back({"truncated_header", Bytes(good.begin(), good.begin() + 100), {"truncated", "header"}});
@@ -199,11 +200,16 @@ TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the p
     b = good;
     set_header_int(b, 9, -1);
     cases.push_back({"negative_step", b, {"step"}});
+    b = good;  // the first parameter (wte) made NaN: checkpoint_load refuses it
+    const float nan_value = std::numeric_limits<float>::quiet_NaN();
+    std::memcpy(b.data() + 256 * sizeof(int), &nan_value, sizeof(float));
+    cases.push_back({"nan_parameter", b, {"NaN", "wte"}});
 
     for (const Case& k : cases) {
         std::string path = dir.file(std::string(k.name) + ".ckpt");
         write_bytes(path, k.bytes);
-        for (int load = 0; load <= 1; load++) {
+        bool header_ok = std::string(k.name) == "nan_parameter";  // only the load refuses it
+        for (int load = header_ok ? 1 : 0; load <= 1; load++) {
             RandomModel target(CONFIG, 8), untouched(CONFIG, 8);
             ModelConfig config;
             int step = -1;
@@ -226,6 +232,43 @@ TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the p
     CHECK(checkpoint_load(&target.m, missing.c_str(), &step, err, sizeof err) == -1);
     CHECK(contains(err, missing));
     CHECK(contains(err, "No such file or directory"));
+    CHECK(checkpoint_load(&target.m, dir.path.c_str(), &step, err, sizeof err) == -1);
+    CHECK(contains(err, "is a directory"));
+}
+
+TEST_CASE("the run record survives a round trip, and version 1 files still load without one") {
+    TempDir dir;
+    std::string path = dir.file("run.ckpt");
+    RandomModel model(CONFIG, 11);
+    RunRecord run{};
+    run.task = 3;
+    run.length = 12; run.symbols = 16; run.seq_len = 64; run.batch = 32; run.steps = 1000;
+    run.warmup = 100; run.eval_examples = 500; run.seed = 0x123456789abcdefull;
+    run.lr = 3e-3f; run.final_lr_frac = 0.1f; run.weight_decay = 0.1f; run.grad_clip = 1.0f;
+    run.beta1 = 0.9f; run.beta2 = 0.95f; run.adam_eps = 1e-8f;
+    std::snprintf(run.text_name, sizeof run.text_name, "%s", "shakespeare.txt");
+    run.text_bytes = 5000000000ull;
+    run.best_step = 800; run.best_val_loss = 1.25f;
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_save(&model.m, &run, path.c_str(), 900, err, sizeof err) == 0, err);
+    RunRecord back{};
+    int recorded = 0;
+    REQUIRE_MESSAGE(checkpoint_read_run(path.c_str(), &back, &recorded, err, sizeof err) == 0, err);
+    CHECK(recorded == 1);
+    CHECK(std::memcmp(&back, &run, sizeof run) == 0);
+
+    // the same file as version 1 (no run record): loads, and says it has no record
+    Bytes bytes = read_bytes(path);
+    set_header_int(bytes, 1, 1);
+    std::string old = dir.file("v1.ckpt");
+    write_bytes(old, bytes);
+    REQUIRE_MESSAGE(checkpoint_read_run(old.c_str(), &back, &recorded, err, sizeof err) == 0, err);
+    CHECK(recorded == 0);
+    RandomModel loaded(CONFIG, 12);
+    int step = -1;
+    REQUIRE_MESSAGE(checkpoint_load(&loaded.m, old.c_str(), &step, err, sizeof err) == 0, err);
+    CHECK(step == 900);
+    CHECK(same_bits(loaded.m.params_memory, model.m.params_memory, model.m.num_params));
 }
 
 TEST_CASE("loading a checkpoint into a model of another config fails naming both configs") {
@@ -233,7 +276,7 @@ TEST_CASE("loading a checkpoint into a model of another config fails naming both
     std::string path = dir.file("model.ckpt");
     RandomModel source(CONFIG, 10);
     char err[512] = "";
-    REQUIRE_MESSAGE(checkpoint_save(&source.m, path.c_str(), 3, err, sizeof err) == 0, err);
+    REQUIRE_MESSAGE(checkpoint_save(&source.m, nullptr, path.c_str(), 3, err, sizeof err) == 0, err);
     ModelConfig other = CONFIG;
     SUBCASE("another block size, same number of parameters") { other.block_size = 4; }
     SUBCASE("another width") { other.d_model = 16; }

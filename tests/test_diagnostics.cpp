@@ -320,7 +320,7 @@ TEST_CASE("the CSV files get their headers and one row per record, and append on
     char err[256];
     for (int append = 0; append < 2; append++) {
         ScopedDiagnostics sd(c);
-        REQUIRE(diagnostics_open(&sd.dg, run.c_str(), append, "./train --x", err, sizeof(err)) == 0);
+        REQUIRE(diagnostics_open(&sd.dg, run.c_str(), append ? 10 : -1, "./train --x", err, sizeof(err)) == 0);
         model_forward(&m, tokens.data(), targets.data(), 1, 4);
         model_zero_grad(&m);
         model_backward(&m);
@@ -361,7 +361,7 @@ TEST_CASE("the CSV files get their headers and one row per record, and append on
     ScopedDiagnostics sd(c);
     std::string blocked = dir.path + "/file";
     std::ofstream(blocked) << "x";
-    CHECK(diagnostics_open(&sd.dg, (blocked + "/run").c_str(), 0, "", err, sizeof(err)) == -1);
+    CHECK(diagnostics_open(&sd.dg, (blocked + "/run").c_str(), -1, "", err, sizeof(err)) == -1);
     CHECK(std::string(err).find(blocked) != std::string::npos);
 }
 
