@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -75,9 +76,8 @@ struct Run {
 // Runs the trainer with args; stdout and stderr go to files in dir. OpenMP threads sleep
 // rather than spin at barriers, so runs stay fast on a busy machine (results do not depend
 // on it).
-Run run_train(const TempDir& dir, const Args& args) {
+Run run_program(const TempDir& dir, const std::string& binary, const Args& args) {
     Run run;
-    std::string binary = train_binary();
     REQUIRE_MESSAGE(fs::exists(binary), binary << " does not exist: build it (make) or set ATTNRES_TRAIN");
     std::vector<std::string> argv_strings = {binary};
     argv_strings.insert(argv_strings.end(), args.begin(), args.end());
@@ -112,6 +112,7 @@ Run run_train(const TempDir& dir, const Args& args) {
     run.err = read_text(err_path);
     return run;
 }
+Run run_train(const TempDir& dir, const Args& args) { return run_program(dir, train_binary(), args); }
 
 // A successful run: exit status 0, nothing on stderr.
 void check_success(const Run& run) {
@@ -234,6 +235,25 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--task", "text"}, {"--text"}},
         {{"--resume"}, {"--resume", "--checkpoint"}},
         {{"--cublas"}, {"--cublas", "./train_cuda"}},
+        // flags that would do nothing
+        {{"--text", "x.txt"}, {"--text", "--task text"}},
+        {{"--prompt", "hi"}, {"--prompt", "--sample"}},
+        {{"--top-k", "3"}, {"--top-k", "--sample"}},
+        {{"--mode", "full", "--block-size", "2"}, {"--block-size", "--mode block", "full"}},
+        {{"--mode", "none", "--block-size", "4"}, {"--block-size", "none"}},
+        {{"--sample", "--checkpoint", "x.ckpt", "--resume"}, {"--resume", "training"}},
+        // plain decimal numbers only
+        {{"--lr", "0x10"}, {"--lr", "number", "0x10"}},
+        {{"--lr", "inf"}, {"--lr", "number"}},
+        {{"--lr", " 0.1"}, {"--lr", "number"}},
+        {{"--seed", " -1"}, {"--seed", "non-negative", " -1"}},
+        {{"--seed", "+5"}, {"--seed", "+5"}},
+        {{"--steps", " 5"}, {"--steps", "integer"}},
+        // checkpoint paths that cannot be written are found before training
+        {{"--checkpoint", ""}, {"--checkpoint", "empty"}},
+        {{"--checkpoint", "/nonexistent-dir/model.ckpt"}, {"/nonexistent-dir/model.ckpt", "No such file"}},
+        {{"--checkpoint", "/tmp"}, {"/tmp", "is a directory"}},
+        {{"--resume", "--checkpoint", "/tmp"}, {"/tmp", "is a directory"}},
     };
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
@@ -472,4 +492,146 @@ TEST_CASE("a checkpoint is never written from parameters whose val_loss is not f
     float val_loss = NAN;
     std::sscanf(eval_line.c_str() + eval_line.find("val_loss"), "val_loss %f", &val_loss);
     CHECK(std::isfinite(val_loss));
+}
+
+
+// ---- the rough edges of issue 9 --------------------------------------------------------
+
+TEST_CASE("a tiny learning rate is a number: 1e-45 (subnormal) parses and trains") {
+    TempDir dir;
+    check_success(run_train(dir, tiny({"--lr", "1e-45", "--steps", "2", "--eval-every", "2"})));
+}
+
+TEST_CASE("--resume refuses a run whose flags differ from the checkpoint's, naming the flag") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "4", "--eval-every", "2", "--stop-after", "2",
+                                       "--checkpoint", path})));
+    struct Case {
+        Args flags;
+        std::vector<std::string> words;
+    };
+    Case cases[] = {
+        {{"--task", "copy"}, {"--task reverse", "--task copy"}},
+        {{"--batch", "8"}, {"--batch 4", "--batch 8"}},
+        {{"--steps", "6"}, {"--steps 4", "--steps 6"}},
+        {{"--lr", "0.001"}, {"--lr 0.003", "--lr 0.001"}},
+        {{"--seed", "7"}, {"--seed 1337", "--seed 7"}},
+        {{"--warmup", "1"}, {"--warmup 100", "--warmup 1"}},
+    };
+    for (const Case& k : cases) {
+        Args args = {"--steps", "4", "--eval-every", "2", "--resume", "--checkpoint", path};
+        for (size_t i = 0; i < k.flags.size(); i += 2) {
+            auto at = std::find(args.begin(), args.end(), k.flags[i]);
+            if (at != args.end()) *(at + 1) = k.flags[i + 1];
+            else args.insert(args.end(), {k.flags[i], k.flags[i + 1]});
+        }
+        check_error(run_train(dir, tiny(args)), k.words);
+    }
+    // the same flags resume, to the end
+    check_success(run_train(dir, tiny({"--steps", "4", "--eval-every", "2", "--resume",
+                                       "--checkpoint", path})));
+}
+
+TEST_CASE("the best checkpoint is kept beside the latest, and --sample reads either") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    Run run = run_train(dir, tiny({"--steps", "6", "--eval-every", "2", "--checkpoint", path}));
+    check_success(run);
+    CHECK(fs::exists(path));
+    CHECK(fs::exists(path + ".best"));
+    CHECK(contains(run.out, "checkpoints: " + path + " is the latest (step 6); " + path + ".best the best"));
+    for (const std::string& file : {path, path + ".best"}) {
+        // --sample takes the task, its length, symbols and seed from the checkpoint
+        Run sample = run_train(dir, {"--sample", "--checkpoint", file});
+        check_success(sample);
+        CHECK(contains(sample.out, "prompt:"));
+        CHECK(contains(sample.out, "expected:"));
+        CHECK(lines_of(sample.out).size() == 3);
+    }
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--task", "sort"}),
+                {"--task reverse", "sort"});
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--length", "5"}),
+                {"--length 4", "5"});
+}
+
+TEST_CASE("text runs print a greedy sample at each evaluation, and sampling slides past T") {
+    TempDir dir;
+    std::string text = dir.file("text.txt"), path = dir.file("text.ckpt");
+    std::string body;
+    for (int i = 0; i < 200; i++) body += "the quick brown fox jumps over the lazy dog. ";
+    write_text(text, body);
+    Run run = run_train(dir, tiny({"--task", "text", "--text", text, "--seq-len", "32",
+                                   "--steps", "4", "--eval-every", "2", "--checkpoint", path}));
+    check_success(run);
+    int samples = 0;
+    for (const std::string& line : lines_of(run.out)) samples += line.rfind("sample: \"", 0) == 0;
+    CHECK(samples == 2);
+    // 100 new bytes after a 10-byte prompt: 109 positions, 3 times the trained T = 32
+    Run sample = run_train(dir, {"--sample", "--checkpoint", path, "--prompt", "the quick ",
+                                 "--tokens", "100"});
+    check_success(sample);
+    CHECK(sample.out.size() == 10 + 100 + 1);
+}
+
+TEST_CASE("a run that needs more memory than the machine has is refused before it allocates") {
+    TempDir dir;
+    std::string text = dir.file("long.txt");
+    write_text(text, std::string(250000, 'a'));
+    // attention maps of 64 x 2 heads x 20000^2 floats: about 200 GiB
+    check_error(run_train(dir, tiny({"--task", "text", "--text", text, "--seq-len", "20000"})),
+                {"needs", "GiB", "available", "--seq-len", "--batch"});
+}
+
+TEST_CASE("the header says how much memory the run takes and how threads wait") {
+    TempDir dir;
+    Run run = run_train(dir, tiny({"--steps", "1", "--eval-every", "1"}));
+    check_success(run);
+    std::string header = lines_of(run.out).at(0);
+    CHECK(contains(header, "| memory "));
+    CHECK(contains(header, " MiB"));
+    CHECK(contains(header, "PASSIVE waiting"));  // run_train sets OMP_WAIT_POLICY=PASSIVE
+}
+
+TEST_CASE("more threads than cores: a warning, and the run goes on") {
+    TempDir dir;
+    Run run = run_train(dir, tiny({"--steps", "1", "--eval-every", "1", "--threads", "4096"}));
+    CHECK(run.exit_code == 0);
+    CHECK(contains(run.err, "warning: --threads 4096 is more than the"));
+}
+
+TEST_CASE("a resumed run's diagnostics hold each step once, however often it was interrupted") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt"), diag = dir.file("diag");
+    Args flags = {"--steps", "12", "--eval-every", "4", "--log-every", "1", "--checkpoint", path,
+                  "--diagnostics", diag};
+    auto with = [&](Args extra) { Args a = flags; a.insert(a.end(), extra.begin(), extra.end()); return tiny(a); };
+    check_success(run_train(dir, with({"--stop-after", "4"})));
+    const std::string at_step_4 = read_text(path);
+    check_success(run_train(dir, with({"--resume", "--stop-after", "4"})));  // to step 8
+    write_text(path, at_step_4);  // as if the run had died before its step-8 checkpoint
+    check_success(run_train(dir, with({"--resume"})));                      // 5 .. 12 again
+    for (const char* csv : {"train.csv", "layers.csv"}) {
+        std::vector<int> steps;
+        for (const std::string& line : lines_of(read_text(diag + "/" + csv))) {
+            int step = 0;
+            if (std::sscanf(line.c_str(), "%d,", &step) == 1 && (steps.empty() || steps.back() != step))
+                steps.push_back(step);
+        }
+        INFO(csv);
+        REQUIRE(steps.size() == 12);
+        for (int i = 0; i < 12; i++) CHECK(steps[i] == i + 1);
+    }
+}
+
+TEST_CASE("make plots on a run stopped before its first evaluation: one error line") {
+    TempDir dir;
+    std::string diag = dir.file("diag");
+    check_success(run_train(dir, tiny({"--steps", "10", "--eval-every", "5", "--log-every", "5",
+                                       "--stop-after", "1", "--diagnostics", diag})));
+    write_text(diag + "/eval.csv", "step,val_loss,accuracy,exact_match\n");  // no evaluation yet
+    Run plots = run_program(dir, "dev/plots.sh", {diag});
+    CHECK(plots.exit_code == 1);
+    CHECK(contains(plots.err, "eval.csv has no rows yet"));
+    CHECK(lines_of(plots.err).size() == 1);
 }

@@ -174,6 +174,47 @@ TEST_CASE("greedy decoding with caches equals the argmax of full forwards of the
     }
 }
 
+TEST_CASE("past the trained context, greedy decoding reads the window of the last T tokens") {
+    for (const ModeCase& mode : MODES) {
+        SUBCASE(mode.name) {
+            // a decoder of window W = 4 generating 9 tokens after a 6-token prompt (longer
+            // than the window itself): 14 positions
+            const size_t B = 2, W = 4, n_prompt = 6, n_new = 9, total = n_prompt + n_new;
+            ModelConfig c = small_config(mode.n_layers, mode.block_size);
+            size_t V = c.vocab_size;
+            Model m;
+            model_build(&m, &c, B, W);
+            randomize_params(&m, 23);
+            std::vector<int> prompt = random_tokens(B * n_prompt, c.vocab_size, 9);
+            Decoder dec;
+            decoder_build(&dec, &m, B, W);
+            std::vector<int> generated(B * n_new);
+            decoder_generate(&dec, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
+                             nullptr);
+            // reference: each token the argmax of model_forward over the last W tokens (as
+            // positions 0 .. W-1) of the sequence so far
+            std::vector<int> seq(B * total);
+            for (size_t b = 0; b < B; b++)
+                for (size_t t = 0; t < n_prompt; t++) seq[b * total + t] = prompt[b * n_prompt + t];
+            for (size_t k = 0; k < n_new; k++) {
+                size_t len = n_prompt + k, first = len > W ? len - W : 0, n = len - first;
+                std::vector<int> window(B * n);
+                for (size_t b = 0; b < B; b++)
+                    std::copy(seq.begin() + b * total + first, seq.begin() + b * total + len,
+                              window.begin() + b * n);
+                model_forward(&m, window.data(), nullptr, B, n);
+                for (size_t b = 0; b < B; b++) {
+                    int want = (int)argmax(model_logits(&m) + (b * n + n - 1) * V, V);
+                    CHECK_MESSAGE(generated[b * n_new + k] == want, "b=" << b << " token " << k);
+                    seq[b * total + len] = want;
+                }
+            }
+            decoder_free(&dec);
+            model_free(&m);
+        }
+    }
+}
+
 TEST_CASE("two-phase depth attention equals the sequential definition, every block size") {
     const size_t N = 3, C = 16;
     // sources = scale * (u + spread * noise) with a random scale per source and u shared by
