@@ -7,6 +7,7 @@
 # usage: dev/compare.sh [OUT]     (make compare; OUT = runs/compare; ~5 min on 2 quiet cores)
 # environment (defaults below):
 #   SETTING  the flags every run shares: the task, the model and the budget
+#   BLOCK_SIZE  S of the block mode (4)
 #   SEEDS    the seeds ("1 2 3")
 #   JOBS     runs at once (2), each with THREADS OpenMP threads (1): on a 2-core machine
 #            two single-threaded runs use the cores best, and every run sees the same load
@@ -15,8 +16,8 @@ set -euo pipefail
 
 out=${1:-runs/compare}
 SETTING=${SETTING:-"--task reverse --length 12 --symbols 16 --L 8 --d 64 --H 4 --G 2 --F 176 \
---block-size 4 --batch 32 --steps 500 --warmup 50 --lr 3e-3 --eval-every 50 --log-every 25 \
---eval-examples 200"}
+--batch 32 --steps 500 --warmup 50 --lr 3e-3 --eval-every 50 --log-every 25 --eval-examples 200"}
+BLOCK_SIZE=${BLOCK_SIZE:-4}  # block mode's S (the other modes refuse --block-size)
 SEEDS=${SEEDS:-"1 2 3"}
 JOBS=${JOBS:-2}
 THREADS=${THREADS:-1}
@@ -33,7 +34,9 @@ train_one() {
     local mode=$1 seed=$2 run="$out/${1}_seed$2"
     rm -rf "$run"
     # shellcheck disable=SC2086  # SETTING is a list of flags
-    if ! OMP_WAIT_POLICY=PASSIVE "$TRAIN" $SETTING --mode "$mode" --seed "$seed" \
+    local block=()
+    [ "$mode" = block ] && block=(--block-size "$BLOCK_SIZE")
+    if ! OMP_WAIT_POLICY=PASSIVE "$TRAIN" $SETTING --mode "$mode" "${block[@]}" --seed "$seed" \
             --threads "$THREADS" --diagnostics "$run" > "$run.log" 2>&1; then
         echo "error: $mode seed $seed failed, see $run.log" >&2
         return 1
