@@ -65,6 +65,8 @@ panels=2
 for run in "${runs[@]}"; do
     if awk -F, 'NR > 1 && $4 != "" { found = 1 } END { exit !found }' "$run/eval.csv"; then panels=3; fi
 done
+# one step axis for every panel: 0 to the last step any run logged
+last_step=$(for run in "${runs[@]}"; do tail -n 1 "$run/train.csv"; done | cut -d, -f1 | sort -n | tail -1)
 gnuplot <<EOF
 set terminal pngcairo size $((500 * panels)),480 font "DejaVu Sans,10"
 set output "$out/loss.png"
@@ -72,8 +74,13 @@ set datafile separator ","
 set multiplot layout 1,$panels
 set grid lc rgb "#dddddd"
 set xlabel "step"
+set xrange [0:$last_step]
+set lmargin 9
+set rmargin 2
 set logscale y
 set format y "%g"
+# a log axis labelled 1-2-5 in every decade, not only at powers of ten
+set ytics (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50)
 set key top right font ",8"
 set title "training loss"
 plot $(clauses train.csv "1:2 every ::1")
@@ -82,6 +89,7 @@ set title "validation loss"
 plot $(clauses eval.csv "1:2 every ::1")
 if ($panels == 3) {
     unset logscale y
+    set ytics autofreq
     set yrange [0:100]
     set title "exact match (%), greedy decoding"
     plot $(clauses eval.csv "1:4 every ::1")
@@ -122,6 +130,7 @@ plot $(depth_clauses 2)
 unset key
 set logscale y
 set format y "%g"
+set ytics (0.0001, 0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50)
 set title "RMS of each sub-layer's output f_l (last log step)"
 plot $(depth_clauses 3)
 set title "gradient norm of each sub-layer's weights (mean over log steps)"
@@ -154,10 +163,18 @@ for run in "${runs[@]}"; do
         print "set ytics (" tics ", \"out\" " n_sub / 2 ")" > (dir "/ytics_mlp.gp")
         print "n_layers = " n_sub / 2 "; n_cols = " max_x + 1 "; step = " last > (dir "/size.gp")
     }' "$run/alpha.csv"
+    # what the columns are, as the text heatmap says it
+    if [ "$(meta "$run" block_size)" = 1 ]; then
+        note="a<i>, m<i>: the output of layer i's attention, MLP"
+    else
+        note="b<n>: block n (its sum; in the rows inside block n, the partial sum so far)"
+    fi
     gnuplot <<EOF
 load "$work/size.gp"
-set terminal pngcairo size 1400,520 font "DejaVu Sans,10" noenhanced
+set terminal pngcairo size 1400,540 font "DejaVu Sans,10" noenhanced
 set output "$run/heatmap.png"
+set label 1 "$note" at screen 0.5, screen 0.025 center font ",9"
+set bmargin 5
 set multiplot layout 1,2 title sprintf("$(basename "$run"): depth-attention weights α (%%), mean over the tokens of an eval batch, step %d", step)
 set palette defined (0 "#ffffff", 0.3 "#9ecae1", 1 "#08306b")
 set cbrange [0:1]
