@@ -14,7 +14,6 @@
 #include <string.h>
 #include <time.h>
 #include "model.h"
-#include "rng.h"
 #include "util.h"
 #include "bench_util.h"
 
@@ -28,6 +27,17 @@ static double timed_step(Model* m, const int* x, const int* y, size_t B, size_t 
     model_backward(m);
     model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     return 1000.0 * (now_seconds() - t0);
+}
+
+typedef struct {
+    Model* models;  // one per mode
+    int *x, *y;         // the batch
+    size_t B, T;
+} Bench;
+
+static double bench_step(void* context, int mode, int t) {
+    Bench* b = context;
+    return timed_step(&b->models[mode], b->x, b->y, b->B, b->T, t);
 }
 
 int main(int argc, char** argv) {
@@ -50,27 +60,17 @@ int main(int argc, char** argv) {
         model_build(&models[i], &c, B, T);
         model_init_params(&models[i], 1);
     }
-    int* x = mallocCheck(B * T * sizeof(int));
-    int* y = mallocCheck(B * T * sizeof(int));
-    uint64_t state = 7;
-    for (size_t i = 0; i < B * T; i++) {
-        x[i] = (int)(rng_next(&state) % 256);
-        y[i] = (int)(rng_next(&state) % 256);
-    }
+    Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
+    bench_batch(bench.x, bench.y, B * T);
     double* ms[N_MODES];
-    for (int i = 0; i < N_MODES; i++) {
-        ms[i] = mallocCheck((size_t)rounds * sizeof(double));
-        for (int w = 1; w <= 2; w++) { timed_step(&models[i], x, y, B, T, w); }  // warm-up
-    }
-    for (int r = 0; r < rounds; r++) {
-        for (int i = 0; i < N_MODES; i++) { ms[i][r] = timed_step(&models[i], x, y, B, T, r + 3); }
-    }
+    for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
+    time_rounds(ms, N_MODES, rounds, 2, bench_step, &bench);
     print_rounds(names, N_MODES, ms, rounds, B * T);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
         model_free(&models[i]);
     }
-    free(x);
-    free(y);
+    free(bench.x);
+    free(bench.y);
     return 0;
 }

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include "model.cuh"
-#include "rng.h"
 #include "util.h"
 #include "bench_util.h"
 
@@ -27,6 +26,17 @@ static double timed_step(ModelCuda* m, const int* x, const int* y, size_t B, siz
     model_update_cuda(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     model_grad_norm_cuda(m);  // a read-back: waits for the update
     return 1000.0 * (now_seconds() - t0);
+}
+
+typedef struct {
+    ModelCuda* models;  // one per mode
+    int *x, *y;         // the batch
+    size_t B, T;
+} Bench;
+
+static double bench_step(void* context, int mode, int t) {
+    Bench* b = context;
+    return timed_step(&b->models[mode], b->x, b->y, b->B, b->T, t);
 }
 
 int main(int argc, char** argv) {
@@ -56,27 +66,17 @@ int main(int argc, char** argv) {
         model_to_device_cuda(&models[i], &host);
         model_free(&host);
     }
-    int* x = mallocCheck(B * T * sizeof(int));
-    int* y = mallocCheck(B * T * sizeof(int));
-    uint64_t state = 7;
-    for (size_t i = 0; i < B * T; i++) {
-        x[i] = (int)(rng_next(&state) % 256);
-        y[i] = (int)(rng_next(&state) % 256);
-    }
+    Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
+    bench_batch(bench.x, bench.y, B * T);
     double* ms[N_MODES];
-    for (int i = 0; i < N_MODES; i++) {
-        ms[i] = mallocCheck((size_t)rounds * sizeof(double));
-        for (int w = 1; w <= 3; w++) { timed_step(&models[i], x, y, B, T, w); }  // warm-up
-    }
-    for (int r = 0; r < rounds; r++) {
-        for (int i = 0; i < N_MODES; i++) { ms[i][r] = timed_step(&models[i], x, y, B, T, r + 4); }
-    }
+    for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
+    time_rounds(ms, N_MODES, rounds, 3, bench_step, &bench);
     print_rounds(names, N_MODES, ms, rounds, B * T);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
         model_free_cuda(&models[i]);
     }
-    free(x);
-    free(y);
+    free(bench.x);
+    free(bench.y);
     return 0;
 }

@@ -82,8 +82,15 @@ static int check(size_t N, size_t IN, size_t OUT, unsigned seed) {
     return ok;
 }
 
-// Best-of-repeats GFLOP/s of forward (2*N*IN*OUT flops) and backward (4*N*IN*OUT).
-static void bench(size_t N, size_t IN, size_t OUT, int threads, int repeats) {
+typedef void (*LinearForward)(float*, const float*, const float*, size_t, size_t, size_t);
+typedef void (*LinearBackward)(float*, float*, const float*, const float*, const float*, size_t,
+                               size_t, size_t);
+
+// Best-of-repeats GFLOP/s of forward (2*N*IN*OUT flops) and backward (4*N*IN*OUT), of the
+// tiled linear or (naive) the three plain loops
+static void bench(size_t N, size_t IN, size_t OUT, int threads, int repeats, int naive) {
+    LinearForward forward = naive ? linear_forward_naive : linear_forward;
+    LinearBackward backward = naive ? linear_backward_naive : linear_backward;
     unsigned seed = 42;
     float* inp = random_floats(N * IN, &seed);
     float* weight = random_floats(OUT * IN, &seed);
@@ -95,45 +102,18 @@ static void bench(size_t N, size_t IN, size_t OUT, int threads, int repeats) {
     double best_fwd = 1e30, best_bwd = 1e30;
     for (int r = 0; r < repeats; r++) {
         double t0 = omp_get_wtime();
-        linear_forward(out, inp, weight, N, IN, OUT);
+        forward(out, inp, weight, N, IN, OUT);
         double t1 = omp_get_wtime();
-        linear_backward(dinp, dweight, dout, inp, weight, N, IN, OUT);
+        backward(dinp, dweight, dout, inp, weight, N, IN, OUT);
         double t2 = omp_get_wtime();
         best_fwd = fmin(best_fwd, t1 - t0);
         best_bwd = fmin(best_bwd, t2 - t1);
     }
     double flops = 2.0 * N * IN * OUT;
-    printf("N=%5zu IN=%4zu OUT=%4zu threads=%d  forward %6.1f GFLOP/s (%.3f ms)  "
-           "backward %6.1f GFLOP/s (%.3f ms)\n", N, IN, OUT, threads,
-           flops / best_fwd * 1e-9, best_fwd * 1e3, 2.0 * flops / best_bwd * 1e-9,
+    printf("N=%5zu IN=%4zu OUT=%4zu %s%-5s forward %6.1f GFLOP/s (%.3f ms)  "
+           "backward %6.1f GFLOP/s (%.3f ms)\n", N, IN, OUT, naive ? "naive" : "threads=",
+           naive ? "" : (threads == 1 ? "1" : "2"), flops / best_fwd * 1e-9, best_fwd * 1e3, 2.0 * flops / best_bwd * 1e-9,
            best_bwd * 1e3);
-    free(inp); free(weight); free(dout); free(out); free(dinp); free(dweight);
-}
-
-// The naive three loops (linear_forward_naive / linear_backward_naive) on one shape, one
-// thread, best of 3: the starting point the tiled kernel is measured against.
-static void bench_naive(size_t N, size_t IN, size_t OUT) {
-    unsigned seed = 42;
-    float* inp = random_floats(N * IN, &seed);
-    float* weight = random_floats(OUT * IN, &seed);
-    float* dout = random_floats(N * OUT, &seed);
-    float* out = random_floats(N * OUT, &seed);
-    float* dinp = random_floats(N * IN, &seed);
-    float* dweight = random_floats(OUT * IN, &seed);
-    double best_fwd = 1e30, best_bwd = 1e30;
-    for (int r = 0; r < 3; r++) {
-        double t0 = omp_get_wtime();
-        linear_forward_naive(out, inp, weight, N, IN, OUT);
-        double t1 = omp_get_wtime();
-        linear_backward_naive(dinp, dweight, dout, inp, weight, N, IN, OUT);
-        double t2 = omp_get_wtime();
-        best_fwd = fmin(best_fwd, t1 - t0);
-        best_bwd = fmin(best_bwd, t2 - t1);
-    }
-    double flops = 2.0 * N * IN * OUT;
-    printf("N=%5zu IN=%4zu OUT=%4zu naive     forward %6.1f GFLOP/s (%.3f ms)  "
-           "backward %6.1f GFLOP/s (%.3f ms)\n", N, IN, OUT, flops / best_fwd * 1e-9,
-           best_fwd * 1e3, 2.0 * flops / best_bwd * 1e-9, best_bwd * 1e3);
     free(inp); free(weight); free(dout); free(out); free(dinp); free(dweight);
 }
 
@@ -150,10 +130,11 @@ int main(int argc, char** argv) {
     // (F -> d), lm_head (d -> V=256, byte-level text)
     size_t shapes[][3] = {{1024, 256, 704}, {1024, 256, 256}, {1024, 704, 256},
                           {1024, 256, 256}};
-    bench_naive(shapes[0][0], shapes[0][1], shapes[0][2]);
+    // the naive loops once, on one thread, 3 runs: the starting point of the tiled kernel
+    bench(shapes[0][0], shapes[0][1], shapes[0][2], 1, 3, 1);
     for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
         for (int threads = 1; threads <= 2; threads++)
-            bench(shapes[s][0], shapes[s][1], shapes[s][2], threads, repeats);
+            bench(shapes[s][0], shapes[s][1], shapes[s][2], threads, repeats, 0);
     if (!ok) { printf("FAIL: some check failed\n"); return 1; }
     return 0;
 }

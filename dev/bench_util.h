@@ -4,9 +4,11 @@
 #ifndef ATTNRES_BENCH_UTIL_H
 #define ATTNRES_BENCH_UTIL_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "rng.h"
 
 static inline double now_seconds(void) {
     struct timespec ts;
@@ -23,6 +25,28 @@ static inline int compare_doubles(const void* a, const void* b) {
 static inline double quantile(double* values, int n, double q) {
     qsort(values, (size_t)n, sizeof(double), compare_doubles);
     return values[(int)(q * (n - 1) + 0.5)];
+}
+
+// the bench batch: n random tokens and targets in [0, 256), the same for every mode and run
+static inline void bench_batch(int* x, int* y, size_t n) {
+    uint64_t state = 7;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (int)(rng_next(&state) % 256);
+        y[i] = (int)(rng_next(&state) % 256);
+    }
+}
+
+// ms[i][r] = the milliseconds of mode i's step in round r: `warmup` steps of each mode first,
+// then round after round one step of every mode in turn. step(context, mode, t) takes AdamW
+// step t (from 1) of that mode's model and returns its milliseconds.
+static inline void time_rounds(double** ms, int n_modes, int rounds, int warmup,
+                               double (*step)(void* context, int mode, int t), void* context) {
+    for (int i = 0; i < n_modes; i++) {
+        for (int t = 1; t <= warmup; t++) { step(context, i, t); }
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (int i = 0; i < n_modes; i++) { ms[i][r] = step(context, i, warmup + 1 + r); }
+    }
 }
 
 // ms[i][r]: mode i's step in round r (at most 8 modes), mode 0 the baseline; sorts ms

@@ -61,6 +61,18 @@ static void randomise_params(Model* m, uint64_t seed) {
     }
 }
 
+// N random tokens and targets in [0, V), every `ignore_every`-th target -1 (ignored)
+static void random_batch(std::vector<int>& tokens, std::vector<int>& targets, size_t N, size_t V,
+                         uint64_t seed, size_t ignore_every) {
+    Rng rng(seed);
+    tokens.assign(N, 0);
+    targets.assign(N, 0);
+    for (size_t i = 0; i < N; i++) {
+        tokens[i] = (int)(rng.next() % V);
+        targets[i] = i % ignore_every == 1 ? -1 : (int)(rng.next() % V);
+    }
+}
+
 // Compares a flat buffer tensor by tensor, each under its canonical name.
 static void compare_tensors(const std::string& what, const float* cuda, const float* cpu,
                             const size_t* sizes, Tolerance tol) {
@@ -84,12 +96,8 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     SUBCASE("block S=3, L=3, multi-query") { c.n_layers = 3; c.block_size = 3; c.n_kv_heads = 1; }
     CAPTURE(c.block_size);
     const size_t max_B = 3, max_T = 6, B = 2, T = 5, N = B * T, V = c.vocab_size;
-    Rng rng(42);
-    std::vector<int> tokens(N), targets(N);
-    for (size_t i = 0; i < N; i++) {
-        tokens[i] = (int)(rng.next() % V);
-        targets[i] = i % 4 == 1 ? -1 : (int)(rng.next() % V);
-    }
+    std::vector<int> tokens, targets;
+    random_batch(tokens, targets, N, V, 42, 4);
 
     Model cpu;
     model_build(&cpu, &c, max_B, max_T);
@@ -178,12 +186,9 @@ TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradien
     SUBCASE("block S=4") { c.block_size = 4; }
     CAPTURE(c.block_size);
     const size_t B = 8, T = 128, N = B * T, V = c.vocab_size;
-    Rng rng(43);
-    std::vector<int> tokens(N), targets(N);
-    for (size_t i = 0; i < N; i++) {
-        tokens[i] = (int)(rng.next() % V);
-        targets[i] = i % 7 == 3 ? -1 : (int)(rng.next() % V);
-    }
+    std::vector<int> tokens, targets;
+    random_batch(tokens, targets, N, V, 43, 7);
+    Rng rng(44);
     Model cpu;
     model_build(&cpu, &c, B, T);
     model_init_params(&cpu, 5);

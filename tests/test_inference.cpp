@@ -130,12 +130,37 @@ TEST_CASE("decoding with caches gives the logits of a full forward at every posi
     }
 }
 
+// The greedy continuation (B, n_new) of prompt (B, n_prompt) computed without a cache: each
+// token is the argmax of model_forward over the last `window` tokens of the sequence so far
+// (as positions 0 .. window-1), the whole prefix when window >= its length.
+static std::vector<int> greedy_by_full_forwards(Model* m, const std::vector<int>& prompt,
+                                                size_t B, size_t n_prompt, size_t n_new,
+                                                size_t window) {
+    size_t V = m->config.vocab_size, total = n_prompt + n_new;
+    std::vector<int> seq(B * total), out(B * n_new);
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < n_prompt; t++) seq[b * total + t] = prompt[b * n_prompt + t];
+    for (size_t k = 0; k < n_new; k++) {
+        size_t len = n_prompt + k, first = len > window ? len - window : 0, n = len - first;
+        std::vector<int> tokens(B * n);
+        for (size_t b = 0; b < B; b++)
+            std::copy(seq.begin() + b * total + first, seq.begin() + b * total + len,
+                      tokens.begin() + b * n);
+        model_forward(m, tokens.data(), nullptr, B, n);
+        for (size_t b = 0; b < B; b++) {
+            int next = (int)argmax(model_logits(m) + (b * n + n - 1) * V, V);
+            seq[b * total + len] = next;
+            out[b * n_new + k] = next;
+        }
+    }
+    return out;
+}
+
 TEST_CASE("greedy decoding with caches equals the argmax of full forwards of the growing prefix") {
     for (const ModeCase& mode : MODES) {
         SUBCASE(mode.name) {
             const size_t B = 2, n_prompt = 3, n_new = 7, T = n_prompt + n_new;
             ModelConfig c = small_config(mode.n_layers, mode.block_size);
-            size_t V = c.vocab_size;
             Model m;
             model_build(&m, &c, B, T);
             randomize_params(&m, 21);
@@ -150,24 +175,9 @@ TEST_CASE("greedy decoding with caches equals the argmax of full forwards of the
             CHECK(rng == 1);  // greedy draws no random numbers
 
             // reference: the whole prefix through model_forward, argmax at its last position
-            std::vector<int> seq(B * T);
-            for (size_t b = 0; b < B; b++) {
-                for (size_t t = 0; t < n_prompt; t++) seq[b * T + t] = prompt[b * n_prompt + t];
-            }
-            for (size_t k = 0; k < n_new; k++) {
-                size_t len = n_prompt + k;
-                std::vector<int> prefix(B * len);
-                for (size_t b = 0; b < B; b++) {
-                    std::copy(seq.begin() + b * T, seq.begin() + b * T + len,
-                              prefix.begin() + b * len);
-                }
-                model_forward(&m, prefix.data(), nullptr, B, len);
-                for (size_t b = 0; b < B; b++) {
-                    int want = (int)argmax(model_logits(&m) + (b * len + len - 1) * V, V);
-                    CHECK_MESSAGE(generated[b * n_new + k] == want, "b=" << b << " token " << k);
-                    seq[b * T + len] = want;
-                }
-            }
+            std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, T);
+            for (size_t i = 0; i < B * n_new; i++)
+                CHECK_MESSAGE(generated[i] == want[i], "b=" << i / n_new << " token " << i % n_new);
             decoder_free(&dec);
             model_free(&m);
         }
@@ -178,10 +188,9 @@ TEST_CASE("past the trained context, greedy decoding reads the window of the las
     for (const ModeCase& mode : MODES) {
         SUBCASE(mode.name) {
             // a decoder of window W = 4 generating 9 tokens after a 6-token prompt (longer
-            // than the window itself): 14 positions
-            const size_t B = 2, W = 4, n_prompt = 6, n_new = 9, total = n_prompt + n_new;
+            // than the window itself): 15 positions
+            const size_t B = 2, W = 4, n_prompt = 6, n_new = 9;
             ModelConfig c = small_config(mode.n_layers, mode.block_size);
-            size_t V = c.vocab_size;
             Model m;
             model_build(&m, &c, B, W);
             randomize_params(&m, 23);
@@ -191,24 +200,10 @@ TEST_CASE("past the trained context, greedy decoding reads the window of the las
             std::vector<int> generated(B * n_new);
             decoder_generate(&dec, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
                              nullptr);
-            // reference: each token the argmax of model_forward over the last W tokens (as
-            // positions 0 .. W-1) of the sequence so far
-            std::vector<int> seq(B * total);
-            for (size_t b = 0; b < B; b++)
-                for (size_t t = 0; t < n_prompt; t++) seq[b * total + t] = prompt[b * n_prompt + t];
-            for (size_t k = 0; k < n_new; k++) {
-                size_t len = n_prompt + k, first = len > W ? len - W : 0, n = len - first;
-                std::vector<int> window(B * n);
-                for (size_t b = 0; b < B; b++)
-                    std::copy(seq.begin() + b * total + first, seq.begin() + b * total + len,
-                              window.begin() + b * n);
-                model_forward(&m, window.data(), nullptr, B, n);
-                for (size_t b = 0; b < B; b++) {
-                    int want = (int)argmax(model_logits(&m) + (b * n + n - 1) * V, V);
-                    CHECK_MESSAGE(generated[b * n_new + k] == want, "b=" << b << " token " << k);
-                    seq[b * total + len] = want;
-                }
-            }
+            // reference: each token the argmax of model_forward over the last W tokens
+            std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, W);
+            for (size_t i = 0; i < B * n_new; i++)
+                CHECK_MESSAGE(generated[i] == want[i], "b=" << i / n_new << " token " << i % n_new);
             decoder_free(&dec);
             model_free(&m);
         }

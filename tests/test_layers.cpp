@@ -210,7 +210,7 @@ TEST_CASE("rmsnorm backward matches finite differences") {
     check_gradient("weight", weight.data(), dweight.data(), C, loss, RMSNORM_STEP, RMSNORM_GRAD_TOL);
 }
 
-TEST_CASE("linear backward matches finite differences, on sizes around the register tile") {
+TEST_CASE("linear backward matches finite differences, tiled and naive, on sizes around the register tile") {
     size_t N = 0, IN = 0, OUT = 0;
     SUBCASE("N=1 IN=1 OUT=1") { N = 1; IN = 1; OUT = 1; }
     SUBCASE("N=5 IN=7 OUT=3") { N = 5; IN = 7; OUT = 3; }
@@ -220,32 +220,27 @@ TEST_CASE("linear backward matches finite differences, on sizes around the regis
     CAPTURE(N);
     CAPTURE(IN);
     CAPTURE(OUT);
-    Rng rng(103);
-    Vec inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
-    Vec R = rng.uniform_vector(N * OUT, -1, 1), out(N * OUT);
-    Vec dinp(N * IN, 0.0f), dweight(OUT * IN, 0.0f);
-    linear_backward(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), N, IN, OUT);
-    auto loss = [&] {
-        linear_forward(out.data(), inp.data(), weight.data(), N, IN, OUT);
-        return weighted_sum(R.data(), out.data(), N * OUT);
+    struct Version {
+        const char* name;
+        void (*forward)(float*, const float*, const float*, size_t, size_t, size_t);
+        void (*backward)(float*, float*, const float*, const float*, const float*, size_t, size_t,
+                         size_t);
     };
-    check_gradient("inp", inp.data(), dinp.data(), N * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
-    check_gradient("weight", weight.data(), dweight.data(), OUT * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
-}
-
-TEST_CASE("the naive linear (three loops) matches finite differences") {
-    const size_t N = 5, IN = 7, OUT = 3;
-    Rng rng(107);
-    Vec inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
-    Vec R = rng.uniform_vector(N * OUT, -1, 1), out(N * OUT);
-    Vec dinp(N * IN, 0.0f), dweight(OUT * IN, 0.0f);
-    linear_backward_naive(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), N, IN, OUT);
-    auto loss = [&] {
-        linear_forward_naive(out.data(), inp.data(), weight.data(), N, IN, OUT);
-        return weighted_sum(R.data(), out.data(), N * OUT);
-    };
-    check_gradient("inp", inp.data(), dinp.data(), N * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
-    check_gradient("weight", weight.data(), dweight.data(), OUT * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
+    for (Version v : {Version{"tiled", linear_forward, linear_backward},
+                      Version{"naive", linear_forward_naive, linear_backward_naive}}) {
+        CAPTURE(v.name);
+        Rng rng(103);
+        Vec inp = rng.uniform_vector(N * IN, -1, 1), weight = rng.uniform_vector(OUT * IN, -1, 1);
+        Vec R = rng.uniform_vector(N * OUT, -1, 1), out(N * OUT);
+        Vec dinp(N * IN, 0.0f), dweight(OUT * IN, 0.0f);
+        v.backward(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), N, IN, OUT);
+        auto loss = [&] {
+            v.forward(out.data(), inp.data(), weight.data(), N, IN, OUT);
+            return weighted_sum(R.data(), out.data(), N * OUT);
+        };
+        check_gradient("inp", inp.data(), dinp.data(), N * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
+        check_gradient("weight", weight.data(), dweight.data(), OUT * IN, loss, LINEAR_STEP, LINEAR_GRAD_TOL);
+    }
 }
 
 TEST_CASE("the tiled linear equals the naive three loops bit for bit, forward and backward") {
