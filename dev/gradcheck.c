@@ -158,7 +158,8 @@ static void check_tensor(Table* table, const Case* c, const char* tensor, float*
 }
 
 // ---- tensors -------------------------------------------------------------------------------
-// Every tensor of a layer check comes from here and is freed when the check returns.
+// Every tensor of a layer check comes from here, filled from the check's own random stream,
+// and is freed when the check returns.
 
 #define MAX_TENSORS 32
 typedef struct {
