@@ -12,7 +12,7 @@ OBJ     = $(patsubst %.c,build/%.o,$(SRC_C))
 TEST_CPP = $(wildcard tests/test_*.cpp)
 TEST_OBJ = $(patsubst %.cpp,build/%.o,$(TEST_CPP))
 
-.PHONY: all train test bench asan clean deps
+.PHONY: all train test bench gradcheck asan clean deps
 # ./train is the trainer; `make train` (re)builds it and trains the default model.
 all: build/train check_state
 	@cp build/train train
@@ -49,6 +49,14 @@ build/bench: dev/bench.c dev/bench_util.h $(OBJ)
 build/bench_linear: dev/bench_linear.c build/src/linear.o
 	$(CC) $(CFLAGS) dev/bench_linear.c build/src/linear.o -o $@ $(LDLIBS)
 
+# `make gradcheck`: every layer's backward and the whole model's against finite differences,
+# one table (dev/gradcheck.c); ./build/gradcheck rmsnorm attention checks only those layers.
+gradcheck: build/gradcheck
+	./build/gradcheck
+
+build/gradcheck: dev/gradcheck.c dev/bench_util.h $(OBJ)
+	$(CC) $(CFLAGS) dev/gradcheck.c $(OBJ) -o $@ $(LDLIBS)
+
 # `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests
 # then exercise the sanitized ./train on every bad input.
 SAN_OBJ = $(patsubst %.c,build/asan/%.o,$(SRC_C))
@@ -79,7 +87,7 @@ mutants:
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU.
-TEST_BINS = all test_attnres test_cuda_emu test_cuda_emu_asan build/emu/train_cuda
+TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \

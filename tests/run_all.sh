@@ -49,6 +49,9 @@ for f in tests/data/*.bin; do
     single "check_state $f" ./check_state "$f"
 done
 
+echo "== every backward against finite differences (the table of make gradcheck)"
+single "gradcheck: every layer and the whole model" ./build/gradcheck
+
 if [ -x ./test_cuda_emu ]; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
     doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
