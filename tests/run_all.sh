@@ -31,15 +31,18 @@ doctest_suite() {
 # run one command as one test
 single() {
     local name=$1; shift
-    if "$@" >/tmp/attnres_single.log 2>&1; then
+    local log
+    log=$(mktemp)  # one per test: runs in other checkouts at the same time keep theirs
+    if "$@" >"$log" 2>&1; then
         passed=$((passed + 1))
         echo "ok   $name"
     else
         failed=$((failed + 1))
         failures+=("$name")
         echo "FAIL $name"
-        cat /tmp/attnres_single.log
+        cat "$log"
     fi
+    rm -f "$log"
 }
 
 doctest_suite "unit tests" ./test_attnres
