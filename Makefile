@@ -83,6 +83,13 @@ mutants:
 	@dev/ensure_deps.sh
 	python3 dev/mutants.py $(MUTANTS_FLAGS)
 
+# `make check-state-study`: check_state's tolerance on 100 random configs, and five one-term
+# bugs it must still catch (dev/check_state_study.py; needs Debian's python3-torch;
+# STUDY_FLAGS="--count 200 --seed 0" for the calibration configs).
+.PHONY: check-state-study
+check-state-study: check_state
+	/usr/bin/python3 dev/check_state_study.py $(STUDY_FLAGS)
+
 # `make test`: install what is missing (doctest, boost.context), build, run every suite.
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs

@@ -2,12 +2,15 @@
 //
 // ./check_state FILE [--out OUT]
 // Loads a reference state file (format: README.md, "Parity with PyTorch"), runs the C forward
-// and backward on its parameters and batch, and prints for the logits, the loss and every
-// parameter gradient the max absolute and the max relative difference, where
-//   relative = max_i |c_i - r_i| / max_i |r_i|   (the error measured against the tensor's scale;
-//                                                  a tensor whose reference is all zero must be
-//                                                  matched exactly)
-// then replays the file's K AdamW steps on the same batch and compares each loss.
+// and backward on its parameters and batch, replays the file's K AdamW steps on the same
+// batch, and prints one line for each output tensor — the logits, the loss, every parameter
+// gradient, the K AdamW losses — with
+//   max_rel = max_i |c_i - r_i| / scale      the C result's error against the tensor's
+//                                            scale, max(max_i |c_i|, max_i |r_i|)
+//   spread  = how far the C result itself moves when every parameter is nudged by one ulp,
+//             on the same scale (the tensor's conditioning: see measure_spread)
+//   tol     = max(TOL_FLOOR, TOL_FACTOR * spread)
+// and passes a tensor when max_rel <= tol.
 // Exit status: 0 all within tolerance, 1 some difference too large, 2 a bad file or flag.
 // --out OUT writes what the C code computed in the same format (header, parameters and batch
 // copied from FILE).
@@ -18,16 +21,26 @@
 #include <string.h>
 #include "layers.h"
 #include "model.h"
+#include "rng.h"
 #include "util.h"
 
 #define STATE_MAGIC 20261125
 #define STATE_VERSION 1
 
-// Tolerances on the relative difference (see README.md for why these numbers).
-#define TOL_LOGITS 1e-5
-#define TOL_LOSS 1e-5
-#define TOL_GRADS 1e-5
-#define TOL_ADAMW_LOSSES 1e-5
+// The tolerance of a tensor, from its measured spread (README.md, "Parity with PyTorch",
+// has the study behind these numbers: dev/check_state_study.py).
+//   TOL_FLOOR: what every tensor may differ by, however well-conditioned (the old fixed rule).
+//   TOL_FACTOR: the rounding inside the computation moves a result by about its spread. On 200
+//     calibration configs (dev/reference.py --random, seeds 0..199) the error / spread ratio
+//     of the 753 tensors with an error above 1e-6 had median 0.40, 99th percentile 1.03 and
+//     maximum 1.19: 4 leaves a margin of 3.4.
+//   N_NUDGES: how many nudged reruns measure the spread (each a forward, a backward and K
+//     AdamW steps). One rerun projects the perturbation on one random direction and can
+//     happen to miss the sensitive one, so the spread is a maximum over several: on the same
+//     configs the largest ratio was 11.9 with 1 rerun, 2.6 with 2, 1.6 with 4, 1.2 with 8.
+#define TOL_FLOOR 1e-5
+#define TOL_FACTOR 4.0
+#define N_NUDGES 8
 
 typedef struct {
     int header[256];
@@ -36,11 +49,17 @@ typedef struct {
     float* params;
     int* x;
     int* y;
-    float* logits;
-    float loss;
-    float* grads;
-    float* losses;  // (K)
+    // What the file says the model computes, laid out as in the file: the logits (B*T*V),
+    // the loss (1), the gradients (num_params, canonical order), the K AdamW losses.
+    float* results;
+    size_t num_results;
 } StateFile;
+
+// One output tensor: its name and where it lies in the results.
+typedef struct {
+    char name[32];
+    size_t offset, n;
+} Segment;
 
 static void bad_file(const char* path, const char* problem) {
     fprintf(stderr, "error: state file %s: %s\n", path, problem);
@@ -85,7 +104,8 @@ static void load_state(StateFile* s, const char* path) {
     s->B = (size_t)h[2]; s->T = (size_t)h[3]; s->V = (size_t)h[4]; s->K = (size_t)h[12];
     s->num_params = param_sizes(&c, sizes);
     size_t P = s->num_params, BT = s->B * s->T;
-    size_t expected = 1024 + 256 + 4 * (P + 2 * BT + BT * s->V + 1 + P + s->K);
+    s->num_results = BT * s->V + 1 + P + s->K;
+    size_t expected = 1024 + 256 + 4 * (P + 2 * BT + s->num_results);
     if ((size_t)file_size != expected) {
         snprintf(msg, sizeof(msg), "size %ld bytes does not match its header (expected %zu)",
                  file_size, expected);
@@ -98,16 +118,11 @@ static void load_state(StateFile* s, const char* path) {
     s->params = mallocCheck(P * sizeof(float));
     s->x = mallocCheck(BT * sizeof(int));
     s->y = mallocCheck(BT * sizeof(int));
-    s->logits = mallocCheck(BT * s->V * sizeof(float));
-    s->grads = mallocCheck(P * sizeof(float));
-    s->losses = mallocCheck((s->K + 1) * sizeof(float));
+    s->results = mallocCheck(s->num_results * sizeof(float));
     read_exact(f, s->params, sizeof(float), P, path);
     read_exact(f, s->x, sizeof(int), BT, path);
     read_exact(f, s->y, sizeof(int), BT, path);
-    read_exact(f, s->logits, sizeof(float), BT * s->V, path);
-    read_exact(f, &s->loss, sizeof(float), 1, path);
-    read_exact(f, s->grads, sizeof(float), P, path);
-    read_exact(f, s->losses, sizeof(float), s->K, path);
+    read_exact(f, s->results, sizeof(float), s->num_results, path);
     fclose(f);
     for (size_t i = 0; i < BT; i++) {
         if (s->x[i] < 0 || (size_t)s->x[i] >= s->V) { bad_file(path, "a token in x is outside [0, V)"); }
@@ -115,7 +130,8 @@ static void load_state(StateFile* s, const char* path) {
     }
 }
 
-static void write_state(const StateFile* s, const char* path) {
+// Writes s with its results replaced by `results` (what the C code computed).
+static void write_state(const StateFile* s, const float* results, const char* path) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");
@@ -123,15 +139,12 @@ static void write_state(const StateFile* s, const char* path) {
         fprintf(stderr, "error: cannot write %s: %s\n", tmp, strerror(errno));
         exit(2);
     }
-    size_t P = s->num_params, BT = s->B * s->T;
+    size_t P = s->num_params, BT = s->B * s->T, R = s->num_results;
     int ok = fwrite(s->header, sizeof(int), 256, f) == 256 &&
              fwrite(s->hyper, sizeof(float), 64, f) == 64 &&
              fwrite(s->params, sizeof(float), P, f) == P &&
              fwrite(s->x, sizeof(int), BT, f) == BT && fwrite(s->y, sizeof(int), BT, f) == BT &&
-             fwrite(s->logits, sizeof(float), BT * s->V, f) == BT * s->V &&
-             fwrite(&s->loss, sizeof(float), 1, f) == 1 &&
-             fwrite(s->grads, sizeof(float), P, f) == P &&
-             fwrite(s->losses, sizeof(float), s->K, f) == s->K;
+             fwrite(results, sizeof(float), R, f) == R;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         fprintf(stderr, "error: cannot write %s: %s\n", path, strerror(errno));
@@ -139,18 +152,122 @@ static void write_state(const StateFile* s, const char* path) {
     }
 }
 
-// Prints one comparison line; returns 1 if within tolerance.
-static int compare(const char* name, const float* c, const float* r, size_t n, double tol) {
-    double max_abs = 0.0, max_ref = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        double diff = fabs((double)c[i] - (double)r[i]);
-        if (!(diff <= max_abs)) { max_abs = diff; }  // also catches NaN
-        if (fabs((double)r[i]) > max_ref) { max_ref = fabs((double)r[i]); }
+// The output tensors in the results' order: logits, loss, one gradient per parameter tensor
+// (none-mode models have no res_query/res_norm), the AdamW losses when K > 0. Returns their
+// number; seg holds N_PARAM_TENSORS + 3.
+static size_t segments(const StateFile* s, const Model* m, Segment* seg) {
+    size_t count = 0, offset = 0;
+    size_t BTV = s->B * s->T * s->V;
+    seg[count++] = (Segment){"logits", offset, BTV};
+    offset += BTV;
+    seg[count++] = (Segment){"loss", offset, 1};
+    offset += 1;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        if (m->param_sizes[i] == 0) { continue; }
+        seg[count] = (Segment){"", offset, m->param_sizes[i]};
+        snprintf(seg[count].name, sizeof(seg[count].name), "d%s", PARAM_INFO[i].name);
+        count++;
+        offset += m->param_sizes[i];
     }
-    double rel = max_ref > 0.0 ? max_abs / max_ref : (max_abs > 0.0 ? INFINITY : 0.0);
+    if (s->K > 0) { seg[count++] = (Segment){"adamw_losses", offset, s->K}; }
+    return count;
+}
+
+// Everything the C code computes from `params` on the file's batch, in the file's layout
+// (StateFile.results): the logits, loss and gradients at params, then the loss before each
+// of K AdamW steps that start at params with zero moments (the first equals the loss).
+static void run_c(Model* m, const StateFile* s, const float* params, float* results) {
+    size_t P = s->num_params, BTV = s->B * s->T * s->V;
+    float* logits = results;
+    float* loss = logits + BTV;
+    float* grads = loss + 1;
+    float* losses = grads + P;
+    memcpy(m->params_memory, params, P * sizeof(float));
+    *loss = model_forward(m, s->x, s->y, s->B, s->T);
+    memcpy(logits, model_logits(m), BTV * sizeof(float));
+    model_zero_grad(m);
+    model_backward(m);
+    memcpy(grads, m->grads_memory, P * sizeof(float));
+
+    const float* hp = s->hyper;  // lr, beta1, beta2, Adam eps, weight decay at [2..6]
+    memset(m->m_memory, 0, P * sizeof(float));
+    memset(m->v_memory, 0, P * sizeof(float));
+    for (size_t k = 0; k < s->K; k++) {
+        losses[k] = model_forward(m, s->x, s->y, s->B, s->T);
+        model_zero_grad(m);
+        model_backward(m);
+        model_update(m, hp[2], hp[3], hp[4], hp[5], hp[6], (int)k + 1);
+    }
+}
+
+// max_i |a_i - b_i| over n values; NaN if either holds a NaN
+static double max_abs_diff(const float* a, const float* b, size_t n) {
+    double max_abs = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        double diff = fabs((double)a[i] - (double)b[i]);
+        if (isnan(diff)) { return NAN; }
+        if (diff > max_abs) { max_abs = diff; }
+    }
+    return max_abs;
+}
+
+// max_i |a_i| over n values
+static double max_abs(const float* a, size_t n) {
+    double m = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs((double)a[i]) > m) { m = fabs((double)a[i]); }
+    }
+    return m;
+}
+
+// How far the C result moves when its inputs move by one ulp: the conditioning of every
+// output tensor, measured on the C computation itself (a version-1 file records none).
+// Float32 rounding inside the computation acts like such tiny perturbations, so it moves the
+// result by about as much. Reruns the computation N_NUDGES times, each time with every
+// parameter moved by one ulp (nextafterf) up or down by a fixed pseudo-random sign, and keeps
+// per tensor j (absolute, in the tensor's units)
+//   spread[j] = max over reruns of max_i |nudged_i - base_i|
+// base: the unperturbed run's results.
+static void measure_spread(Model* m, const StateFile* s, const float* base,
+                           const Segment* seg, size_t n_seg, double* spread) {
+    size_t P = s->num_params;
+    float* nudged = mallocCheck(P * sizeof(float));
+    float* results = mallocCheck(s->num_results * sizeof(float));
+    for (size_t j = 0; j < n_seg; j++) { spread[j] = 0.0; }
+    for (uint64_t run = 1; run <= N_NUDGES; run++) {
+        uint64_t rng = run;  // the same signs on every file and every machine
+        for (size_t i = 0; i < P; i++) {
+            float toward = (rng_next(&rng) >> 63) ? INFINITY : -INFINITY;
+            nudged[i] = nextafterf(s->params[i], toward);
+        }
+        run_c(m, s, nudged, results);
+        for (size_t j = 0; j < n_seg; j++) {
+            double d = max_abs_diff(results + seg[j].offset, base + seg[j].offset, seg[j].n);
+            if (isnan(d) || d > spread[j]) { spread[j] = d; }  // a NaN stays
+        }
+    }
+    free(nudged);
+    free(results);
+}
+
+// Compares one tensor, c (C) against r (reference), prints its line and returns 1 if within
+// tolerance. Both the error and the spread are measured against the tensor's scale, the
+// larger of max|c| and max|r| (the two agree unless the tensor is zero in exact arithmetic
+// and one side holds rounding noise):
+//   max_rel = max|c - r| / scale,  spread_rel = spread / scale,
+//   tol = max(TOL_FLOOR, TOL_FACTOR * spread_rel)
+// A NaN in c fails; two all-zero tensors agree.
+static int compare(const Segment* seg, const float* c, const float* r, double spread) {
+    const float* cs = c + seg->offset;
+    const float* rs = r + seg->offset;
+    double diff = max_abs_diff(cs, rs, seg->n);
+    double scale = fmax(max_abs(cs, seg->n), max_abs(rs, seg->n));
+    double rel = scale > 0.0 ? diff / scale : diff;
+    double spread_rel = scale > 0.0 ? spread / scale : 0.0;
+    double tol = fmax(TOL_FLOOR, TOL_FACTOR * spread_rel);  // a NaN spread gives the floor
     int ok = rel <= tol;
-    printf("  %-12s n=%-7zu max_abs %.3e  max_rel %.3e  (tol %.0e)  %s\n", name, n, max_abs, rel,
-           tol, ok ? "ok" : "FAIL");
+    printf("  %-12s n=%-7zu max_abs %.3e  max_rel %.3e  spread %.1e  tol %.1e  %s\n",
+           seg->name, seg->n, diff, rel, spread_rel, tol, ok ? "ok" : "FAIL");
     return ok;
 }
 
@@ -176,43 +293,22 @@ int main(int argc, char** argv) {
     ModelConfig c = state_config(&ref);
     Model m;
     model_build(&m, &c, ref.B, ref.T);
-    memcpy(m.params_memory, ref.params, m.num_params * sizeof(float));
     printf("%s: B=%zu T=%zu V=%zu d=%d L=%d H=%d G=%d F=%d S=%d K=%zu\n", path, ref.B, ref.T, ref.V,
            c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.block_size, ref.K);
+    printf("  tol = max(%.0e, %.0f x spread); spread: the largest change of the C result over %d "
+           "reruns with every parameter nudged by one ulp\n", TOL_FLOOR, TOL_FACTOR, N_NUDGES);
 
-    // forward and backward on the file's parameters and batch
-    StateFile ours = ref;
-    ours.logits = mallocCheck(ref.B * ref.T * ref.V * sizeof(float));
-    ours.grads = mallocCheck(m.num_params * sizeof(float));
-    ours.losses = mallocCheck((ref.K + 1) * sizeof(float));
-    ours.loss = model_forward(&m, ref.x, ref.y, ref.B, ref.T);
-    memcpy(ours.logits, model_logits(&m), ref.B * ref.T * ref.V * sizeof(float));
-    model_zero_grad(&m);
-    model_backward(&m);
-    memcpy(ours.grads, m.grads_memory, m.num_params * sizeof(float));
+    Segment seg[N_PARAM_TENSORS + 3];
+    size_t n_seg = segments(&ref, &m, seg);
+    float* ours = mallocCheck(ref.num_results * sizeof(float));
+    double spread[N_PARAM_TENSORS + 3];
+    run_c(&m, &ref, ref.params, ours);
+    measure_spread(&m, &ref, ours, seg, n_seg, spread);
 
-    int ok = compare("logits", ours.logits, ref.logits, ref.B * ref.T * ref.V, TOL_LOGITS);
-    ok &= compare("loss", &ours.loss, &ref.loss, 1, TOL_LOSS);
-    size_t offset = 0;
-    for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        if (m.param_sizes[i] == 0) { continue; }
-        char name[32];
-        snprintf(name, sizeof(name), "d%s", PARAM_INFO[i].name);
-        ok &= compare(name, ours.grads + offset, ref.grads + offset, m.param_sizes[i], TOL_GRADS);
-        offset += m.param_sizes[i];
-    }
+    int ok = 1;
+    for (size_t j = 0; j < n_seg; j++) { ok &= compare(&seg[j], ours, ref.results, spread[j]); }
 
-    // replay K AdamW steps on the same batch, each loss taken before its update
-    const float* hp = ref.hyper;
-    for (size_t k = 0; k < ref.K; k++) {
-        ours.losses[k] = model_forward(&m, ref.x, ref.y, ref.B, ref.T);
-        model_zero_grad(&m);
-        model_backward(&m);
-        model_update(&m, hp[2], hp[3], hp[4], hp[5], hp[6], (int)k + 1);
-    }
-    if (ref.K > 0) { ok &= compare("adamw_losses", ours.losses, ref.losses, ref.K, TOL_ADAMW_LOSSES); }
-
-    if (out_path != NULL) { write_state(&ours, out_path); }
+    if (out_path != NULL) { write_state(&ref, ours, out_path); }
     printf("%s\n", ok ? "PASS" : "FAIL");
     model_free(&m);
     return ok ? 0 : 1;

@@ -4,6 +4,7 @@
 Usage (needs /usr/bin/python3, which has torch):
   dev/reference.py --all tests/data            regenerate every committed state file
   dev/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
+  dev/reference.py --random DIR [--count 60] [--seed 0]   write COUNT files with random configs
   dev/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
   dev/reference.py --selftest                  finite differences, sanity and round-trip
 
@@ -296,6 +297,25 @@ ALL = {
 }
 
 
+def random_case(seed):
+    """One random case for --random: (config, K, init, ignored fraction), drawn from seed.
+    Modes none/full/block equally often; block takes any divisor S >= 2 of 2L; d = H * hs
+    up to 64 with G any divisor of H; 4 in 5 cases use init 'rand' (random gains and
+    pseudo-queries), the rest SPEC's init."""
+    r = np.random.default_rng(seed)
+    pick = lambda xs: xs[int(r.integers(len(xs)))]
+    L = int(r.integers(1, 5))
+    mode = pick(["none", "full", "block"])
+    S = {"none": 0, "full": 1, "block": pick([s for s in range(2, 2 * L + 1) if 2 * L % s == 0])}[mode]
+    H = pick([1, 2, 4, 8])
+    G = pick([g for g in range(1, H + 1) if H % g == 0])
+    hs = pick([h for h in (2, 4, 6, 8, 12, 16) if H * h <= 64])
+    c = cfg(B=int(r.integers(1, 4)), T=int(r.integers(1, 11)), V=int(r.integers(5, 33)),
+            d=H * hs, L=L, H=H, G=G, F=int(r.integers(4, 65)), S=S)
+    init = "rand" if r.random() < 0.8 else "spec"
+    return c, int(r.integers(0, 6)), init, pick([0.0, 0.1, 0.2, 0.3, 0.4])
+
+
 def selftest():
     hp, ok = DEFAULT_HP, True
     tiny = lambda S, L=2, H=2, G=1: cfg(B=2, T=5, V=7, d=8, L=L, H=H, G=G, F=12, S=S)
@@ -347,6 +367,9 @@ def main():
     ap.add_argument("--out", metavar="FILE")
     ap.add_argument("--check", metavar="FILE")
     ap.add_argument("--selftest", action="store_true")
+    ap.add_argument("--random", metavar="DIR", help="write --count files random_<seed>.bin, "
+                    "seeds --seed, --seed+1, ... (random_case)")
+    ap.add_argument("--count", type=int, default=60)
     ap.add_argument("--tol", type=float, default=1e-4)
     ap.add_argument("--mode", choices=["none", "full", "block"], default="block")
     for k, v in dict(S=4, B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, K=3, seed=0).items():
@@ -363,6 +386,11 @@ def main():
         for name, (c, K, init, ignore, seed) in ALL.items():
             generate(os.path.join(a.all, name + ".bin"), c, K, init, ignore, seed)
         print("total", sum(os.path.getsize(os.path.join(a.all, n + ".bin")) for n in ALL), "bytes")
+    elif a.random:
+        os.makedirs(a.random, exist_ok=True)
+        for seed in range(a.seed, a.seed + a.count):
+            c, K, init, ignore = random_case(seed)
+            generate(os.path.join(a.random, f"random_{seed}.bin"), c, K, init, ignore, seed)
     elif a.out:
         S = {"none": 0, "full": 1}.get(a.mode, a.S)
         if a.mode == "block" and S < 2:
