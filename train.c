@@ -841,7 +841,8 @@ static void print_header(const Run* r) {
            "task %s T=%zu B=%zu | threads %d (%s waiting) | memory %.1f MiB\n", o->mode,
            c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
-           getenv("OMP_WAIT_POLICY"), (double)r->memory_bytes / 1048576.0);
+           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "libgomp's default",
+           (double)r->memory_bytes / 1048576.0);
     if (r->start_step > 0) { printf("resumed from %s at step %d\n", o->checkpoint, r->start_step); }
 }
 

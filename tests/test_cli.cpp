@@ -76,7 +76,9 @@ struct Run {
 // Runs the trainer with args; stdout and stderr go to files in dir. OpenMP threads sleep
 // rather than spin at barriers, so runs stay fast on a busy machine (results do not depend
 // on it).
-Run run_program(const TempDir& dir, const std::string& binary, const Args& args) {
+// wait_policy: the OMP_WAIT_POLICY the program gets (nullptr: none, the trainer's default)
+Run run_program(const TempDir& dir, const std::string& binary, const Args& args,
+                const char* wait_policy = "PASSIVE") {
     Run run;
     REQUIRE_MESSAGE(fs::exists(binary), binary << " does not exist: build it (make) or set ATTNRES_TRAIN");
     std::vector<std::string> argv_strings = {binary};
@@ -87,7 +89,8 @@ Run run_program(const TempDir& dir, const std::string& binary, const Args& args)
         run.command += s + " ";
     }
     argv.push_back(nullptr);
-    std::vector<std::string> env_strings = {"OMP_WAIT_POLICY=PASSIVE"};
+    std::vector<std::string> env_strings;
+    if (wait_policy != nullptr) env_strings.push_back(std::string("OMP_WAIT_POLICY=") + wait_policy);
     for (char** e = environ; *e != nullptr; e++)
         if (std::strncmp(*e, "OMP_WAIT_POLICY=", 16) != 0) env_strings.push_back(*e);
     std::vector<char*> envp;
@@ -591,6 +594,14 @@ TEST_CASE("the header says how much memory the run takes and how threads wait") 
     CHECK(contains(header, "| memory "));
     CHECK(contains(header, " MiB"));
     CHECK(contains(header, "PASSIVE waiting"));  // run_train sets OMP_WAIT_POLICY=PASSIVE
+    // without OMP_WAIT_POLICY the trainer sets it to passive (restarting itself so libgomp
+    // reads it); one the user set is kept
+    Run unset = run_program(dir, train_binary(), tiny({"--steps", "1", "--eval-every", "1"}), nullptr);
+    check_success(unset);
+    CHECK(contains(lines_of(unset.out).at(0), "(passive waiting)"));
+    Run active = run_program(dir, train_binary(), tiny({"--steps", "1", "--eval-every", "1"}), "active");
+    check_success(active);
+    CHECK(contains(lines_of(active.out).at(0), "(active waiting)"));
 }
 
 TEST_CASE("more threads than cores: a warning, and the run goes on") {

@@ -156,26 +156,25 @@ static std::vector<int> greedy_by_full_forwards(Model* m, const std::vector<int>
     return out;
 }
 
-TEST_CASE("greedy decoding with caches equals the argmax of full forwards of the growing prefix") {
+// Greedy decoding with a decoder of max_T = window positions against
+// greedy_by_full_forwards, in every mode.
+static void check_greedy_decoding(size_t n_prompt, size_t n_new, size_t window, uint64_t seed) {
+    const size_t B = 2;
     for (const ModeCase& mode : MODES) {
         SUBCASE(mode.name) {
-            const size_t B = 2, n_prompt = 3, n_new = 7, T = n_prompt + n_new;
             ModelConfig c = small_config(mode.n_layers, mode.block_size);
             Model m;
-            model_build(&m, &c, B, T);
-            randomize_params(&m, 21);
-            std::vector<int> prompt = random_tokens(B * n_prompt, c.vocab_size, 5);
-
+            model_build(&m, &c, B, window);
+            randomize_params(&m, seed);
+            std::vector<int> prompt = random_tokens(B * n_prompt, c.vocab_size, seed + 1);
             Decoder dec;
-            decoder_build(&dec, &m, B, T);
+            decoder_build(&dec, &m, B, window);
             std::vector<int> generated(B * n_new);
             uint64_t rng = 1;
             decoder_generate(&dec, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
                              &rng);
             CHECK(rng == 1);  // greedy draws no random numbers
-
-            // reference: the whole prefix through model_forward, argmax at its last position
-            std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, T);
+            std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, window);
             for (size_t i = 0; i < B * n_new; i++)
                 CHECK_MESSAGE(generated[i] == want[i], "b=" << i / n_new << " token " << i % n_new);
             decoder_free(&dec);
@@ -184,30 +183,14 @@ TEST_CASE("greedy decoding with caches equals the argmax of full forwards of the
     }
 }
 
+TEST_CASE("greedy decoding with caches equals the argmax of full forwards of the growing prefix") {
+    check_greedy_decoding(3, 7, 3 + 7, 21);  // the window holds the whole sequence
+}
+
 TEST_CASE("past the trained context, greedy decoding reads the window of the last T tokens") {
-    for (const ModeCase& mode : MODES) {
-        SUBCASE(mode.name) {
-            // a decoder of window W = 4 generating 9 tokens after a 6-token prompt (longer
-            // than the window itself): 15 positions
-            const size_t B = 2, W = 4, n_prompt = 6, n_new = 9;
-            ModelConfig c = small_config(mode.n_layers, mode.block_size);
-            Model m;
-            model_build(&m, &c, B, W);
-            randomize_params(&m, 23);
-            std::vector<int> prompt = random_tokens(B * n_prompt, c.vocab_size, 9);
-            Decoder dec;
-            decoder_build(&dec, &m, B, W);
-            std::vector<int> generated(B * n_new);
-            decoder_generate(&dec, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
-                             nullptr);
-            // reference: each token the argmax of model_forward over the last W tokens
-            std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, W);
-            for (size_t i = 0; i < B * n_new; i++)
-                CHECK_MESSAGE(generated[i] == want[i], "b=" << i / n_new << " token " << i % n_new);
-            decoder_free(&dec);
-            model_free(&m);
-        }
-    }
+    // a window of 4 positions, 9 tokens after a 6-token prompt (longer than the window
+    // itself): 15 positions
+    check_greedy_decoding(6, 9, 4, 23);
 }
 
 TEST_CASE("two-phase depth attention equals the sequential definition, every block size") {
