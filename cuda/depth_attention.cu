@@ -14,16 +14,25 @@ struct GradList {
     float* source[DEPTH_ATTENTION_MAX_SOURCES];
 };
 
-// One warp per row. s_i = rstd_i * sum_c w_c g_c V_ic is kept in alpha until the softmax.
+// Every kernel below gives one block of DEPTH_BLOCK threads to one row n: first its warps
+// share out the sources (warp w takes sources w, w + 8, ...: the sums over c of each), then
+// its threads share out the columns (thread t takes c = t, t + DEPTH_BLOCK, ...). A row of
+// the bench model (17 sources of C = 256) so keeps 256 threads busy, where one warp per row
+// walked the sources one after another.
+#define DEPTH_BLOCK 256
+
+// s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i
 __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,
                                                size_t N, size_t C) {
-    size_t row = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    unsigned int lane = threadIdx.x % WARP_SIZE;
-    if (row >= N) return;  // the whole warp leaves together
-    float* alpha_row = alpha + row * n_sources;
-    for (size_t i = 0; i < n_sources; i++) {
+    __shared__ float score[DEPTH_ATTENTION_MAX_SOURCES], weight[DEPTH_ATTENTION_MAX_SOURCES];
+    size_t row = blockIdx.x;
+    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    unsigned int n_warps = blockDim.x / WARP_SIZE;
+    (void)N;
+    // 1. the scores, one warp per source
+    for (size_t i = warp; i < n_sources; i += n_warps) {
         const float* v = sources.source[i] + row * C;
         float sum_sq = 0.0f, dot = 0.0f;
         for (size_t c = lane; c < C; c += WARP_SIZE) {
@@ -35,21 +44,24 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
         float rstd = 1.0f / sqrtf(sum_sq / (float)C + RMSNORM_EPS);
         if (lane == 0) {
             key_rstd[row * n_sources + i] = rstd;
-            alpha_row[i] = rstd * dot;
+            score[i] = rstd * dot;
         }
     }
-    __syncwarp();  // lane 0's scores are read by every lane
+    __syncthreads();
+    // 2. the softmax: every thread reads the scores in the same order, thread i writes alpha_i
     float max_score = -INFINITY;
-    for (size_t i = 0; i < n_sources; i++) max_score = fmaxf(max_score, alpha_row[i]);
+    for (size_t i = 0; i < n_sources; i++) max_score = fmaxf(max_score, score[i]);
     float sum = 0.0f;
-    for (size_t i = 0; i < n_sources; i++) sum += expf(alpha_row[i] - max_score);
-    __syncwarp();  // every lane has read the scores before they are overwritten
-    for (size_t i = lane; i < n_sources; i += WARP_SIZE)
-        alpha_row[i] = expf(alpha_row[i] - max_score) / sum;
-    __syncwarp();
-    for (size_t c = lane; c < C; c += WARP_SIZE) {
+    for (size_t i = 0; i < n_sources; i++) sum += expf(score[i] - max_score);
+    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x) {
+        weight[i] = expf(score[i] - max_score) / sum;
+        alpha[row * n_sources + i] = weight[i];
+    }
+    __syncthreads();
+    // 3. the weighted sum, one thread per column
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = 0.0f;
-        for (size_t i = 0; i < n_sources; i++) acc += alpha_row[i] * sources.source[i][row * C + c];
+        for (size_t i = 0; i < n_sources; i++) acc += weight[i] * sources.source[i][row * C + c];
         out[row * C + c] = acc;
     }
 }
@@ -58,67 +70,64 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
 // dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j), stored in dscore
 // (N,n_sources). Each source gets the value path alpha_i dout and the key path, rmsnorm's
 // backward of dk_i = ds_i w: dV_i += ds_i rstd_i (w g - V_i rstd_i^2 (w . g V_i) / C).
-// One warp per row.
-__global__ void depth_attention_backward_sources_kernel(GradList dsources, float* dscore,
-                                                        const float* dout, const float* alpha,
-                                                        const float* key_rstd, SourceList sources,
-                                                        const float* query,
-                                                        const float* norm_weight,
-                                                        size_t n_sources, size_t N, size_t C) {
-    size_t row = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    unsigned int lane = threadIdx.x % WARP_SIZE;
-    if (row >= N) return;
+// The weights' gradients: with k_i = g V_i rstd_i and dk_i = ds_i w, dw += sum ds_i k_i and
+// dg += sum dk_i V_i rstd_i, both a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc;
+// this kernel writes row n's part of it, acc_rows[n][c] = sum_i ds_ni rstd_ni V_inc.
+__global__ void depth_attention_backward_rows_kernel(GradList dsources, float* dscore,
+                                                     float* acc_rows, const float* dout,
+                                                     const float* alpha, const float* key_rstd,
+                                                     SourceList sources, const float* query,
+                                                     const float* norm_weight, size_t n_sources,
+                                                     size_t N, size_t C) {
+    __shared__ float dalpha[DEPTH_ATTENTION_MAX_SOURCES], wgv[DEPTH_ATTENTION_MAX_SOURCES];
+    __shared__ float ds[DEPTH_ATTENTION_MAX_SOURCES];
+    size_t row = blockIdx.x;
+    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    unsigned int n_warps = blockDim.x / WARP_SIZE;
+    (void)N;
     const float* dy = dout + row * C;
     const float* alpha_row = alpha + row * n_sources;
-    float alpha_dot_dalpha = 0.0f;  // sum_j alpha_j dalpha_j
-    for (size_t i = 0; i < n_sources; i++) {
+    const float* rstd_row = key_rstd + row * n_sources;
+    // 1. dout . V_i and w . g V_i, one warp per source
+    for (size_t i = warp; i < n_sources; i += n_warps) {
         const float* v = sources.source[i] + row * C;
-        float dalpha = 0.0f;
-        for (size_t c = lane; c < C; c += WARP_SIZE) dalpha += dy[c] * v[c];
-        alpha_dot_dalpha += alpha_row[i] * warp_sum(dalpha);
+        float dot_dy = 0.0f, dot_wg = 0.0f;
+        for (size_t c = lane; c < C; c += WARP_SIZE) {
+            dot_dy += dy[c] * v[c];
+            dot_wg += query[c] * norm_weight[c] * v[c];
+        }
+        dot_dy = warp_sum(dot_dy);
+        dot_wg = warp_sum(dot_wg);
+        if (lane == 0) {
+            dalpha[i] = dot_dy;
+            wgv[i] = dot_wg;
+        }
     }
-    for (size_t i = 0; i < n_sources; i++) {
-        const float* v = sources.source[i] + row * C;
-        float* dv = dsources.source[i] + row * C;
-        float dalpha = 0.0f, wgv = 0.0f;  // dout . V_i and w . g V_i
-        for (size_t c = lane; c < C; c += WARP_SIZE) {
-            dalpha += dy[c] * v[c];
-            wgv += query[c] * norm_weight[c] * v[c];
+    __syncthreads();
+    // 2. the softmax's backward: every thread sums alpha_j dalpha_j in the same order
+    float alpha_dot_dalpha = 0.0f;
+    for (size_t j = 0; j < n_sources; j++) alpha_dot_dalpha += alpha_row[j] * dalpha[j];
+    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x) {
+        ds[i] = alpha_row[i] * (dalpha[i] - alpha_dot_dalpha);
+        dscore[row * n_sources + i] = ds[i];
+    }
+    __syncthreads();
+    // 3. the sources' gradients and the row's part of acc, one thread per column
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+        float wg = query[c] * norm_weight[c], dy_c = dy[c], acc = 0.0f;
+        for (size_t i = 0; i < n_sources; i++) {
+            float v = sources.source[i][row * C + c], rstd = rstd_row[i];
+            float key_path = ds[i] * rstd * (wg - v * rstd * rstd * wgv[i] / (float)C);
+            dsources.source[i][row * C + c] += alpha_row[i] * dy_c + key_path;
+            acc += ds[i] * rstd * v;
         }
-        dalpha = warp_sum(dalpha);
-        wgv = warp_sum(wgv);
-        float ds = alpha_row[i] * (dalpha - alpha_dot_dalpha);
-        float rstd = key_rstd[row * n_sources + i];
-        if (lane == 0) dscore[row * n_sources + i] = ds;
-        for (size_t c = lane; c < C; c += WARP_SIZE) {
-            float key_path =
-                ds * rstd * (query[c] * norm_weight[c] - v[c] * rstd * rstd * wgv / (float)C);
-            dv[c] += alpha_row[i] * dy[c] + key_path;
-        }
+        acc_rows[row * C + c] = acc;
     }
 }
 
-// With k_i = g V_i rstd_i and dk_i = ds_i w: dw += sum ds_i k_i, dg += sum dk_i V_i rstd_i,
-// so both are a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc. Step 1 of the column
-// sum (common.cuh): partial[part][c] = that sum over the ROWS_PER_PART rows of one part,
-// one thread per (part, column).
-__global__ void depth_attention_backward_weights_kernel(float* partial, const float* dscore,
-                                                        const float* key_rstd, SourceList sources,
-                                                        size_t n_sources, size_t N, size_t C) {
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    size_t first = (size_t)blockIdx.y * ROWS_PER_PART;
-    size_t last = first + ROWS_PER_PART < N ? first + ROWS_PER_PART : N;
-    float acc = 0.0f;
-    for (size_t n = first; n < last; n++)
-        for (size_t i = 0; i < n_sources; i++)
-            acc += dscore[n * n_sources + i] * key_rstd[n * n_sources + i] *
-                   sources.source[i][n * C + c];
-    partial[blockIdx.y * C + c] = acc;
-}
-
-// Step 2, then the two gradients: acc_c = sum over parts; dquery_c += g_c acc_c,
-// dnorm_weight_c += w_c acc_c. One thread per column.
+// The column sum of acc_rows (common.cu's column_partials_cuda gives the sum of each part of
+// ROWS_PER_PART rows), then the two gradients: acc_c = sum over parts, in order;
+// dquery_c += g_c acc_c, dnorm_weight_c += w_c acc_c. One thread per column.
 __global__ void depth_attention_backward_sum_kernel(float* dquery, float* dnorm_weight,
                                                     const float* partial, size_t parts,
                                                     const float* query, const float* norm_weight,
@@ -145,10 +154,12 @@ static SourceList source_list(const float* const* sources, size_t n_sources) {
 void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    const size_t block_size = 128;  // 4 rows per block
-    launch_kernel(depth_attention_forward_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
-                  out, alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
-                  n_sources, N, C);
+    launch_kernel(depth_attention_forward_kernel, (unsigned int)N, DEPTH_BLOCK, out, alpha,
+                  key_rstd, source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
+}
+
+size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
+    return N * n_sources + N * C + (size_t)ceil_div(N, ROWS_PER_PART) * C;
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -156,17 +167,17 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     unsigned int parts = ceil_div(N, ROWS_PER_PART);
-    float* dscore = cuda_workspace(N * n_sources + (size_t)parts * C);  // then the partials
-    float* partial = dscore + N * n_sources;
-    SourceList source_pointers = source_list(sources, n_sources);
+    // the workspace holds dscore (N,n_sources), acc_rows (N,C), then the partials (parts,C)
+    float* dscore = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
+    float* acc_rows = dscore + N * n_sources;
+    float* partial = acc_rows + N * C;
     GradList grad_pointers = {};
     for (size_t i = 0; i < n_sources; i++) grad_pointers.source[i] = dsources[i];
+    launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)N, DEPTH_BLOCK,
+                  grad_pointers, dscore, acc_rows, dout, alpha, key_rstd,
+                  source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
+    column_partials_cuda(partial, acc_rows, N, C);
     const size_t block_size = 128;
-    launch_kernel(depth_attention_backward_sources_kernel, ceil_div(N * WARP_SIZE, block_size),
-                  block_size, grad_pointers, dscore, dout, alpha, key_rstd, source_pointers, query,
-                  norm_weight, n_sources, N, C);
-    launch_kernel(depth_attention_backward_weights_kernel, dim3(ceil_div(C, block_size), parts),
-                  block_size, partial, dscore, key_rstd, source_pointers, n_sources, N, C);
     launch_kernel(depth_attention_backward_sum_kernel, ceil_div(C, block_size), block_size,
                   dquery, dnorm_weight, partial, (size_t)parts, query, norm_weight, C);
 }

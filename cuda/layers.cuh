@@ -43,6 +43,9 @@ void rope_forward_at_cuda(float* out, const float* inp, size_t position, size_t 
                           size_t head_size);
 void rope_backward_cuda(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
                         size_t head_size);
+// Builds the GPU's cos/sin table for positions < n_positions now (model_build_cuda calls it,
+// so training steps upload nothing); the rope calls grow it themselves when they need more.
+void rope_prepare_cuda(size_t n_positions, size_t head_size);
 
 // ---- attention.cu ------------------------------------------------------------------------
 void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
@@ -69,6 +72,8 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C);
+// The most floats of the workspace (common.cuh) one depth attention backward borrows.
+size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C);
 
 // ---- crossentropy.cu ---------------------------------------------------------------------
 // Counting the targets is the caller's, on the host (crossentropy_count): no copy, no sync.

@@ -103,12 +103,13 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     size_t N = max_B * max_T, parts = ceil_div(N, ROWS_PER_PART);
     size_t most_sources = z->S > 0 ? count_sources(c, (int)z->n_sub) : 0;
     size_t needs[] = {max_B * z->H * max_T * max_T,               // attention: dscore
-                      N * most_sources + parts * z->d,              // depth attention
+                      depth_attention_workspace_floats_cuda(most_sources, N, z->d),
                       parts * z->d,                                 // rmsnorm
                       linear_workspace_floats_cuda(), 64};          // matmul, global norm
     size_t most = 0;
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;
     cuda_workspace(most);
+    rope_prepare_cuda(max_T, z->hs);
     m->tokens = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
     m->targets = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
 }

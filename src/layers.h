@@ -60,6 +60,9 @@ void rope_forward_at(float* out, const float* inp, size_t position, size_t N, si
 // dinp += R^T dout (the rotation's transpose: turn back by -theta)
 void rope_backward(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
                    size_t head_size);
+// cos and sin of every (t, j), t < T, j < head_size/2, each (T, head_size/2): the angles in
+// double, rounded once. Every rotation above uses it, and so does the GPU (cuda/rope.cu).
+void rope_table(float* cos_table, float* sin_table, size_t T, size_t head_size);
 
 // ---- attention.c -------------------------------------------------------------------------
 // Causal grouped-query attention. q (B,T,H*hs), k and v (B,T,G*hs), out (B,T,H*hs),

@@ -1,8 +1,9 @@
 // rope.c — rotary position embedding (interleaved pairs, as in LLaMA's original code).
 // Pair j = dims (2j, 2j+1) of every head at position t turns by theta = t * base^(-2j/hs):
 //   (a, b) -> (a cos - b sin, a sin + b cos)
-// rope_angles is the one place the angles are computed, so the training forward and the
-// decoder (rope_forward_at, one position at a time) turn by bit-identical cos and sin.
+// rope_angles is the one place the angles are computed, so the training forward, the
+// decoder (rope_forward_at, one position at a time) and the GPU (cuda/rope.cu uploads
+// rope_table) turn by bit-identical cos and sin.
 #include <math.h>
 #include <stdlib.h>
 #include "layers.h"
@@ -18,7 +19,7 @@ static void rope_angles(float* cos_row, float* sin_row, size_t position, size_t 
 }
 
 // cos and sin of every (t, j), each (T, hs/2)
-static void rope_table(float* cos_table, float* sin_table, size_t T, size_t head_size) {
+void rope_table(float* cos_table, float* sin_table, size_t T, size_t head_size) {
     size_t half = head_size / 2;
     for (size_t t = 0; t < T; t++) {
         rope_angles(cos_table + t * half, sin_table + t * half, t, head_size);

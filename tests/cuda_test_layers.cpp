@@ -23,6 +23,8 @@
 //   global norm       0      1e-5   float partial sums against one sum in double
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <string>
 #include <vector>
@@ -427,8 +429,45 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     check(cuda[0], out, tol);
     check(cuda[1], alpha, tol);
     check(cuda[2], key_rstd, tol);
-    check(cuda[3], dquery, tol);
-    check(cuda[4], dnorm_weight, tol);
+    // dquery and dnorm_weight are sums over all N*n_sources (row, source) terms, of either
+    // sign: at the GPU size 17,408 terms of size ~1 summing to ~0.2, so the float result
+    // depends on the order of the sum well above tol. Their tolerance is max(tol, 4 x spread),
+    // the rule check_state uses: the spread is the largest difference between the CPU's
+    // result and the CPU's result with the rows reversed (the same math rounded in another
+    // order). Here (seed 7) the spread is 4.9e-5, the GPU's largest difference 1.24e-4 (H200).
+    Tolerance reduction_tol = tol;
+    double spread = 0.0;
+    if (N >= 1024) {
+        std::vector<Floats> reversed_sources = sources, reversed_dsources = dsources0;
+        Floats reversed_dout = dout, reversed_out(N * C), reversed_alpha(N * n_sources);
+        Floats reversed_rstd(N * n_sources), dquery2 = dquery0, dnorm_weight2 = dnorm_weight0;
+        std::vector<const float*> reversed_ptrs;
+        std::vector<float*> reversed_dptrs;
+        for (size_t r = 0; r < N; r++) {
+            for (size_t i = 0; i < n_sources; i++)
+                std::copy_n(&sources[i][(N - 1 - r) * C], C, &reversed_sources[i][r * C]);
+            std::copy_n(&dout[(N - 1 - r) * C], C, &reversed_dout[r * C]);
+        }
+        for (size_t i = 0; i < n_sources; i++) {
+            reversed_ptrs.push_back(reversed_sources[i].data());
+            reversed_dptrs.push_back(reversed_dsources[i].data());
+        }
+        depth_attention_forward(reversed_out.data(), reversed_alpha.data(), reversed_rstd.data(),
+                                reversed_ptrs.data(), query.data(), norm_weight.data(),
+                                n_sources, N, C);
+        depth_attention_backward(reversed_dptrs.data(), dquery2.data(), dnorm_weight2.data(),
+                                 reversed_dout.data(), reversed_alpha.data(), reversed_rstd.data(),
+                                 reversed_ptrs.data(), query.data(), norm_weight.data(),
+                                 n_sources, N, C);
+        for (size_t c = 0; c < C; c++) {
+            spread = std::max(spread, (double)std::fabs(dquery2[c] - dquery[c]));
+            spread = std::max(spread, (double)std::fabs(dnorm_weight2[c] - dnorm_weight[c]));
+        }
+        reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
+    }
+    CAPTURE(spread);
+    check(cuda[3], dquery, reduction_tol);
+    check(cuda[4], dnorm_weight, reduction_tol);
     for (size_t i = 0; i < n_sources; i++)
         check(cuda[5 + i], dsources[i], tol);
     if (n_sources == 1) {

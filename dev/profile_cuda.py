@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""profile_cuda.py — where the GPU's time goes in one training step, kernel by kernel.
+
+Runs ./train_cuda for one step of the bench model (d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128)
+under Nsight Compute (ncu), which times every kernel launch on its own (gpu__time_duration),
+and prints each kernel's launches and total time, largest first, with its share of the sum.
+The sum is the GPU's busy time; against the step's wall time (make gpu-check, bench_cuda) the
+difference is launch overhead and host work.
+
+  python3 dev/profile_cuda.py [--mode none|full|block] [--cublas] [--ncu PATH] [--keep FILE]
+
+Needs a GPU whose runtime lets ncu read its counters (not gVisor). The step includes one
+evaluation forward of 8 sequences (train_cuda evaluates at its last step).
+"""
+import argparse
+import csv
+import io
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--mode", choices=["none", "full", "block"], default="block")
+    ap.add_argument("--cublas", action="store_true")
+    ap.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
+    ap.add_argument("--keep", metavar="FILE", help="also write ncu's raw CSV there")
+    a = ap.parse_args()
+    mode = ["--mode", a.mode] + (["--block-size", "4"] if a.mode == "block" else [])
+    train = ["./train_cuda", "--task", "text", "--text", "README.md", "--seq-len", "128",
+             "--batch", "8", "--d", "256", "--L", "8", "--H", "8", "--G", "4", "--F", "704",
+             "--eval-examples", "8", "--threads", "8", "--steps", "1", "--eval-every", "1",
+             "--log-every", "1"] + mode + (["--cublas"] if a.cublas else [])
+    cmd = [a.ncu, "--csv", "--print-units", "base", "--clock-control", "none",
+           "--metrics", "gpu__time_duration.sum"] + train
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode != 0:
+        sys.exit(f"error: ncu failed (exit {run.returncode}): {run.stderr.strip()[-400:]}")
+    if a.keep:
+        with open(a.keep, "w") as f:
+            f.write(run.stdout)
+    text = run.stdout[run.stdout.find('"ID"'):]
+    total = defaultdict(float)
+    count = defaultdict(int)
+    for row in csv.DictReader(io.StringIO(text)):
+        if row.get("Metric Name") != "gpu__time_duration.sum":
+            continue
+        name = row["Kernel Name"].split("(")[0]
+        total[name] += float(row["Metric Value"].replace(",", "")) / 1000.0  # ns -> us
+        count[name] += 1
+    busy = sum(total.values())
+    print(f"profile_cuda: one step of the bench model, mode {a.mode}"
+          f"{', cuBLAS' if a.cublas else ''}: {sum(count.values())} launches, "
+          f"{busy / 1000.0:.3f} ms of kernels")
+    print(f"{'kernel':<52s} {'launches':>8s} {'total us':>10s} {'share':>6s}")
+    for name in sorted(total, key=total.get, reverse=True):
+        print(f"{name[:52]:<52s} {count[name]:8d} {total[name]:10.1f} {100 * total[name] / busy:5.1f}%")
+
+
+if __name__ == "__main__":
+    main()
