@@ -155,9 +155,6 @@ inline void store_float4(float* p, float4 v) {
 // Fixed orders both times, so the result repeats bit for bit.
 #define ROWS_PER_PART 32
 void add_column_partials_cuda(float* out, const float* partial, size_t parts, size_t C);
-// The first step where the terms are already rows of a matrix (N,C) in memory:
-// partial[p][c] = the sum over the rows of part p, in order.
-void column_partials_cuda(float* partial, const float* matrix, size_t N, size_t C);
 
 // Butterfly reductions over the 32 lanes of a warp; every lane gets the same result.
 __device__ __forceinline__ float warp_sum(float x) {

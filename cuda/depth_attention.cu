@@ -61,6 +61,7 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
     // 3. the weighted sum, one thread per column
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = 0.0f;
+#pragma unroll 4
         for (size_t i = 0; i < n_sources; i++) acc += weight[i] * sources.source[i][row * C + c];
         out[row * C + c] = acc;
     }
@@ -115,6 +116,7 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* d
     // 3. the sources' gradients and the row's part of acc, one thread per column
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         float wg = query[c] * norm_weight[c], dy_c = dy[c], acc = 0.0f;
+#pragma unroll 4
         for (size_t i = 0; i < n_sources; i++) {
             float v = sources.source[i][row * C + c], rstd = rstd_row[i];
             float key_path = ds[i] * rstd * (wg - v * rstd * rstd * wgv[i] / (float)C);
@@ -125,19 +127,35 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* d
     }
 }
 
-// The column sum of acc_rows (common.cu's column_partials_cuda gives the sum of each part of
-// ROWS_PER_PART rows), then the two gradients: acc_c = sum over parts, in order;
-// dquery_c += g_c acc_c, dnorm_weight_c += w_c acc_c. One thread per column.
-__global__ void depth_attention_backward_sum_kernel(float* dquery, float* dnorm_weight,
-                                                    const float* partial, size_t parts,
-                                                    const float* query, const float* norm_weight,
-                                                    size_t C) {
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float acc = 0.0f;
-    for (size_t p = 0; p < parts; p++) acc += partial[p * C + c];
-    dquery[c] += norm_weight[c] * acc;
-    dnorm_weight[c] += query[c] * acc;
+// The column sum of acc_rows (N,C), then the two gradients: acc_c = sum_n acc_rows[n][c],
+// dquery_c += g_c acc_c, dnorm_weight_c += w_c acc_c. One launch: a block of SUM_GROUPS x
+// SUM_COLUMNS threads takes SUM_COLUMNS columns; thread (group r, column c) sums the rows
+// r, r + SUM_GROUPS, r + 2 SUM_GROUPS, ... in order (a warp reads 32 neighbouring columns of
+// a row: 128 contiguous bytes), then group 0 adds the SUM_GROUPS sums of its column in order
+// of r. Fixed orders throughout, so the result repeats bit for bit.
+#define SUM_COLUMNS 32
+#define SUM_GROUPS 32
+__global__ void depth_attention_backward_weights_kernel(float* dquery, float* dnorm_weight,
+                                                        const float* acc_rows,
+                                                        const float* query,
+                                                        const float* norm_weight, size_t N,
+                                                        size_t C) {
+    __shared__ float group_sum[SUM_GROUPS][SUM_COLUMNS];
+    unsigned int column = threadIdx.x % SUM_COLUMNS, group = threadIdx.x / SUM_COLUMNS;
+    size_t c = (size_t)blockIdx.x * SUM_COLUMNS + column;
+    float sum = 0.0f;
+    if (c < C) {
+#pragma unroll 8  // 8 loads in flight; the sum still runs in order of n
+        for (size_t n = group; n < N; n += SUM_GROUPS) sum += acc_rows[n * C + c];
+    }
+    group_sum[group][column] = sum;
+    __syncthreads();
+    if (group == 0 && c < C) {
+        float acc = 0.0f;
+        for (int r = 0; r < SUM_GROUPS; r++) acc += group_sum[r][column];
+        dquery[c] += norm_weight[c] * acc;
+        dnorm_weight[c] += query[c] * acc;
+    }
 }
 
 static SourceList source_list(const float* const* sources, size_t n_sources) {
@@ -159,25 +177,22 @@ void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
 }
 
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
-    return N * n_sources + N * C + (size_t)ceil_div(N, ROWS_PER_PART) * C;
+    return N * n_sources + N * C;
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    unsigned int parts = ceil_div(N, ROWS_PER_PART);
-    // the workspace holds dscore (N,n_sources), acc_rows (N,C), then the partials (parts,C)
+    // the workspace holds dscore (N,n_sources), then acc_rows (N,C)
     float* dscore = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
     float* acc_rows = dscore + N * n_sources;
-    float* partial = acc_rows + N * C;
     GradList grad_pointers = {};
     for (size_t i = 0; i < n_sources; i++) grad_pointers.source[i] = dsources[i];
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)N, DEPTH_BLOCK,
                   grad_pointers, dscore, acc_rows, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
-    column_partials_cuda(partial, acc_rows, N, C);
-    const size_t block_size = 128;
-    launch_kernel(depth_attention_backward_sum_kernel, ceil_div(C, block_size), block_size,
-                  dquery, dnorm_weight, partial, (size_t)parts, query, norm_weight, C);
+    launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
+                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, acc_rows, query, norm_weight,
+                  N, C);
 }

@@ -22,7 +22,8 @@
 //    tile is inside the matrix and the address is aligned; shared memory holds both slices
 //    k-major (As[k][m], Bs[k][p]) so the inner loop reads rows of them.
 // 4. Split-K when C is small. dW is only OUT x IN (e.g. 256 x 256 = 16 tiles of 64 x 64) but
-//    K = B*T is long: too few blocks to fill the GPU. The K range is then split into S parts,
+//    K = B*T is long; even the forward of 1024 rows has 64 tiles for 132 multiprocessors: too
+//    few blocks to fill the GPU. The K range is then split into S parts,
 //    each written to its own slice of a scratch buffer, and a second kernel adds the slices
 //    in order. No atomics anywhere: every output is summed in a fixed order, so results
 //    repeat bit for bit.
@@ -153,9 +154,13 @@ static void launch_matmul(float* c, const float* a, const float* b, size_t M, si
                           int accumulate) {
     constexpr int THREADS = (BM / TM) * (BN / TN);
     const size_t tiles = (size_t)ceil_div(M, BM) * ceil_div(P, BN);
-    // split K when the tiles alone would leave most of the GPU idle and K is long
+    // Split K when the tiles alone would leave the GPU short of blocks: double the splits
+    // while the blocks stay under 4 per multiprocessor and each split keeps >= 64 of K (8
+    // slices of BK). On an H200 (132 SMs), at the bench shapes, this took our products from
+    // 49% to 90% of cuBLAS SGEMM: 2 blocks per SM and >= 256 of K gave 49%, 4 and >= 128 73%,
+    // 8 and >= 64 82% (dev/bench_gemm, 2026-11-26).
     size_t splits = 1;
-    while (tiles * splits * 2 <= (size_t)cuda_sm_count() * 2 && K / (splits * 2) >= 256)
+    while (tiles * splits * 2 <= (size_t)cuda_sm_count() * 4 && K / (splits * 2) >= 64)
         splits *= 2;
     size_t k_per_split = ceil_div(K, splits * BK) * (size_t)BK;
     splits = ceil_div(K, k_per_split);
@@ -222,9 +227,10 @@ static int matmul_use_cublas(float* c, const float* a, const float* b, size_t M,
 #endif
 }
 
-// split-K gives tiles * splits <= 2 * (multiprocessors) (launch_matmul), and a tile is at most
-// 128 x 128: the partial sums of one product never need more floats than this
-size_t linear_workspace_floats_cuda(void) { return 2 * (size_t)cuda_sm_count() * 128 * 128; }
+// split-K gives tiles * splits <= 4 * (multiprocessors) (launch_matmul) on the 64 x 64 tiles
+// and never splits the 128 x 128 ones (there are >= multiprocessors of those): the partial
+// sums of one product never need more floats than this
+size_t linear_workspace_floats_cuda(void) { return 4 * (size_t)cuda_sm_count() * 64 * 64; }
 
 // the tile shape: 128 x 128 (8 x 8 per thread) when there are enough such tiles to fill the
 // GPU, else 64 x 64 (4 x 4 per thread), four times as many blocks
