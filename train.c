@@ -400,10 +400,8 @@ static void trainer_init(Trainer* t, Model* host, size_t B, size_t T) {
 static float trainer_forward_backward(Trainer* t, const int* x, const int* y, size_t B,
                                       size_t T, float* norm) {
 #ifdef ATTNRES_CUDA
-    float loss = model_forward_cuda(&t->device, x, y, B, T);
-    model_zero_grad_cuda(&t->device);
-    model_backward_cuda(&t->device);
-    *norm = model_grad_norm_cuda(&t->device);
+    float loss;  // the GPU runs the whole step, then loss and norm come back in one read-back
+    model_forward_backward_cuda(&t->device, x, y, B, T, &loss, norm);
 #else
     float loss = model_forward(t->host, x, y, B, T);
     model_zero_grad(t->host);

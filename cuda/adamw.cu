@@ -31,7 +31,7 @@ void adamw_update_cuda(float* params, const float* grads, float* m, float* v, si
                   lr, beta1, beta2, beta1_correction, beta2_correction, eps, weight_decay);
 }
 
-#define NORM_BLOCKS 64
+#define NORM_BLOCKS NORM_PARTIALS
 #define NORM_THREADS 256
 
 // partial[block] = sum of x^2 over the elements idx = block*NORM_THREADS + thread + k*stride:
@@ -59,16 +59,24 @@ __global__ void scale_kernel(float* x, size_t n, float scale) {
     if (idx < n) x[idx] *= scale;
 }
 
+void squared_sum_partials_cuda(float* partial, const float* x, size_t n) {
+    launch_kernel(squared_sum_kernel, NORM_BLOCKS, NORM_THREADS, partial, x, n);
+}
+
+float norm_from_partials(const float* host_partial) {
+    double sum = 0.0;  // on the host, in order of the blocks
+    for (int b = 0; b < NORM_PARTIALS; b++) sum += host_partial[b];
+    return (float)sqrt(sum);
+}
+
 float global_norm_cuda(const float* grads, size_t n) {
-    float* partial = cuda_workspace(NORM_BLOCKS);
-    launch_kernel(squared_sum_kernel, NORM_BLOCKS, NORM_THREADS, partial, grads, n);
-    float host_partial[NORM_BLOCKS];
+    float* partial = cuda_workspace(NORM_PARTIALS);
+    squared_sum_partials_cuda(partial, grads, n);
+    float host_partial[NORM_PARTIALS];
     cudaCheck(cudaMemcpyAsync(host_partial, partial, sizeof(host_partial), cudaMemcpyDeviceToHost,
                               cuda_stream));
     cudaCheck(cudaStreamSynchronize(cuda_stream));
-    double sum = 0.0;  // on the host
-    for (int b = 0; b < NORM_BLOCKS; b++) sum += host_partial[b];
-    return (float)sqrt(sum);
+    return norm_from_partials(host_partial);
 }
 
 void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm) {

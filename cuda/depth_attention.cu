@@ -61,7 +61,6 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
     // 3. the weighted sum, one thread per column
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         float acc = 0.0f;
-#pragma unroll 4
         for (size_t i = 0; i < n_sources; i++) acc += weight[i] * sources.source[i][row * C + c];
         out[row * C + c] = acc;
     }
@@ -116,7 +115,6 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* d
     // 3. the sources' gradients and the row's part of acc, one thread per column
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         float wg = query[c] * norm_weight[c], dy_c = dy[c], acc = 0.0f;
-#pragma unroll 4
         for (size_t i = 0; i < n_sources; i++) {
             float v = sources.source[i][row * C + c], rstd = rstd_row[i];
             float key_path = ds[i] * rstd * (wg - v * rstd * rstd * wgv[i] / (float)C);
@@ -144,10 +142,8 @@ __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dn
     unsigned int column = threadIdx.x % SUM_COLUMNS, group = threadIdx.x / SUM_COLUMNS;
     size_t c = (size_t)blockIdx.x * SUM_COLUMNS + column;
     float sum = 0.0f;
-    if (c < C) {
-#pragma unroll 8  // 8 loads in flight; the sum still runs in order of n
+    if (c < C)
         for (size_t n = group; n < N; n += SUM_GROUPS) sum += acc_rows[n * C + c];
-    }
     group_sum[group][column] = sum;
     __syncthreads();
     if (group == 0 && c < C) {

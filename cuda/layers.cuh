@@ -88,6 +88,12 @@ void adamw_update_cuda(float* params, const float* grads, float* m, float* v, si
 // The global gradient norm sqrt(sum grads^2) over n floats, as model_grad_norm; it returns
 // to the host, so it synchronises.
 float global_norm_cuda(const float* grads, size_t n);
+// The same in two halves, for a caller that reads the partial sums back with other numbers
+// (model_forward_backward_cuda): NORM_PARTIALS partial sums of x^2 into partial (device),
+// then, on the host copy of them, sqrt of their sum (in double, in order).
+#define NORM_PARTIALS 64
+void squared_sum_partials_cuda(float* partial, const float* x, size_t n);
+float norm_from_partials(const float* host_partial);
 // Clipping as train.c does it: when norm > max_norm, grads *= max_norm / norm.
 void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm);
 

@@ -39,13 +39,18 @@ static float* alloc_zeroed_cuda(size_t n) {
     return p;
 }
 static void release_cuda(void* p) { cudaCheck(cudaFree(p)); }
-// the sum of x in double, in index order, on the host (synchronises)
+// the sum of host floats in double, in index order (as the CPU's kernel table sums)
+static double sum_in_order(const float* host, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) sum += host[i];
+    return sum;
+}
+// the sum of x (device) in double, in index order, on the host (synchronises)
 static double sum_cuda(const float* x, size_t n) {
     float* host = (float*)mallocCheck(n * sizeof(float));
     cudaCheck(cudaMemcpyAsync(host, x, n * sizeof(float), cudaMemcpyDeviceToHost, cuda_stream));
     cudaCheck(cudaStreamSynchronize(cuda_stream));
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += host[i];
+    double sum = sum_in_order(host, n);
     free(host);
     return sum;
 }
@@ -112,14 +117,22 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     rope_prepare_cuda(max_T, z->hs);
     m->tokens = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
     m->targets = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
+    size_t readback_bytes = (N + NORM_PARTIALS) * sizeof(float);
+    if (cudaMallocHost((void**)&m->readback, readback_bytes) != cudaSuccess) {
+        fprintf(stderr, "error: could not allocate %zu bytes of page-locked host memory\n",
+                readback_bytes);
+        exit(EXIT_FAILURE);
+    }
 }
 
 void model_free_cuda(ModelCuda* m) {
     model_free(&m->model);
     cudaCheck(cudaFree(m->tokens));
     cudaCheck(cudaFree(m->targets));
+    cudaCheck(cudaFreeHost(m->readback));
     m->tokens = NULL;
     m->targets = NULL;
+    m->readback = NULL;
 }
 
 static void check_same_config(const ModelConfig* a, const ModelConfig* b, const char* what) {
@@ -150,20 +163,53 @@ void model_to_host_cuda(Model* host, const ModelCuda* m) {
 // ---------------------------------------------------------------------------------------
 // The model's steps: model.c's, on the device copies of the inputs.
 
-float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B, size_t T) {
-    size_t N = B * T;
-    if (B > m->model.max_B || T > m->model.max_T) {  // model_forward says so and exits
-        return model_forward_counted(&m->model, NULL, NULL, 0, B, T);
-    }
+// copies the batch to the device (tokens, and targets unless NULL), asynchronously
+static void upload_batch(ModelCuda* m, const int* tokens, const int* targets, size_t N) {
     cudaCheck(cudaMemcpyAsync(m->tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice,
                               cuda_stream));
     if (targets != NULL) {
         cudaCheck(cudaMemcpyAsync(m->targets, targets, N * sizeof(int), cudaMemcpyHostToDevice,
                                   cuda_stream));
     }
+}
+
+float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B, size_t T) {
+    size_t N = B * T;
+    if (B > m->model.max_B || T > m->model.max_T) {  // model_forward says so and exits
+        return model_forward_counted(&m->model, NULL, NULL, 0, B, T);
+    }
+    upload_batch(m, tokens, targets, N);
     return model_forward_counted(&m->model, m->tokens, targets != NULL ? m->targets : NULL,
                                  crossentropy_count(targets, N), B, T);
 }
+
+void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
+                                 size_t T, float* loss, float* norm) {
+    size_t N = B * T;
+    if (targets == NULL) {
+        fprintf(stderr, "error: model_forward_backward_cuda needs targets\n");
+        exit(EXIT_FAILURE);
+    }
+    if (B > m->model.max_B || T > m->model.max_T) {  // model_forward says so and exits
+        model_forward_counted(&m->model, NULL, NULL, 0, B, T);
+    }
+    upload_batch(m, tokens, targets, N);
+    model_forward_rows(&m->model, m->tokens, m->targets, crossentropy_count(targets, N), B, T);
+    model_zero_grad(&m->model);
+    model_backward(&m->model);
+    float* partial = cuda_workspace(NORM_PARTIALS);
+    squared_sum_partials_cuda(partial, m->model.grads_memory, m->model.num_params);
+    // the step's one read-back: both copies queue behind the backward, one wait for both
+    cudaCheck(cudaMemcpyAsync(m->readback, m->model.acts.losses, N * sizeof(float),
+                              cudaMemcpyDeviceToHost, cuda_stream));
+    cudaCheck(cudaMemcpyAsync(m->readback + N, partial, NORM_PARTIALS * sizeof(float),
+                              cudaMemcpyDeviceToHost, cuda_stream));
+    cudaCheck(cudaStreamSynchronize(cuda_stream));
+    *loss = model_set_loss(&m->model, sum_in_order(m->readback, N));
+    *norm = norm_from_partials(m->readback + N);
+}
+
+void model_wait_cuda(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); }
 
 const float* model_logits_cuda(const ModelCuda* m) { return model_logits(&m->model); }
 const float* model_probs_cuda(const ModelCuda* m) { return model_probs(&m->model); }

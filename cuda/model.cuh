@@ -17,9 +17,11 @@ extern "C" {
 #endif
 
 typedef struct {
-    Model model;   // every buffer on the device; model.kernels is the CUDA kernel table
-    int* tokens;   // device (max_B*max_T): the last forward's tokens
-    int* targets;  // device: its targets
+    Model model;      // every buffer on the device; model.kernels is the CUDA kernel table
+    int* tokens;      // device (max_B*max_T): the last forward's tokens
+    int* targets;     // device: its targets
+    float* readback;  // page-locked host memory (max_B*max_T + NORM_PARTIALS): what a
+                      // training step reads back, in one go (model_forward_backward_cuda)
 } ModelCuda;
 
 // NULL when there is a CUDA device to train on, else one line saying what is missing: no
@@ -45,6 +47,14 @@ const float* model_probs_cuda(const ModelCuda* m);
 void model_zero_grad_cuda(ModelCuda* m);
 void model_backward_cuda(ModelCuda* m);
 float model_grad_norm_cuda(const ModelCuda* m);
+// A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the
+// GPU runs them without waiting on the host, then the rows' losses and the norm's partial
+// sums come back together. *loss and *norm equal what model_forward_cuda and
+// model_grad_norm_cuda return, bit for bit. ./train_cuda's step; bench_cuda times it.
+void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
+                                 size_t T, float* loss, float* norm);
+// Waits until everything queued on the GPU has run (for timing).
+void model_wait_cuda(void);
 // Clipping as train.c does it on the host: when norm > max_norm, grads *= max_norm / norm.
 void model_clip_gradients_cuda(ModelCuda* m, float norm, float max_norm);
 void model_update_cuda(ModelCuda* m, float lr, float beta1, float beta2, float eps,

@@ -14,17 +14,15 @@
 
 #define N_MODES 3
 
-// one training step as train.c takes it; the gradient norm is read back, so the step has
-// finished on the GPU when this returns
+// one training step as train.c takes it (one read-back, of the loss and the gradient norm,
+// then clipping and AdamW), waited for, so the step has finished on the GPU when this returns
 static double timed_step(ModelCuda* m, const int* x, const int* y, size_t B, size_t T, int t) {
     double t0 = now_seconds();
-    model_forward_cuda(m, x, y, B, T);
-    model_zero_grad_cuda(m);
-    model_backward_cuda(m);
-    float norm = model_grad_norm_cuda(m);
-    model_clip_gradients_cuda(m, norm, 1.0f);
+    float loss, norm;
+    model_forward_backward_cuda(m, x, y, B, T, &loss, &norm);
+    if (norm > 1.0f) model_clip_gradients_cuda(m, norm, 1.0f);
     model_update_cuda(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    model_grad_norm_cuda(m);  // a read-back: waits for the update
+    model_wait_cuda();
     return 1000.0 * (now_seconds() - t0);
 }
 

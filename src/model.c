@@ -387,6 +387,21 @@ float model_forward(Model* m, const int* tokens, const int* targets, size_t B, s
 
 float model_forward_counted(Model* m, const int* tokens, const int* targets, size_t n_targets,
                             size_t B, size_t T) {
+    model_forward_rows(m, tokens, targets, n_targets, B, T);
+    if (targets == NULL) {
+        m->loss = -1.0f;
+        return m->loss;
+    }
+    return model_set_loss(m, m->kernels->sum(m->acts.losses, B * T));
+}
+
+float model_set_loss(Model* m, double sum) {
+    m->loss = m->n_targets > 0 ? (float)(sum / (double)m->n_targets) : 0.0f;
+    return m->loss;
+}
+
+void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t n_targets,
+                        size_t B, size_t T) {
     if (B > m->max_B || T > m->max_T) {
         fprintf(stderr, "error: batch %zux%zu exceeds the model's buffers %zux%zu\n", B, T,
                 m->max_B, m->max_T);
@@ -415,13 +430,6 @@ float model_forward_counted(Model* m, const int* tokens, const int* targets, siz
     // targets NULL: probabilities only (for decoding), every row counts as ignored
     K->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
     m->n_targets = n_targets;
-    if (targets == NULL) {
-        m->loss = -1.0f;
-        return m->loss;
-    }
-    double sum = K->sum(a->losses, N);
-    m->loss = m->n_targets > 0 ? (float)(sum / (double)m->n_targets) : 0.0f;
-    return m->loss;
 }
 
 const float* model_logits(const Model* m) { return m->acts.logits; }

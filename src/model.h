@@ -172,6 +172,13 @@ float model_forward(Model* m, const int* tokens, const int* targets, size_t B, s
 // the host copy), so that nothing is read back from the device for it.
 float model_forward_counted(Model* m, const int* tokens, const int* targets, size_t n_targets,
                             size_t B, size_t T);
+// model_forward_counted in two halves, for a caller that reads the rows' losses back later,
+// together with other numbers (./train_cuda's step: with the gradient's norm, once):
+// model_forward_rows leaves every row's loss in m->acts.losses (nothing is read back), and
+// model_set_loss(m, sum) sets and returns m->loss from their sum (in double, in row order).
+void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t n_targets,
+                        size_t B, size_t T);
+float model_set_loss(Model* m, double sum);
 // (B,T,V) logits and probabilities of the last forward.
 const float* model_logits(const Model* m);
 const float* model_probs(const Model* m);

@@ -165,6 +165,15 @@ inline cudaError_t cudaFree(void* pointer) {
     munmap(a.data - getpagesize(), a.mapped + 2 * (size_t)getpagesize());
     return cudaSuccess;
 }
+// Page-locked host memory: to the emulator, host memory like any other.
+inline cudaError_t cudaMallocHost(void** pointer, size_t bytes) {
+    *pointer = malloc(bytes > 0 ? bytes : 1);
+    return *pointer != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t cudaFreeHost(void* pointer) {
+    free(pointer);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
     cuda_emu::DeviceAccess access;
     if (bytes > 0) memcpy(dst, src, bytes);

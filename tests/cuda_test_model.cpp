@@ -176,6 +176,48 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     model_free(&cpu);
 }
 
+// ./train_cuda's step reads the loss and the gradient norm back once, after the backward
+// (model_forward_backward_cuda): the same numbers, bit for bit, as the step taken in pieces,
+// each read back when asked (model_forward_cuda, model_grad_norm_cuda), and the same gradients.
+TEST_CASE("the one-read-back training step equals the step in pieces, bit for bit") {
+    gradcheck::SingleThreaded one_thread;
+    ModelConfig c = {11, 16, 2, 4, 2, 24, 2};
+    SUBCASE("block S=2") { c.block_size = 2; }
+    SUBCASE("none") { c.block_size = 0; }
+    const size_t B = 3, T = 6, N = B * T;
+    std::vector<int> tokens, targets;
+    random_batch(tokens, targets, N, c.vocab_size, 45, 5);
+    Model host;
+    model_build(&host, &c, B, T);
+    randomise_params(&host, 9);
+    ModelCuda pieces, one;
+    model_build_cuda(&pieces, &c, B, T);
+    model_build_cuda(&one, &c, B, T);
+    model_to_device_cuda(&pieces, &host);
+    model_to_device_cuda(&one, &host);
+    for (int step = 1; step <= 2; step++) {  // the second step after an AdamW update
+        CAPTURE(step);
+        float loss = model_forward_cuda(&pieces, tokens.data(), targets.data(), B, T);
+        model_zero_grad_cuda(&pieces);
+        model_backward_cuda(&pieces);
+        float norm = model_grad_norm_cuda(&pieces);
+        float loss_one = -1.0f, norm_one = -1.0f;
+        model_forward_backward_cuda(&one, tokens.data(), targets.data(), B, T, &loss_one,
+                                    &norm_one);
+        CHECK(loss_one == loss);
+        CHECK(one.model.loss == loss);
+        CHECK(norm_one == norm);
+        size_t P = host.num_params;
+        compare_exact("grads", download(one.model.grads_memory, P).data(),
+                      download(pieces.model.grads_memory, P).data(), P);
+        model_update_cuda(&pieces, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+        model_update_cuda(&one, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
+    }
+    model_free_cuda(&pieces);
+    model_free_cuda(&one);
+    model_free(&host);
+}
+
 #ifdef __CUDACC__
 // The largest change of each tensor of the CPU's results (logits, then each gradient) when
 // every parameter moves by a relative 2^-23 (one or two units in the last place), in random
