@@ -392,6 +392,9 @@ TEST_CASE("depth attention backward matches finite differences, for every source
     SUBCASE("5 sources") { N = 3; C = 16; uses = {0, 1, 2, 3, 4}; }
     SUBCASE("3 sources, the first tensor passed twice") { N = 3; C = 8; uses = {0, 1, 0}; }
     SUBCASE("2 sources, both the same tensor") { N = 2; C = 6; uses = {0, 0}; }
+    SUBCASE("3 sources, N=37: three tiles of rows (DEPTH_TILE 16), their sums added") {
+        N = 37; C = 4; uses = {0, 1, 2};
+    }
     CAPTURE(N);
     CAPTURE(C);
     CAPTURE(uses.size());
