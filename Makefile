@@ -32,6 +32,31 @@ train: build/train
 	@cp build/train train
 	./train
 
+# ./train_mpi: the same train.c with distributed.c built by mpicc -DATTNRES_MPI (OpenMPI),
+# for data-parallel runs, `mpirun -np P ./train_mpi [flags]`. `make train-mpi` builds it
+# (installing OpenMPI when it is missing); ./train never links MPI.
+MPICC ?= mpicc
+MPI_OBJ = build/mpi/distributed.o $(filter-out build/src/distributed.o,$(OBJ))
+build/mpi/distributed.o: src/distributed.c $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DATTNRES_MPI -c $< -o $@
+
+build/train_mpi: train.c $(MPI_OBJ)
+	$(MPICC) $(CFLAGS) -DATTNRES_MPI train.c $(MPI_OBJ) -o $@ $(LDLIBS)
+
+.PHONY: train-mpi
+train-mpi:
+	@dev/ensure_deps.sh mpi
+	@$(MAKE) --no-print-directory build/train_mpi
+	@cp build/train_mpi train_mpi
+
+# `make bench-mpi`: 2 processes x 1 thread against 1 process x 2 threads (dev/bench_mpi.sh)
+.PHONY: bench-mpi
+bench-mpi:
+	@dev/ensure_deps.sh mpi
+	@$(MAKE) --no-print-directory build/train_mpi all
+	@dev/bench_mpi.sh
+
 check_state: dev/check_state.c $(OBJ)
 	$(CC) $(CFLAGS) dev/check_state.c $(OBJ) -o $@ $(LDLIBS)
 
@@ -94,7 +119,8 @@ check-state-study: check_state
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU.
-TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda
+TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
+            build/train_mpi
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \

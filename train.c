@@ -17,7 +17,9 @@
 #include "checkpoint.h"
 #include "dataset.h"
 #include "diagnostics.h"
+#include "distributed.h"
 #include "inference.h"
+#include "layers.h"
 #include "model.h"
 #include "util.h"
 #ifdef ATTNRES_CUDA
@@ -152,14 +154,24 @@ static void print_help(void) {
 }
 
 // One-line error and a non-zero exit.
+// This process of a data-parallel run (distributed.h): rank 0 of 1 without mpirun.
+static Dist dist = {0, 1};
+// While the run is being set up every rank checks the same flags and files, so only rank 0
+// reports what is wrong; once training runs, the rank that sees a problem reports it.
+static int setting_up = 1;
+
+// One line on stderr, then the end of the run (of every rank of it, under mpirun).
 static void die(const char* fmt, ...) {
-    va_list args;
-    va_start(args, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
-    va_end(args);
-    exit(1);
+    if (dist.world == 1 || dist.rank == 0 || !setting_up) {
+        va_list args;
+        va_start(args, fmt);
+        if (dist.world > 1 && !setting_up) { fprintf(stderr, "error (rank %d): ", dist.rank); }
+        else { fprintf(stderr, "error: "); }
+        vfprintf(stderr, fmt, args);
+        fprintf(stderr, "\n");
+        va_end(args);
+    }
+    dist_abort(1);
 }
 
 static void parse_flags(Options* o, int argc, char** argv) {
@@ -384,21 +396,82 @@ typedef struct {
 #ifdef ATTNRES_CUDA
     ModelCuda device;  // trained; host is refreshed from it by trainer_to_host
 #endif
+    // Data parallel over several processes (dist.world > 1, ./train_mpi): ZeRO-1. This rank
+    // owns the shard [lo, hi) of the flat parameter buffer: the sum over the ranks of its
+    // gradients (grad_shard) and its AdamW moments (m_shard, v_shard); host->m_memory and
+    // v_memory are released (NULL), except on rank 0 while it writes a checkpoint.
+    size_t lo, hi;
+    float *grad_shard, *m_shard, *v_shard;
+    double comm_seconds;  // time spent in the collectives of the steps (waiting included)
 } Trainer;
 
-// host holds the initial (or resumed) parameters; B, T is the training batch
+// host holds the initial (or resumed) parameters and moments; B, T is this rank's batch
 static void trainer_init(Trainer* t, Model* host, size_t B, size_t T) {
     t->host = host;
 #ifdef ATTNRES_CUDA
     model_build_cuda(&t->device, &host->config, B, T);
     model_to_device_cuda(&t->device, host);
+#else
+    (void)B;
+    (void)T;
 #endif
+    if (dist.world == 1) { return; }
+    dist_shard(host->num_params, dist.rank, dist.world, &t->lo, &t->hi);
+    size_t count = t->hi - t->lo;
+    t->grad_shard = mallocCheck(count * sizeof(float));
+    t->m_shard = mallocCheck(count * sizeof(float));
+    t->v_shard = mallocCheck(count * sizeof(float));
+    memcpy(t->m_shard, host->m_memory + t->lo, count * sizeof(float));
+    memcpy(t->v_shard, host->v_memory + t->lo, count * sizeof(float));
+    host->kernels->release(host->m_memory);
+    host->kernels->release(host->v_memory);
+    host->m_memory = host->v_memory = NULL;
 }
 
-// forward and backward on the batch (x, y); returns the loss, and the global gradient norm
-// in *norm
+// world > 1, on every rank: the whole moments onto rank 0's host model, for a checkpoint
+// (then trainer_drop_moments)
+static void trainer_gather_moments(Trainer* t) {
+    if (dist.world == 1) { return; }
+    Model* h = t->host;
+    if (dist.rank == 0) {
+        h->m_memory = mallocCheck(h->num_params * sizeof(float));
+        h->v_memory = mallocCheck(h->num_params * sizeof(float));
+    }
+    dist_gather(&dist, h->m_memory, t->m_shard, h->num_params);
+    dist_gather(&dist, h->v_memory, t->v_shard, h->num_params);
+}
+
+static void trainer_drop_moments(Trainer* t) {
+    if (dist.world == 1) { return; }
+    free(t->host->m_memory);
+    free(t->host->v_memory);
+    t->host->m_memory = t->host->v_memory = NULL;
+}
+
+// forward and backward on this rank's rows (x, y) of the global batch, which has n_targets
+// targets; returns the loss of the global batch, and the global gradient norm in *norm
 static float trainer_forward_backward(Trainer* t, const int* x, const int* y, size_t B,
-                                      size_t T, float* norm) {
+                                      size_t T, size_t n_targets, float* norm) {
+    if (dist.world > 1) {
+        // each rank's loss is its rows' share of the global mean (its sum over the global
+        // count), so the gradients summed over the ranks are the global batch's
+        Model* h = t->host;
+        model_forward_rows(h, x, y, n_targets, B, T);
+        double local_loss = h->kernels->sum(h->acts.losses, B * T);
+        model_zero_grad(h);
+        model_backward(h);
+        double start = now_seconds();
+        dist_reduce_scatter(&dist, t->grad_shard, h->grads_memory, h->num_params);
+        double sum_sq = 0.0;
+        for (size_t i = 0; i < t->hi - t->lo; i++) {
+            sum_sq += (double)t->grad_shard[i] * (double)t->grad_shard[i];
+        }
+        double loss_sum = dist_sum(&dist, local_loss);
+        *norm = (float)sqrt(dist_sum(&dist, sum_sq));
+        t->comm_seconds += now_seconds() - start;
+        return model_set_loss(h, loss_sum);
+    }
+    (void)n_targets;
 #ifdef ATTNRES_CUDA
     float loss;  // the GPU runs the whole step, then loss and norm come back in one read-back
     model_forward_backward_cuda(&t->device, x, y, B, T, &loss, norm);
@@ -414,6 +487,19 @@ static float trainer_forward_backward(Trainer* t, const int* x, const int* y, si
 // clips the gradient to norm grad_clip (0 = off), then AdamW step adam_t (from 1)
 static void trainer_update(Trainer* t, const Options* o, float norm, float lr, int adam_t) {
     int clip = o->grad_clip > 0.0f && norm > o->grad_clip;
+    if (dist.world > 1) {  // ZeRO-1: this rank's shard, then every rank gathers the whole
+        float* g = t->grad_shard;
+        if (clip) {
+            float scale = o->grad_clip / norm;
+            for (size_t i = 0; i < t->hi - t->lo; i++) { g[i] *= scale; }
+        }
+        model_update_shard(t->host, t->lo, t->hi, g, t->m_shard, t->v_shard, lr, o->beta1,
+                           o->beta2, o->adam_eps, o->weight_decay, adam_t);
+        double start = now_seconds();
+        dist_all_gather(&dist, t->host->params_memory, t->host->num_params);
+        t->comm_seconds += now_seconds() - start;
+        return;
+    }
 #ifdef ATTNRES_CUDA
     if (clip) { model_clip_gradients_cuda(&t->device, norm, o->grad_clip); }
     model_update_cuda(&t->device, lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, adam_t);
@@ -435,19 +521,26 @@ static void trainer_to_host(Trainer* t) {
 
 // the activations and raw gradients of the batch (x, y) on the host Model, for the
 // diagnostics: ./train_cuda redoes the step's forward and backward there (logged steps only)
+// (with several processes: rank 0 redoes the whole global batch, which x, y then are, on its
+// host model: the shards' gradients are kept apart, in grad_shard)
 static void trainer_host_gradients(Trainer* t, const int* x, const int* y, size_t B, size_t T) {
 #ifdef ATTNRES_CUDA
     model_to_host_cuda(t->host, &t->device);
+#else
+    if (dist.world == 1) { return; }  // the host model trained on this very batch
+#endif
     model_forward(t->host, x, y, B, T);
     model_zero_grad(t->host);
     model_backward(t->host);
-#endif
 }
 
 static void trainer_free(Trainer* t) {
 #ifdef ATTNRES_CUDA
     model_free_cuda(&t->device);
 #endif
+    free(t->grad_shard);
+    free(t->m_shard);
+    free(t->v_shard);
 }
 
 // "3,1,4" -> tokens (malloc'd), each in [0, V); returns the count or dies.
@@ -635,6 +728,7 @@ typedef struct {
     int best_step;        // the best validation loss so far (PATH.best) and its step
     float best_val_loss;
     size_t memory_bytes;  // what the run allocates (check_memory)
+    double step_seconds;  // the training steps' time, evaluation left out
 } Run;
 
 // the task or text file fixes V and T
@@ -789,7 +883,11 @@ static void check_memory(Run* r, size_t eval_B) {
     sizing.sub = mallocCheck((size_t)(2 * c->n_layers + 1) * sizeof(SubLayer));
     size_t activations = point_activations(&sizing, c, eval_B, r->T, 1, NULL);
     free(sizing.sub);
-    r->memory_bytes = (4 * params + activations) * sizeof(float) + 3 * eval_B * r->T * sizeof(int);
+    // parameters and gradients whole; the AdamW moments (and, with several processes, the
+    // summed gradients) of this process's shard alone
+    size_t world = (size_t)dist.world, shard = (params + world - 1) / world;
+    size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
+    r->memory_bytes = (state + activations) * sizeof(float) + 3 * eval_B * r->T * sizeof(int);
     size_t available = available_memory();
     if (available > 0 && r->memory_bytes > available) {
         size_t maps = (size_t)c->n_layers * eval_B * (size_t)c->n_heads * r->T * r->T * sizeof(float);
@@ -841,11 +939,17 @@ static void print_header(const Run* r) {
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "libgomp's default",
            (double)r->memory_bytes / 1048576.0);
+    if (dist.world > 1) {
+        printf("data parallel: %d processes, %d rows of each batch apiece; ZeRO-1: each keeps "
+               "the AdamW moments of 1/%d of the parameters (memory above is per process)\n",
+               dist.world, o->batch / dist.world, dist.world);
+    }
     if (r->start_step > 0) { printf("resumed from %s at step %d\n", o->checkpoint, r->start_step); }
 }
 
 static void open_diagnostics(Run* r, int argc, char** argv) {
     diagnostics_init(&r->diag, &r->o.model);
+    if (dist.rank != 0) { r->o.diagnostics = NULL; }  // rank 0 measures and writes
     if (r->o.diagnostics == NULL) { return; }
     char command[4096], err[512];
     command_line(command, sizeof(command), argc, argv);
@@ -866,16 +970,22 @@ static void stop_on_nan(const Run* r, const char* what, int step, const char* de
         snprintf(where, sizeof(where), "; %s, which it resumed from, is unchanged",
                  r->o.checkpoint);
     }
-    fprintf(stderr, "error: %s at step %d%s; training stopped%s\n", what, step, detail, where);
-    exit(1);
+    if (dist.rank == 0) {  // every rank sees the same loss and norm
+        fprintf(stderr, "error: %s at step %d%s; training stopped%s\n", what, step, detail,
+                where);
+    }
+    dist_abort(1);
 }
 
 // forward, backward, the NaN check, the layer diagnostics (raw gradients), then clipping and
 // AdamW; returns the loss
 static float train_step(Run* r, int step, float* norm, float* lr) {
     const Options* o = &r->o;
+    // every rank draws the same global batch and trains on its own B/world rows of it
     dataset_train_batch(&r->ds, r->x, r->y, r->B, (uint64_t)step);
-    float loss = trainer_forward_backward(&r->trainer, r->x, r->y, r->B, r->T, norm);
+    size_t rows = r->B / (size_t)dist.world, first = (size_t)dist.rank * rows * r->T;
+    float loss = trainer_forward_backward(&r->trainer, r->x + first, r->y + first, rows, r->T,
+                                          crossentropy_count(r->y, r->B * r->T), norm);
     if (!isfinite(loss) || !isfinite(*norm)) {
         char detail[64];
         snprintf(detail, sizeof(detail), " (gradient norm %g)", (double)*norm);
@@ -964,6 +1074,10 @@ static void print_text_sample(Run* r) {
 static void evaluate_and_save(Run* r, int done) {
     const Options* o = &r->o;
     double eval_start = now_seconds();
+    // several processes: the moments come together on rank 0 (every rank takes part), which
+    // alone evaluates and writes; the others go on to the next step and wait for it there
+    if (o->checkpoint != NULL) { trainer_gather_moments(&r->trainer); }
+    if (dist.rank != 0) { return; }
     trainer_to_host(&r->trainer);
     r->last = evaluate(&r->model, &r->ds, o, r->x, r->y, r->work);
     char prefix[32];
@@ -972,7 +1086,10 @@ static void evaluate_and_save(Run* r, int done) {
     printf("\n");
     fflush(stdout);
     if (!isfinite(r->last.val_loss)) { stop_on_nan(r, "validation loss is NaN/Inf", done, ""); }
-    if (o->checkpoint != NULL) { save_checkpoints(r, done); }
+    if (o->checkpoint != NULL) {
+        save_checkpoints(r, done);
+        trainer_drop_moments(&r->trainer);
+    }
     if (r->ds.kind == TASK_TEXT) { print_text_sample(r); }
     if (o->diagnostics != NULL) {
         diagnostics_write_eval(&r->diag, done, r->last.val_loss, r->last.accuracy,
@@ -985,6 +1102,7 @@ static void evaluate_and_save(Run* r, int done) {
 
 // the final line, then the depth-attention heatmap on the first eval batch
 static void finish(Run* r) {
+    if (dist.rank != 0) { return; }
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "final | steps %d", r->end_step);
     print_eval(prefix, &r->last);
@@ -993,6 +1111,17 @@ static void finish(Run* r) {
         printf("checkpoints: %s is the latest (step %d); %s.best the best (val_loss %.4f at "
                "step %d)\n", r->o.checkpoint, r->saved_step > 0 ? r->saved_step : r->start_step,
                r->o.checkpoint, (double)r->best_val_loss, r->best_step);
+    }
+    int steps = r->end_step - r->start_step;
+    if (dist.world > 1 && steps > 0) {
+        // ring reduce-scatter and all-gather: each process sends (and receives) (P-1)/P of
+        // the flat buffer for each
+        double mb = 2.0 * (double)(dist.world - 1) / dist.world * 4.0 * r->model.num_params / 1e6;
+        printf("data parallel: %d processes | collectives %.2f ms/step, %.1f%% of the step's "
+               "%.2f ms | %.1f MB sent and received by each process per step\n", dist.world,
+               1000.0 * r->trainer.comm_seconds / steps,
+               100.0 * r->trainer.comm_seconds / r->step_seconds, 1000.0 * r->step_seconds / steps,
+               mb);
     }
     if (r->o.model.block_size > 0) {
         measure_eval_alpha(&r->model, &r->ds, &r->o, r->x, r->y, &r->diag);
@@ -1021,35 +1150,69 @@ static void wait_passively(char** argv) {
     execv("/proc/self/exe", argv);
 }
 
+// Several processes (mpirun): every rank must have been started with the same flags, or
+// they would train different runs and wait on each other forever
+static void check_same_flags(int argc, char** argv) {
+    unsigned long long hash = 14695981039346656037ull;  // FNV-1a over the arguments
+    for (int i = 1; i < argc; i++) {
+        for (const char* c = argv[i]; ; c++) {
+            hash = (hash ^ (unsigned char)*c) * 1099511628211ull;
+            if (*c == '\0') { break; }
+        }
+    }
+    int other = 0;
+    if (!dist_same(&dist, hash, &other)) {
+        die("the processes were started with different flags (rank %d's differ from rank 0's)",
+            other);
+    }
+}
+
 int main(int argc, char** argv) {
     wait_passively(argv);
+    dist_init(&dist, &argc, &argv);
+    if (dist.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {  // rank 0 prints
+        die("cannot silence rank %d's output", dist.rank);
+    }
     Run r = {0};
     r.o = defaults();
     parse_flags(&r.o, argc, argv);
     validate(&r.o);
+    check_same_flags(argc, argv);
+    if (r.o.batch % dist.world != 0) {
+        die("--batch %d does not divide among %d processes (each takes an equal share of "
+            "every batch)", r.o.batch, dist.world);
+    }
     if (r.o.threads > 0) { omp_set_num_threads(r.o.threads); }
     if (r.o.threads > omp_get_num_procs()) {
         fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it to be "
                 "slower, not faster\n", r.o.threads, omp_get_num_procs());
     }
-    if (r.o.sample) { return sample_main(&r.o); }  // decoding runs on the host, in both binaries
+    if (r.o.sample) {  // decoding runs on the host, in every binary, in one process
+        if (dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }
+        return sample_main(&r.o);
+    }
 #ifdef ATTNRES_CUDA
     const char* problem = cuda_device_problem();
     if (problem != NULL) { die("%s", problem); }
     if (r.o.cublas) { model_use_cublas_cuda(1); }
 #endif
-    if (r.o.checkpoint != NULL) { check_checkpoint_path(r.o.checkpoint); }
+    if (r.o.checkpoint != NULL && dist.rank == 0) { check_checkpoint_path(r.o.checkpoint); }
     load_data(&r);
     build_model(&r);
     print_header(&r);
     open_diagnostics(&r, argc, argv);
 
+    setting_up = 0;
     r.last = (EvalResult){NAN, NAN, NAN};
     r.start_time = r.window_start = now_seconds();
-    if (r.start_step == r.end_step) { r.last = evaluate(&r.model, &r.ds, &r.o, r.x, r.y, r.work); }
+    if (r.start_step == r.end_step && dist.rank == 0) {
+        r.last = evaluate(&r.model, &r.ds, &r.o, r.x, r.y, r.work);
+    }
     for (int step = r.start_step; step < r.end_step; step++) {
         float norm, lr;
+        double step_start = now_seconds();
         float loss = train_step(&r, step, &norm, &lr);
+        r.step_seconds += now_seconds() - step_start;
         log_progress(&r, step + 1, loss, lr, norm);
         if ((step + 1) % r.o.eval_every == 0 || step + 1 == r.end_step) {
             evaluate_and_save(&r, step + 1);
@@ -1057,5 +1220,6 @@ int main(int argc, char** argv) {
     }
     finish(&r);
     free_run(&r);
+    dist_finalize();
     return 0;
 }

@@ -2,6 +2,7 @@
 # ensure_deps.sh — make sure the packages a target needs are installed:
 #   dev/ensure_deps.sh           what `make test` needs (doctest, boost.context)
 #   dev/ensure_deps.sh gnuplot   what `make plots` and `make compare` need (gnuplot-nox)
+#   dev/ensure_deps.sh mpi       what `make train-mpi` needs (OpenMPI: mpicc, mpirun)
 # As root it installs what is missing (apt-get update, then apt-get install -y ...);
 # otherwise it prints the exact command to run and fails.
 set -u
@@ -12,9 +13,13 @@ for need in "${@:-test}"; do
             [ -f /usr/include/doctest/doctest.h ] || missing+=(doctest-dev)
             [ -f /usr/include/boost/context/fiber.hpp ] \
                 && ls /usr/lib/*/libboost_context.so >/dev/null 2>&1 \
-                || missing+=(libboost-context-dev) ;;
+                || missing+=(libboost-context-dev)
+            command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 \
+                || missing+=(libopenmpi-dev openmpi-bin) ;;  # the data-parallel tests
+        mpi) command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 \
+                 || missing+=(libopenmpi-dev openmpi-bin) ;;
         gnuplot) command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox) ;;
-        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot)" >&2; exit 1 ;;
+        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot, mpi)" >&2; exit 1 ;;
     esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

@@ -497,15 +497,26 @@ float model_grad_norm(const Model* m) {
 
 void model_update(Model* m, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t) {
+    model_update_shard(m, 0, m->num_params, m->grads_memory, m->m_memory, m->v_memory, lr,
+                       beta1, beta2, eps, weight_decay, t);
+}
+
+void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+                        float* v_shard, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int t) {
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t n = m->param_sizes[i];
-        if (n > 0) {  // res_query and res_norm are empty in none mode: nothing to launch
-            m->kernels->adamw_update(m->params_memory + offset, m->grads_memory + offset,
-                                     m->m_memory + offset, m->v_memory + offset, n, lr, beta1,
-                                     beta2, eps, PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
+        size_t end = offset + m->param_sizes[i];
+        size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
+        // the part of tensor i inside the shard (none for the empty res_query and res_norm
+        // of `none` mode: nothing to launch)
+        if (first < last) {
+            m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
+                                     m_shard + (first - lo), v_shard + (first - lo),
+                                     last - first, lr, beta1, beta2, eps,
+                                     PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
         }
-        offset += n;
+        offset = end;
     }
 }
 

@@ -190,6 +190,13 @@ float model_grad_norm(const Model* m);
 // One AdamW step on every tensor; t counts from 1.
 void model_update(Model* m, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t);
+// AdamW on the shard [lo, hi) of the flat parameter buffer alone (ZeRO-1, distributed.h):
+// grads, m_shard and v_shard hold hi - lo floats (the shard's summed gradients and its
+// moments); each tensor's part of the shard gets that tensor's weight decay. Over [0, n) with
+// the model's own buffers it is model_update.
+void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+                        float* v_shard, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int t);
 
 // What the last forward left, for diagnostics (CPU model): alpha (B*T, n_sources) of
 // sub-layer l (l = 2L: the output aggregation) and its number of sources (NULL in none mode);

@@ -101,6 +101,21 @@ if [ -x build/emu/train_cuda ]; then
     single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
 fi
 
+# data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
+if [ -x build/train_mpi ]; then
+    echo "== data-parallel training over MPI (build/train_mpi) against one process"
+    # shellcheck source=tests/mpi_tests.sh
+    source tests/mpi_tests.sh
+    single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: none" mpi_matches_one_process --mode none
+    single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: full" mpi_matches_one_process --mode full
+    single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: block S=2" mpi_matches_one_process --mode block --block-size 2
+    single "checkpoint written by 2 processes resumes on 1, same losses" mpi_resume_across 2 1
+    single "checkpoint written by 1 process resumes on 3, same losses" mpi_resume_across 1 3
+    single "ZeRO-1: the sharded moments gathered = one process's moments" mpi_moments_match
+    single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
+    single "one-line refusals: batch not dividing, different flags, --sample" mpi_refuses
+fi
+
 # ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one
 # line with exit status 1; with one it trains, and the whole-model test runs on the GPU
 train_cuda_refuses() {

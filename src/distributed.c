@@ -1,0 +1,152 @@
+// distributed.c — the MPI calls of data-parallel training (see distributed.h). Each function
+// is one MPI collective, or the identity in a build without MPI (one process).
+#include "distributed.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef ATTNRES_MPI
+#include <mpi.h>
+#endif
+#include "util.h"
+
+void dist_shard(size_t n, int rank, int world, size_t* lo, size_t* hi) {
+    size_t r = (size_t)rank, p = (size_t)world, base = n / p, extra = n % p;
+    *lo = r * base + (r < extra ? r : extra);
+    *hi = *lo + base + (r < extra ? 1 : 0);
+}
+
+#ifdef ATTNRES_MPI
+
+// Every MPI call is checked; a failure ends the job with one line naming the call.
+static void mpi_check(int status, const char* call) {
+    if (status == MPI_SUCCESS) { return; }
+    char text[MPI_MAX_ERROR_STRING];
+    int length = 0;
+    MPI_Error_string(status, text, &length);
+    fprintf(stderr, "error: %s failed: %s\n", call, text);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+void dist_init(Dist* d, int* argc, char*** argv) {
+    mpi_check(MPI_Init(argc, argv), "MPI_Init");
+    // errors come back as codes, checked by mpi_check, rather than MPI's own abort
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+}
+
+void dist_finalize(void) { MPI_Finalize(); }
+
+void dist_abort(int status) {
+    fflush(stdout);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, status);
+    exit(status);  // not reached
+}
+
+// counts[r] and displacements[r] of the shards, as MPI's int arguments
+static void shard_counts(size_t n, int world, int* counts, int* displacements) {
+    for (int r = 0; r < world; r++) {
+        size_t lo, hi;
+        dist_shard(n, r, world, &lo, &hi);
+        if (hi > 2147483647u) {
+            fprintf(stderr, "error: %zu parameters are too many for MPI's int counts\n", n);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        counts[r] = (int)(hi - lo);
+        displacements[r] = (int)lo;
+    }
+}
+
+void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t n) {
+    int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
+    shard_counts(n, d->world, counts, counts + d->world);
+    mpi_check(MPI_Reduce_scatter(grads, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+              "MPI_Reduce_scatter (the gradients)");
+    free(counts);
+}
+
+void dist_all_gather(const Dist* d, float* params, size_t n) {
+    int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
+    shard_counts(n, d->world, counts, counts + d->world);
+    mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params, counts,
+                             counts + d->world, MPI_FLOAT, MPI_COMM_WORLD),
+              "MPI_Allgatherv (the parameters)");
+    free(counts);
+}
+
+void dist_gather(const Dist* d, float* full, const float* shard, size_t n) {
+    int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
+    shard_counts(n, d->world, counts, counts + d->world);
+    mpi_check(MPI_Gatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->world,
+                          MPI_FLOAT, 0, MPI_COMM_WORLD),
+              "MPI_Gatherv (the AdamW moments)");
+    free(counts);
+}
+
+double dist_sum(const Dist* d, double x) {
+    (void)d;
+    double sum = 0.0;
+    mpi_check(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    return sum;
+}
+
+int dist_same(const Dist* d, unsigned long long value, int* first_other) {
+    unsigned long long* all = mallocCheck((size_t)d->world * sizeof(*all));
+    mpi_check(MPI_Allgather(&value, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
+                            MPI_COMM_WORLD),
+              "MPI_Allgather");
+    int same = 1;
+    for (int r = 1; r < d->world && same; r++) {
+        if (all[r] != all[0]) {
+            same = 0;
+            *first_other = r;
+        }
+    }
+    free(all);
+    return same;
+}
+
+#else  // one process: every collective is the identity
+
+void dist_init(Dist* d, int* argc, char*** argv) {
+    (void)argc;
+    (void)argv;
+    d->rank = 0;
+    d->world = 1;
+}
+
+void dist_finalize(void) {}
+
+void dist_abort(int status) { exit(status); }
+
+void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t n) {
+    (void)d;
+    memcpy(shard, grads, n * sizeof(float));
+}
+
+void dist_all_gather(const Dist* d, float* params, size_t n) {
+    (void)d;
+    (void)params;
+    (void)n;
+}
+
+void dist_gather(const Dist* d, float* full, const float* shard, size_t n) {
+    (void)d;
+    memcpy(full, shard, n * sizeof(float));
+}
+
+double dist_sum(const Dist* d, double x) {
+    (void)d;
+    return x;
+}
+
+int dist_same(const Dist* d, unsigned long long value, int* first_other) {
+    (void)d;
+    (void)value;
+    (void)first_other;
+    return 1;
+}
+
+#endif

@@ -1,0 +1,45 @@
+// distributed.h — data-parallel training over MPI: which process this is, and the collective
+// operations the trainer needs (the gradients' reduce-scatter, the parameters' all-gather,
+// sums, the moments gathered for a checkpoint).
+//
+// Built with -DATTNRES_MPI (make train-mpi: ./train_mpi, started by mpirun) these are MPI
+// calls; built without (./train), there is one process and every function is the identity,
+// so `make train` needs no MPI.
+//
+// ZeRO stage 1: the flat parameter buffer (n floats) is cut into `world` contiguous shards,
+// rank r owning [shard_lo, shard_hi). After the backward, each rank's gradients are summed
+// across ranks and each rank receives only its shard of the sum (reduce-scatter); it keeps
+// the AdamW moments of its shard alone, updates its shard of the parameters, and every rank
+// then gathers the full parameters (all-gather).
+#ifndef ATTNRES_DISTRIBUTED_H
+#define ATTNRES_DISTRIBUTED_H
+
+#include <stddef.h>
+
+typedef struct {
+    int rank;   // this process, 0 .. world-1; rank 0 prints, evaluates and saves
+    int world;  // the number of processes
+} Dist;
+
+// Starts MPI (mpirun's processes) or, without it, one process of rank 0.
+void dist_init(Dist* d, int* argc, char*** argv);
+void dist_finalize(void);
+// Ends every process of the job now, with exit status `status` (MPI_Abort; exit without MPI).
+void dist_abort(int status);
+
+// The shard [*lo, *hi) of n that `rank` owns: n/world each, the first n%world one more.
+void dist_shard(size_t n, int rank, int world, size_t* lo, size_t* hi);
+// grads (n floats, this rank's) summed over the ranks; this rank's shard of the sum is
+// written to shard (hi - lo floats). grads is left as it was.
+void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t n);
+// Every rank's shard of params [lo, hi) goes to every rank: params is then whole everywhere.
+void dist_all_gather(const Dist* d, float* params, size_t n);
+// Rank 0 receives every rank's shard (hi - lo floats) into full (n floats; NULL elsewhere).
+void dist_gather(const Dist* d, float* full, const float* shard, size_t n);
+// The sum over the ranks of x (in double).
+double dist_sum(const Dist* d, double x);
+// 1 when every rank passed the same 64-bit value, else 0 and *first_other the lowest rank
+// whose value differs from rank 0's.
+int dist_same(const Dist* d, unsigned long long value, int* first_other);
+
+#endif

@@ -1,0 +1,133 @@
+# mpi_tests.sh — data-parallel training (build/train_mpi under mpirun) against one process
+# (./train). Sourced by tests/run_all.sh, which runs each function below as one test.
+#
+# Losses are compared from --diagnostics' train.csv (every logged loss, 6 significant
+# digits): the processes sum their gradients in another order than one process sums its
+# rows, so the losses agree to float rounding, not bit for bit; the same process count twice
+# must agree bit for bit.
+
+# mpirun on the 2-core CI machine: more processes than cores, and as root when CI is root
+mpi_run() {
+    local np=$1
+    shift
+    local extra=()
+    [ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
+    mpirun --oversubscribe "${extra[@]}" -np "$np" "$@"
+}
+
+MPI_FLAGS=(--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24 --batch 12
+           --steps 50 --warmup 5 --log-every 1 --eval-every 25 --eval-examples 32 --threads 1)
+
+# same_losses A B TOL: every loss of run A's train.csv within TOL (relative) of run B's,
+# step by step (0 = bit-identical as printed)
+mpi_same_losses() {
+    paste -d, <(tail -n +2 "$1/train.csv" | cut -d, -f1,2) <(tail -n +2 "$2/train.csv" | cut -d, -f1,2) |
+        awk -F, -v tol="$3" '
+            { n++; d = $2 - $4; if (d < 0) d = -d; r = d / ($4 < 0 ? -$4 : $4)
+              if (r > worst) worst = r; if ($1 != $3 || r > tol) bad = 1 }
+            END { printf "%d losses, worst relative difference %.2e\n", n, worst; exit (bad || n == 0) }'
+}
+
+# 1, 2 and 3 processes, the same global batch (12 rows), 50 steps: losses within 1e-5; two
+# runs of 2 processes: identical
+mpi_matches_one_process() {
+    local dir
+    dir=$(mktemp -d)
+    ./train "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p1" >/dev/null &&
+        mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p2" >/dev/null &&
+        mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p2b" >/dev/null &&
+        mpi_run 3 build/train_mpi "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p3" >/dev/null &&
+        mpi_same_losses "$dir/p2" "$dir/p1" 1e-5 && mpi_same_losses "$dir/p3" "$dir/p1" 1e-5 &&
+        mpi_same_losses "$dir/p2b" "$dir/p2" 0
+    local status=$?
+    rm -rf "$dir"
+    return $status
+}
+
+# interrupted at step 25 on P processes, resumed on P' to step 50: the losses of steps
+# 26..50 are those of an uninterrupted run on one process
+mpi_resume_across() {
+    local from=$1 to=$2 dir
+    dir=$(mktemp -d)
+    local run=(build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2)
+    ./train "${MPI_FLAGS[@]}" --mode block --block-size 2 --diagnostics "$dir/whole" >/dev/null &&
+        mpi_run "$from" "${run[@]}" --checkpoint "$dir/ck" --stop-after 25 --diagnostics "$dir/cut" >/dev/null &&
+        mpi_run "$to" "${run[@]}" --checkpoint "$dir/ck" --resume --diagnostics "$dir/cut" >/dev/null &&
+        mpi_same_losses "$dir/cut" "$dir/whole" 1e-5
+    local status=$?
+    rm -rf "$dir"
+    return $status
+}
+
+# ZeRO-1: after 10 steps, the AdamW moments that 2 sharded processes gather into their
+# checkpoint equal one process's unsharded moments (and the parameters too), to rounding
+mpi_moments_match() {
+    local dir
+    dir=$(mktemp -d)
+    ./train "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 --checkpoint "$dir/one" >/dev/null &&
+        mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 \
+            --checkpoint "$dir/two" >/dev/null &&
+        python3 - "$dir/one" "$dir/two" <<'EOF'
+import sys
+from array import array
+def load(path):
+    data = open(path, "rb").read()
+    header = array("i", data[:1024])
+    n = header[10] + (header[11] << 32)
+    body = array("f", data[1024:1024 + 12 * n])
+    return n, body
+n, a = load(sys.argv[1])
+n2, b = load(sys.argv[2])
+assert n == n2, (n, n2)
+for k, name in enumerate(["parameters", "AdamW m", "AdamW v"]):
+    x, y = a[k * n:(k + 1) * n], b[k * n:(k + 1) * n]
+    scale = max(abs(v) for v in x)
+    worst = max(abs(u - v) for u, v in zip(x, y))
+    print(f"{name}: {n} values, largest |difference| {worst:.3g} (largest value {scale:.3g})")
+    assert any(v != 0.0 for v in y), name + " all zero"
+    assert worst <= 1e-5 * scale + 1e-9, name
+EOF
+    local status=$?
+    rm -rf "$dir"
+    return $status
+}
+
+# a rank killed mid-run ends the whole job within seconds, with a message; the last
+# checkpoint it wrote still loads
+mpi_rank_killed() {
+    local dir
+    dir=$(mktemp -d)
+    mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --steps 1000000 --log-every 1000 \
+        --eval-every 20 --checkpoint "$dir/ck" >"$dir/out" 2>&1 &
+    local job=$!
+    local i=0
+    while [ ! -f "$dir/ck" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    local victim
+    victim=$(pgrep -f "^build/train_mpi.*$dir/ck" | tail -1)
+    [ -n "$victim" ] || { echo "no rank to kill"; kill $job; rm -rf "$dir"; return 1; }
+    kill -9 "$victim"
+    local start=$SECONDS
+    while kill -0 $job 2>/dev/null && [ $((SECONDS - start)) -lt 20 ]; do sleep 0.2; done
+    if kill -0 $job 2>/dev/null; then echo "the job still runs 20 s later"; kill -9 $job; rm -rf "$dir"; return 1; fi
+    wait $job
+    local status=$?
+    echo "job ended in $((SECONDS - start)) s with status $status:"
+    grep -iE "signal|killed|exited" "$dir/out" | head -3
+    # the checkpoint loads: one process decodes from it
+    [ "$status" -ne 0 ] && ./train --sample --checkpoint "$dir/ck" >/dev/null
+    local ok=$?
+    rm -rf "$dir"
+    return $ok
+}
+
+# one line and status 1: a batch that does not divide, processes given different flags,
+# --sample under mpirun
+mpi_refuses() {
+    local out
+    out=$(mpi_run 3 build/train_mpi "${MPI_FLAGS[@]}" --batch 8 2>&1 >/dev/null)
+    echo "$out" | grep -qx "error: --batch 8 does not divide among 3 processes (each takes an equal share of every batch)" || { echo "$out"; return 1; }
+    out=$(mpi_run 1 build/train_mpi "${MPI_FLAGS[@]}" --seed 1 : -np 1 build/train_mpi "${MPI_FLAGS[@]}" --seed 2 2>&1 >/dev/null)
+    echo "$out" | grep -qx "error: the processes were started with different flags (rank 1's differ from rank 0's)" || { echo "$out"; return 1; }
+    out=$(mpi_run 2 build/train_mpi --sample --checkpoint /nonexistent 2>&1 >/dev/null)
+    echo "$out" | grep -qx "error: --sample runs in one process: start it without mpirun" || { echo "$out"; return 1; }
+}
