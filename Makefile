@@ -47,8 +47,9 @@ build/train_mpi: train.c $(MPI_OBJ)
 .PHONY: train-mpi
 train-mpi:
 	@dev/ensure_deps.sh mpi
-	@$(MAKE) --no-print-directory build/train_mpi
+	@$(MAKE) --no-print-directory build/train_mpi $(if $(wildcard $(NVCC)),build/train_cuda_mpi)
 	@cp build/train_mpi train_mpi
+	$(if $(wildcard $(NVCC)),@cp build/train_cuda_mpi train_cuda_mpi)
 
 # `make bench-mpi`: 2 processes x 1 thread against 1 process x 2 threads (dev/bench_mpi.sh)
 .PHONY: bench-mpi
@@ -120,7 +121,7 @@ check-state-study: check_state
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU.
 TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
-            build/train_mpi
+            build/train_mpi build/emu/train_cuda_mpi
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
@@ -184,6 +185,28 @@ build/train_cuda.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h)
 build/train_cuda: build/train_cuda.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) build/train_cuda.o $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
+# ./train_cuda_mpi: ./train_cuda with data parallel over GPUs (`mpirun -np P`, one process
+# per GPU): MPI starts the processes and hands them NCCL's id, NCCL (in the CUDA toolkit)
+# moves the gradients and parameters on the GPUs' streams. make train-mpi builds it where
+# nvcc is.
+MPI_LINK = $(shell $(MPICC) --showme:link 2>/dev/null)
+build/cuda_mpi/distributed.o: cuda/distributed.cu $(CUDA_DEPS) src/distributed.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DATTNRES_MPI -c $< -o $@
+
+build/train_cuda_mpi.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h cuda/*.cuh)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DATTNRES_CUDA -DATTNRES_MPI -Icuda -c train.c -o $@
+
+build/train_cuda_mpi: build/train_cuda_mpi.o build/cuda_mpi/distributed.o \
+                      $(filter-out build/cuda/distributed.o,$(CUDA_OBJ)) $(MPI_OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS) -lnccl $(MPI_LINK)
+
+# the same with the emulated kernels (and, with no NCCL there, one process): the trainer's
+# sharded GPU step, checked against ./train by tests/run_all.sh without a GPU
+build/emu/train_cuda_mpi: build/train_cuda_mpi.o $(filter build/emu/cuda/%,$(EMU_OBJ)) $(MPI_OBJ)
+	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS) $(MPI_LINK)
+
 # the agreement tests on a real GPU: tests/cuda_test_{layers,model}.cpp compiled by nvcc
 # (-x cu: against cuda_runtime.h instead of the emulator) with the CUDA and CPU objects.
 # doctest comes from the system, or from .carry/ (make carry) on a machine without it.
@@ -236,7 +259,8 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 .PHONY: gpu-check carry
 gpu-check:
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }
-	@$(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm
+	@$(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm \
+		$(if $(shell command -v $(MPICC)),build/train_cuda_mpi)
 	@GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh
 
 carry:

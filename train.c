@@ -23,6 +23,7 @@
 #include "model.h"
 #include "util.h"
 #ifdef ATTNRES_CUDA
+#include "distributed.cuh"
 #include "model.cuh"
 #endif
 
@@ -155,7 +156,7 @@ static void print_help(void) {
 
 // One-line error and a non-zero exit.
 // This process of a data-parallel run (distributed.h): rank 0 of 1 without mpirun.
-static Dist dist = {0, 1};
+static Dist dist = {0, 1, 0};
 // While the run is being set up every rank checks the same flags and files, so only rank 0
 // reports what is wrong; once training runs, the rank that sees a problem reports it.
 static int setting_up = 1;
@@ -396,14 +397,32 @@ typedef struct {
 #ifdef ATTNRES_CUDA
     ModelCuda device;  // trained; host is refreshed from it by trainer_to_host
 #endif
-    // Data parallel over several processes (dist.world > 1, ./train_mpi): ZeRO-1. This rank
-    // owns the shard [lo, hi) of the flat parameter buffer: the sum over the ranks of its
-    // gradients (grad_shard) and its AdamW moments (m_shard, v_shard); host->m_memory and
-    // v_memory are released (NULL), except on rank 0 while it writes a checkpoint.
+    // Data parallel over several processes (./train_mpi, ./train_cuda_mpi): ZeRO-1. This
+    // rank owns the shard [lo, hi) of the flat parameter buffer: the sum over the ranks of
+    // its gradients (grad_shard) and its AdamW moments (m_shard, v_shard), on the device
+    // that trains; the trained model's full moments are released (NULL), and so are the
+    // host's, except on rank 0 while it writes a checkpoint.
     size_t lo, hi;
     float *grad_shard, *m_shard, *v_shard;
     double comm_seconds;  // time spent in the collectives of the steps (waiting included)
 } Trainer;
+
+// Whether the step runs sharded: with several processes; and always in the GPU build with
+// MPI, so that a run of one process there tests the NCCL path too.
+#if defined(ATTNRES_CUDA) && defined(ATTNRES_MPI)
+#define SHARDED 1
+#else
+#define SHARDED (dist.world > 1)
+#endif
+
+// the model that trains: the host's, or its GPU twin
+static Model* trained_model(Trainer* t) {
+#ifdef ATTNRES_CUDA
+    return &t->device.model;
+#else
+    return t->host;
+#endif
+}
 
 // host holds the initial (or resumed) parameters and moments; B, T is this rank's batch
 static void trainer_init(Trainer* t, Model* host, size_t B, size_t T) {
@@ -415,34 +434,56 @@ static void trainer_init(Trainer* t, Model* host, size_t B, size_t T) {
     (void)B;
     (void)T;
 #endif
-    if (dist.world == 1) { return; }
+    if (!SHARDED) { return; }
     dist_shard(host->num_params, dist.rank, dist.world, &t->lo, &t->hi);
     size_t count = t->hi - t->lo;
+#ifdef ATTNRES_CUDA
+    t->grad_shard = dist_shard_alloc_cuda(NULL, count);
+    t->m_shard = dist_shard_alloc_cuda(host->m_memory + t->lo, count);
+    t->v_shard = dist_shard_alloc_cuda(host->v_memory + t->lo, count);
+#else
     t->grad_shard = mallocCheck(count * sizeof(float));
     t->m_shard = mallocCheck(count * sizeof(float));
     t->v_shard = mallocCheck(count * sizeof(float));
     memcpy(t->m_shard, host->m_memory + t->lo, count * sizeof(float));
     memcpy(t->v_shard, host->v_memory + t->lo, count * sizeof(float));
+#endif
+    Model* trained = trained_model(t);
+    if (trained != host) {  // the GPU's full moments
+        trained->kernels->release(trained->m_memory);
+        trained->kernels->release(trained->v_memory);
+        trained->m_memory = trained->v_memory = NULL;
+    }
     host->kernels->release(host->m_memory);
     host->kernels->release(host->v_memory);
     host->m_memory = host->v_memory = NULL;
 }
 
-// world > 1, on every rank: the whole moments onto rank 0's host model, for a checkpoint
+// sharded, on every rank: the whole moments onto rank 0's host model, for a checkpoint
 // (then trainer_drop_moments)
 static void trainer_gather_moments(Trainer* t) {
-    if (dist.world == 1) { return; }
+    if (!SHARDED) { return; }
     Model* h = t->host;
     if (dist.rank == 0) {
         h->m_memory = mallocCheck(h->num_params * sizeof(float));
         h->v_memory = mallocCheck(h->num_params * sizeof(float));
     }
-    dist_gather(&dist, h->m_memory, t->m_shard, h->num_params);
-    dist_gather(&dist, h->v_memory, t->v_shard, h->num_params);
+    float* shards[2] = {t->m_shard, t->v_shard};
+    float* fulls[2] = {h->m_memory, h->v_memory};
+    for (int k = 0; k < 2; k++) {
+#ifdef ATTNRES_CUDA
+        float* shard = mallocCheck((t->hi - t->lo) * sizeof(float));  // from the GPU first
+        dist_shard_to_host_cuda(shard, shards[k], t->hi - t->lo);
+        dist_gather(&dist, fulls[k], shard, h->num_params);
+        free(shard);
+#else
+        dist_gather(&dist, fulls[k], shards[k], h->num_params);
+#endif
+    }
 }
 
 static void trainer_drop_moments(Trainer* t) {
-    if (dist.world == 1) { return; }
+    if (!SHARDED) { return; }
     free(t->host->m_memory);
     free(t->host->v_memory);
     t->host->m_memory = t->host->v_memory = NULL;
@@ -452,24 +493,31 @@ static void trainer_drop_moments(Trainer* t) {
 // targets; returns the loss of the global batch, and the global gradient norm in *norm
 static float trainer_forward_backward(Trainer* t, const int* x, const int* y, size_t B,
                                       size_t T, size_t n_targets, float* norm) {
-    if (dist.world > 1) {
+    if (SHARDED) {
         // each rank's loss is its rows' share of the global mean (its sum over the global
         // count), so the gradients summed over the ranks are the global batch's
+        double local_loss, sum_sq, start = now_seconds();
+#ifdef ATTNRES_CUDA
+        model_forward_backward_shard_cuda(&t->device, x, y, n_targets, B, T, &dist,
+                                          t->grad_shard, t->lo, t->hi, &local_loss, &sum_sq);
+        start = now_seconds();  // the reduce-scatter ran inside, on the GPU's stream
+#else
         Model* h = t->host;
         model_forward_rows(h, x, y, n_targets, B, T);
-        double local_loss = h->kernels->sum(h->acts.losses, B * T);
+        local_loss = h->kernels->sum(h->acts.losses, B * T);
         model_zero_grad(h);
         model_backward(h);
-        double start = now_seconds();
+        start = now_seconds();
         dist_reduce_scatter(&dist, t->grad_shard, h->grads_memory, h->num_params);
-        double sum_sq = 0.0;
+        sum_sq = 0.0;
         for (size_t i = 0; i < t->hi - t->lo; i++) {
             sum_sq += (double)t->grad_shard[i] * (double)t->grad_shard[i];
         }
+#endif
         double loss_sum = dist_sum(&dist, local_loss);
         *norm = (float)sqrt(dist_sum(&dist, sum_sq));
         t->comm_seconds += now_seconds() - start;
-        return model_set_loss(h, loss_sum);
+        return model_set_loss(trained_model(t), loss_sum);
     }
     (void)n_targets;
 #ifdef ATTNRES_CUDA
@@ -487,16 +535,25 @@ static float trainer_forward_backward(Trainer* t, const int* x, const int* y, si
 // clips the gradient to norm grad_clip (0 = off), then AdamW step adam_t (from 1)
 static void trainer_update(Trainer* t, const Options* o, float norm, float lr, int adam_t) {
     int clip = o->grad_clip > 0.0f && norm > o->grad_clip;
-    if (dist.world > 1) {  // ZeRO-1: this rank's shard, then every rank gathers the whole
+    if (SHARDED) {  // ZeRO-1: this rank's shard, then every rank gathers the whole
+        Model* trained = trained_model(t);
         float* g = t->grad_shard;
+#ifdef ATTNRES_CUDA
+        if (clip) { dist_clip_shard_cuda(g, t->hi - t->lo, norm, o->grad_clip); }
+#else
         if (clip) {
             float scale = o->grad_clip / norm;
             for (size_t i = 0; i < t->hi - t->lo; i++) { g[i] *= scale; }
         }
-        model_update_shard(t->host, t->lo, t->hi, g, t->m_shard, t->v_shard, lr, o->beta1,
+#endif
+        model_update_shard(trained, t->lo, t->hi, g, t->m_shard, t->v_shard, lr, o->beta1,
                            o->beta2, o->adam_eps, o->weight_decay, adam_t);
         double start = now_seconds();
-        dist_all_gather(&dist, t->host->params_memory, t->host->num_params);
+#ifdef ATTNRES_CUDA
+        dist_all_gather_cuda(&dist, trained->params_memory, trained->num_params);
+#else
+        dist_all_gather(&dist, trained->params_memory, trained->num_params);
+#endif
         t->comm_seconds += now_seconds() - start;
         return;
     }
@@ -537,10 +594,15 @@ static void trainer_host_gradients(Trainer* t, const int* x, const int* y, size_
 static void trainer_free(Trainer* t) {
 #ifdef ATTNRES_CUDA
     model_free_cuda(&t->device);
-#endif
+    float* shards[3] = {t->grad_shard, t->m_shard, t->v_shard};
+    for (int k = 0; k < 3; k++) {
+        if (shards[k] != NULL) { dist_shard_free_cuda(shards[k]); }
+    }
+#else
     free(t->grad_shard);
     free(t->m_shard);
     free(t->v_shard);
+#endif
 }
 
 // "3,1,4" -> tokens (malloc'd), each in [0, V); returns the count or dies.
@@ -1194,6 +1256,7 @@ int main(int argc, char** argv) {
 #ifdef ATTNRES_CUDA
     const char* problem = cuda_device_problem();
     if (problem != NULL) { die("%s", problem); }
+    dist_init_cuda(&dist);  // this process's GPU, and NCCL between the processes (MPI build)
     if (r.o.cublas) { model_use_cublas_cuda(1); }
 #endif
     if (r.o.checkpoint != NULL && dist.rank == 0) { check_checkpoint_path(r.o.checkpoint); }
@@ -1220,6 +1283,9 @@ int main(int argc, char** argv) {
     }
     finish(&r);
     free_run(&r);
+#ifdef ATTNRES_CUDA
+    dist_finalize_cuda();
+#endif
     dist_finalize();
     return 0;
 }

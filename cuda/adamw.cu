@@ -63,10 +63,14 @@ void squared_sum_partials_cuda(float* partial, const float* x, size_t n) {
     launch_kernel(squared_sum_kernel, NORM_BLOCKS, NORM_THREADS, partial, x, n);
 }
 
-float norm_from_partials(const float* host_partial) {
+double sum_of_partials(const float* host_partial) {
     double sum = 0.0;  // on the host, in order of the blocks
     for (int b = 0; b < NORM_PARTIALS; b++) sum += host_partial[b];
-    return (float)sqrt(sum);
+    return sum;
+}
+
+float norm_from_partials(const float* host_partial) {
+    return (float)sqrt(sum_of_partials(host_partial));
 }
 
 float global_norm_cuda(const float* grads, size_t n) {

@@ -12,6 +12,7 @@
 #include "common.cuh"
 #include "layers.cuh"
 #include "model.cuh"
+#include "distributed.cuh"
 #include "util.h"
 
 // ---------------------------------------------------------------------------------------
@@ -143,11 +144,15 @@ static void check_same_config(const ModelConfig* a, const ModelConfig* b, const 
 }
 
 // parameters, m and v: the three flat buffers a checkpoint holds
+// the parameters, and the moments where both sides hold them (data parallel: each process's
+// GPU keeps only its shard's moments, distributed.cuh)
 static void copy_state(const Model* to, const Model* from, cudaMemcpyKind kind) {
     size_t bytes = from->num_params * sizeof(float);
     cudaCheck(cudaMemcpy(to->params_memory, from->params_memory, bytes, kind));
-    cudaCheck(cudaMemcpy(to->m_memory, from->m_memory, bytes, kind));
-    cudaCheck(cudaMemcpy(to->v_memory, from->v_memory, bytes, kind));
+    if (to->m_memory != NULL && from->m_memory != NULL) {
+        cudaCheck(cudaMemcpy(to->m_memory, from->m_memory, bytes, kind));
+        cudaCheck(cudaMemcpy(to->v_memory, from->v_memory, bytes, kind));
+    }
 }
 
 void model_to_device_cuda(ModelCuda* m, const Model* host) {
@@ -183,30 +188,54 @@ float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, si
                                  crossentropy_count(targets, N), B, T);
 }
 
-void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
-                                 size_t T, float* loss, float* norm) {
-    size_t N = B * T;
+// The step's forward, zero_grad and backward on the device, nothing read back. n_targets is
+// the number of targets of the batch whose mean loss is taken (all ranks' with several).
+static void queue_forward_backward(ModelCuda* m, const int* tokens, const int* targets,
+                                   size_t n_targets, size_t B, size_t T) {
     if (targets == NULL) {
-        fprintf(stderr, "error: model_forward_backward_cuda needs targets\n");
+        fprintf(stderr, "error: a training step needs targets\n");
         exit(EXIT_FAILURE);
     }
     if (B > m->model.max_B || T > m->model.max_T) {  // model_forward says so and exits
         model_forward_counted(&m->model, NULL, NULL, 0, B, T);
     }
-    upload_batch(m, tokens, targets, N);
-    model_forward_rows(&m->model, m->tokens, m->targets, crossentropy_count(targets, N), B, T);
+    upload_batch(m, tokens, targets, B * T);
+    model_forward_rows(&m->model, m->tokens, m->targets, n_targets, B, T);
     model_zero_grad(&m->model);
     model_backward(&m->model);
+}
+
+// The step's one read-back: the rows' losses (N) and the squared sums' partials of `x` (n
+// floats), queued behind everything before, into page-locked memory, one wait for both.
+// Returns the losses' sum (double, row order) and *sum_sq, x's squared sum.
+static double read_back_step(ModelCuda* m, size_t N, const float* x, size_t n, double* sum_sq) {
     float* partial = cuda_workspace(NORM_PARTIALS);
-    squared_sum_partials_cuda(partial, m->model.grads_memory, m->model.num_params);
-    // the step's one read-back: both copies queue behind the backward, one wait for both
+    squared_sum_partials_cuda(partial, x, n);
     cudaCheck(cudaMemcpyAsync(m->readback, m->model.acts.losses, N * sizeof(float),
                               cudaMemcpyDeviceToHost, cuda_stream));
     cudaCheck(cudaMemcpyAsync(m->readback + N, partial, NORM_PARTIALS * sizeof(float),
                               cudaMemcpyDeviceToHost, cuda_stream));
     cudaCheck(cudaStreamSynchronize(cuda_stream));
-    *loss = model_set_loss(&m->model, sum_in_order(m->readback, N));
-    *norm = norm_from_partials(m->readback + N);
+    *sum_sq = sum_of_partials(m->readback + N);
+    return sum_in_order(m->readback, N);
+}
+
+void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
+                                 size_t T, float* loss, float* norm) {
+    queue_forward_backward(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+    double sum_sq;
+    double sum = read_back_step(m, B * T, m->model.grads_memory, m->model.num_params, &sum_sq);
+    *loss = model_set_loss(&m->model, sum);
+    *norm = (float)sqrt(sum_sq);
+}
+
+void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                                       size_t n_targets, size_t B, size_t T, const Dist* d,
+                                       float* grad_shard, size_t lo, size_t hi,
+                                       double* loss_sum, double* shard_sum_sq) {
+    queue_forward_backward(m, tokens, targets, n_targets, B, T);
+    dist_reduce_scatter_cuda(d, grad_shard, m->model.grads_memory, m->model.num_params);
+    *loss_sum = read_back_step(m, B * T, grad_shard, hi - lo, shard_sum_sq);
 }
 
 void model_wait_cuda(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); }

@@ -10,6 +10,7 @@
 #define ATTNRES_MODEL_CUH
 
 #include <stddef.h>
+#include "distributed.h"
 #include "model.h"
 
 #ifdef __cplusplus
@@ -53,6 +54,16 @@ float model_grad_norm_cuda(const ModelCuda* m);
 // model_grad_norm_cuda return, bit for bit. ./train_cuda's step; bench_cuda times it.
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm);
+// The same for one process of several (data parallel, ZeRO-1): forward and backward on this
+// process's rows, whose loss is their share of the global batch's mean (n_targets: the
+// global batch's targets); the gradients summed over the processes, this one's shard
+// [lo, hi) of the sum into grad_shard (device, distributed.cuh); then one read-back: the
+// rows' loss sum (*loss_sum) and the shard's squared sum (*shard_sum_sq), for the caller to
+// add over the processes.
+void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                                       size_t n_targets, size_t B, size_t T, const Dist* d,
+                                       float* grad_shard, size_t lo, size_t hi,
+                                       double* loss_sum, double* shard_sum_sq);
 // Waits until everything queued on the GPU has run (for timing).
 void model_wait_cuda(void);
 // Clipping as train.c does it on the host: when norm > max_norm, grads *= max_norm / norm.

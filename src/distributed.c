@@ -34,6 +34,11 @@ void dist_init(Dist* d, int* argc, char*** argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+    MPI_Comm machine;  // the processes that share this one's memory: its machine
+    mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
+                                  &machine), "MPI_Comm_split_type");
+    MPI_Comm_rank(machine, &d->local_rank);
+    MPI_Comm_free(&machine);
 }
 
 void dist_finalize(void) { MPI_Finalize(); }
@@ -92,6 +97,11 @@ double dist_sum(const Dist* d, double x) {
     return sum;
 }
 
+void dist_broadcast(const Dist* d, void* bytes, size_t n) {
+    (void)d;
+    mpi_check(MPI_Bcast(bytes, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+}
+
 int dist_same(const Dist* d, unsigned long long value, int* first_other) {
     unsigned long long* all = mallocCheck((size_t)d->world * sizeof(*all));
     mpi_check(MPI_Allgather(&value, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
@@ -115,6 +125,7 @@ void dist_init(Dist* d, int* argc, char*** argv) {
     (void)argv;
     d->rank = 0;
     d->world = 1;
+    d->local_rank = 0;
 }
 
 void dist_finalize(void) {}
@@ -140,6 +151,12 @@ void dist_gather(const Dist* d, float* full, const float* shard, size_t n) {
 double dist_sum(const Dist* d, double x) {
     (void)d;
     return x;
+}
+
+void dist_broadcast(const Dist* d, void* bytes, size_t n) {
+    (void)d;
+    (void)bytes;
+    (void)n;
 }
 
 int dist_same(const Dist* d, unsigned long long value, int* first_other) {

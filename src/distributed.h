@@ -16,9 +16,14 @@
 
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
-    int rank;   // this process, 0 .. world-1; rank 0 prints, evaluates and saves
-    int world;  // the number of processes
+    int rank;        // this process, 0 .. world-1; rank 0 prints, evaluates and saves
+    int world;       // the number of processes
+    int local_rank;  // its place among the processes of its machine (which GPU it takes)
 } Dist;
 
 // Starts MPI (mpirun's processes) or, without it, one process of rank 0.
@@ -38,8 +43,13 @@ void dist_all_gather(const Dist* d, float* params, size_t n);
 void dist_gather(const Dist* d, float* full, const float* shard, size_t n);
 // The sum over the ranks of x (in double).
 double dist_sum(const Dist* d, double x);
+// Rank 0's n bytes to every rank (the NCCL communicator's id, cuda/distributed.cu).
+void dist_broadcast(const Dist* d, void* bytes, size_t n);
 // 1 when every rank passed the same 64-bit value, else 0 and *first_other the lowest rank
 // whose value differs from rank 0's.
 int dist_same(const Dist* d, unsigned long long value, int* first_other);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

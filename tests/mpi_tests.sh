@@ -67,26 +67,7 @@ mpi_moments_match() {
     ./train "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 --checkpoint "$dir/one" >/dev/null &&
         mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 \
             --checkpoint "$dir/two" >/dev/null &&
-        python3 - "$dir/one" "$dir/two" <<'EOF'
-import sys
-from array import array
-def load(path):
-    data = open(path, "rb").read()
-    header = array("i", data[:1024])
-    n = header[10] + (header[11] << 32)
-    body = array("f", data[1024:1024 + 12 * n])
-    return n, body
-n, a = load(sys.argv[1])
-n2, b = load(sys.argv[2])
-assert n == n2, (n, n2)
-for k, name in enumerate(["parameters", "AdamW m", "AdamW v"]):
-    x, y = a[k * n:(k + 1) * n], b[k * n:(k + 1) * n]
-    scale = max(abs(v) for v in x)
-    worst = max(abs(u - v) for u, v in zip(x, y))
-    print(f"{name}: {n} values, largest |difference| {worst:.3g} (largest value {scale:.3g})")
-    assert any(v != 0.0 for v in y), name + " all zero"
-    assert worst <= 1e-5 * scale + 1e-9, name
-EOF
+        python3 tests/compare_checkpoints.py "$dir/one" "$dir/two"
     local status=$?
     rm -rf "$dir"
     return $status

@@ -100,6 +100,28 @@ if [ -x build/emu/train_cuda ]; then
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
     single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
 fi
+# ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
+# all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
+train_cuda_mpi_emu_matches_train() {
+    local flags="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
+                 --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16
+                 --threads 1 $*"
+    local dir extra=()
+    dir=$(mktemp -d)
+    [ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
+    # shellcheck disable=SC2086
+    mpirun "${extra[@]}" -np 1 build/emu/train_cuda_mpi $flags --checkpoint "$dir/gpu.ckpt" >"$dir/cuda.txt" &&
+        ./train $flags --checkpoint "$dir/cpu.ckpt" >"$dir/cpu.txt" &&
+        same_numbers <(grep -v "^checkpoints:" "$dir/cuda.txt") <(grep -v "^checkpoints:" "$dir/cpu.txt") &&
+        python3 tests/compare_checkpoints.py "$dir/cpu.ckpt" "$dir/gpu.ckpt"
+    local status=$?
+    rm -rf "$dir"
+    return $status
+}
+if [ -x build/emu/train_cuda_mpi ]; then
+    echo "== ./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
+    single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full" train_cuda_mpi_emu_matches_train --mode full
+fi
 
 # data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
 if [ -x build/train_mpi ]; then
