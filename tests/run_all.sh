@@ -82,10 +82,11 @@ same_numbers() {
         }
         END { exit bad }'
 }
-train_cuda_emu_matches_train() {
-    local flags="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
+EMU_TRAIN_FLAGS="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
                  --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16
-                 --threads 1 $*"
+                 --threads 1"
+train_cuda_emu_matches_train() {
+    local flags="$EMU_TRAIN_FLAGS $*"
     local dir
     dir=$(mktemp -d)
     # shellcheck disable=SC2086
@@ -103,9 +104,7 @@ fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
 train_cuda_mpi_emu_matches_train() {
-    local flags="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
-                 --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16
-                 --threads 1 $*"
+    local flags="$EMU_TRAIN_FLAGS $*"
     local dir extra=()
     dir=$(mktemp -d)
     [ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
