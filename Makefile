@@ -125,7 +125,8 @@ TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan bu
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
-		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm)
+		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm \
+		                         build/train_cuda_mpi)
 	@tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
