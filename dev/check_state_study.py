@@ -41,8 +41,8 @@ BUGS = [
     ("src/rmsnorm.c", "dx[c] += r * weight[c] * dy[c] - correction * x[c];",
      "dx[c] += r * weight[c] * dy[c];",
      "rmsnorm backward: dx without the mean-square term", lambda c, K, init: True),
-    ("src/depth_attention.c", "dv[c] += a[i] * d[c] + key_scale * wg[c] - correction * v[c];",
-     "dv[c] += a[i] * d[c] + key_scale * wg[c];",
+    ("src/depth_attention.c", "dv[c] += a * d[c] + key_scale * wg[c] - correction * v[c];",
+     "dv[c] += a * d[c] + key_scale * wg[c];",
      # zero while the pseudo-queries are (SPEC init)
      "depth attention backward: key path without its rmsnorm term",
      lambda c, K, init: c["S"] > 0 and init == "rand"),
