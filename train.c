@@ -156,7 +156,7 @@ static void print_help(void) {
 
 // One-line error and a non-zero exit.
 // This process of a data-parallel run (distributed.h): rank 0 of 1 without mpirun.
-static Dist dist = {0, 1, 0};
+static Dist dist = {0, 1, 0, 1};
 // While the run is being set up every rank checks the same flags and files, so only rank 0
 // reports what is wrong; once training runs, the rank that sees a problem reports it.
 static int setting_up = 1;
@@ -1245,9 +1245,19 @@ int main(int argc, char** argv) {
             "every batch)", r.o.batch, dist.world);
     }
     if (r.o.threads > 0) { omp_set_num_threads(r.o.threads); }
-    if (r.o.threads > omp_get_num_procs()) {
-        fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it to be "
-                "slower, not faster\n", r.o.threads, omp_get_num_procs());
+    else if (dist.local_size > 1) {  // all the cores, shared among this machine's processes
+        int share = omp_get_num_procs() / dist.local_size;
+        omp_set_num_threads(share > 0 ? share : 1);
+    }
+    if (r.o.threads * dist.local_size > omp_get_num_procs()) {
+        if (dist.local_size > 1 && dist.rank == 0) {
+            fprintf(stderr, "warning: --threads %d in each of %d processes is more than the %d "
+                    "cores here: expect it to be slower, not faster\n", r.o.threads,
+                    dist.local_size, omp_get_num_procs());
+        } else if (dist.local_size == 1) {
+            fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it "
+                    "to be slower, not faster\n", r.o.threads, omp_get_num_procs());
+        }
     }
     if (r.o.sample) {  // decoding runs on the host, in every binary, in one process
         if (dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }

@@ -38,6 +38,7 @@ void dist_init(Dist* d, int* argc, char*** argv) {
     mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
                                   &machine), "MPI_Comm_split_type");
     MPI_Comm_rank(machine, &d->local_rank);
+    MPI_Comm_size(machine, &d->local_size);
     MPI_Comm_free(&machine);
 }
 
@@ -126,6 +127,7 @@ void dist_init(Dist* d, int* argc, char*** argv) {
     d->rank = 0;
     d->world = 1;
     d->local_rank = 0;
+    d->local_size = 1;
 }
 
 void dist_finalize(void) {}

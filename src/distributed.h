@@ -24,6 +24,7 @@ typedef struct {
     int rank;        // this process, 0 .. world-1; rank 0 prints, evaluates and saves
     int world;       // the number of processes
     int local_rank;  // its place among the processes of its machine (which GPU it takes)
+    int local_size;  // how many processes share its machine
 } Dist;
 
 // Starts MPI (mpirun's processes) or, without it, one process of rank 0.
