@@ -1244,20 +1244,21 @@ int main(int argc, char** argv) {
         die("--batch %d does not divide among %d processes (each takes an equal share of "
             "every batch)", r.o.batch, dist.world);
     }
+    // cores: those this process may run on (mpirun may bind it to some), and the machine's
+    int mine = omp_get_num_procs(), machine = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (r.o.threads > 0) { omp_set_num_threads(r.o.threads); }
-    else if (dist.local_size > 1) {  // all the cores, shared among this machine's processes
-        int share = omp_get_num_procs() / dist.local_size;
-        omp_set_num_threads(share > 0 ? share : 1);
+    else if (dist.local_size > 1) {  // its share of the machine's cores, within its own
+        int share = machine / dist.local_size;
+        omp_set_num_threads(share < 1 ? 1 : share > mine ? mine : share);
     }
-    if (r.o.threads * dist.local_size > omp_get_num_procs()) {
-        if (dist.local_size > 1 && dist.rank == 0) {
-            fprintf(stderr, "warning: --threads %d in each of %d processes is more than the %d "
-                    "cores here: expect it to be slower, not faster\n", r.o.threads,
-                    dist.local_size, omp_get_num_procs());
-        } else if (dist.local_size == 1) {
-            fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it "
-                    "to be slower, not faster\n", r.o.threads, omp_get_num_procs());
-        }
+    if (dist.local_size == 1 && r.o.threads > mine) {
+        fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it to be "
+                "slower, not faster\n", r.o.threads, mine);
+    } else if (dist.local_size > 1 && dist.rank == 0 &&
+               (r.o.threads > mine || r.o.threads * dist.local_size > machine)) {
+        fprintf(stderr, "warning: --threads %d in each of %d processes is more than this "
+                "machine's %d cores (or the %d each process may use): expect it to be slower, "
+                "not faster\n", r.o.threads, dist.local_size, machine, mine);
     }
     if (r.o.sample) {  // decoding runs on the host, in every binary, in one process
         if (dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }
