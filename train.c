@@ -181,6 +181,7 @@ static void parse_flags(Options* o, int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             print_help();
+            dist_finalize();  // under mpirun too, a clean end
             exit(0);
         }
         const Flag* f = NULL;
@@ -1229,40 +1230,54 @@ static void check_same_flags(int argc, char** argv) {
     }
 }
 
+// OpenMP threads: --threads, or all the cores (with several processes on this machine, its
+// share of them, within the cores mpirun lets it use); a warning when that is more than the
+// cores there are
+static void set_threads(const Options* o) {
+    int mine = omp_get_num_procs(), machine = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (o->threads > 0) { omp_set_num_threads(o->threads); }
+    else if (dist.local_size > 1) {
+        int share = machine / dist.local_size;
+        omp_set_num_threads(share < 1 ? 1 : share > mine ? mine : share);
+    }
+    if (dist.local_size == 1 && o->threads > mine) {
+        fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it to be "
+                "slower, not faster\n", o->threads, mine);
+    } else if (dist.local_size > 1 && dist.rank == 0 &&
+               (o->threads > mine || o->threads * dist.local_size > machine)) {
+        fprintf(stderr, "warning: --threads %d in each of %d processes is more than this "
+                "machine's %d cores (or the %d each process may use): expect it to be slower, "
+                "not faster\n", o->threads, dist.local_size, machine, mine);
+    }
+}
+
+// Several processes (mpirun): the same flags everywhere, a batch they can share, rank 0 alone
+// printing
+static void check_processes(const Options* o, int argc, char** argv) {
+    if (dist.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {
+        die("cannot silence rank %d's output", dist.rank);
+    }
+    check_same_flags(argc, argv);
+    if (o->batch % dist.world != 0) {
+        die("--batch %d does not divide among %d processes (each takes an equal share of "
+            "every batch)", o->batch, dist.world);
+    }
+    if (o->sample && dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }
+}
+
 int main(int argc, char** argv) {
     wait_passively(argv);
     dist_init(&dist, &argc, &argv);
-    if (dist.rank != 0 && freopen("/dev/null", "w", stdout) == NULL) {  // rank 0 prints
-        die("cannot silence rank %d's output", dist.rank);
-    }
     Run r = {0};
     r.o = defaults();
     parse_flags(&r.o, argc, argv);
     validate(&r.o);
-    check_same_flags(argc, argv);
-    if (r.o.batch % dist.world != 0) {
-        die("--batch %d does not divide among %d processes (each takes an equal share of "
-            "every batch)", r.o.batch, dist.world);
-    }
-    // cores: those this process may run on (mpirun may bind it to some), and the machine's
-    int mine = omp_get_num_procs(), machine = (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (r.o.threads > 0) { omp_set_num_threads(r.o.threads); }
-    else if (dist.local_size > 1) {  // its share of the machine's cores, within its own
-        int share = machine / dist.local_size;
-        omp_set_num_threads(share < 1 ? 1 : share > mine ? mine : share);
-    }
-    if (dist.local_size == 1 && r.o.threads > mine) {
-        fprintf(stderr, "warning: --threads %d is more than the %d cores here: expect it to be "
-                "slower, not faster\n", r.o.threads, mine);
-    } else if (dist.local_size > 1 && dist.rank == 0 &&
-               (r.o.threads > mine || r.o.threads * dist.local_size > machine)) {
-        fprintf(stderr, "warning: --threads %d in each of %d processes is more than this "
-                "machine's %d cores (or the %d each process may use): expect it to be slower, "
-                "not faster\n", r.o.threads, dist.local_size, machine, mine);
-    }
-    if (r.o.sample) {  // decoding runs on the host, in every binary, in one process
-        if (dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }
-        return sample_main(&r.o);
+    check_processes(&r.o, argc, argv);
+    set_threads(&r.o);
+    if (r.o.sample) {  // decoding runs on the host, in every binary
+        int status = sample_main(&r.o);
+        dist_finalize();
+        return status;
     }
 #ifdef ATTNRES_CUDA
     const char* problem = cuda_device_problem();
