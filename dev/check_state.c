@@ -94,8 +94,18 @@ static void load_state(StateFile* s, const char* path) {
         bad_file(path, msg);
     }
     if (h[2] <= 0 || h[3] <= 0 || h[12] < 0) { bad_file(path, "invalid shape: B, T must be positive, K >= 0"); }
-    ModelConfig c = state_config(s);
     char reason[256], msg[400];
+    // [13..18] select SPEC's depth-attention variants ("Variants"), which this build does not
+    // implement yet: such a file would be compared against the wrong model. ([16] = 1 is one
+    // head, the default.)
+    for (int i = 13; i <= 18; i++) {
+        if (h[i] != 0 && !(i == 16 && h[i] == 1)) {
+            snprintf(msg, sizeof(msg), "header [%d] = %d selects a depth-attention variant "
+                     "(SPEC, Variants) that this build does not implement", i, h[i]);
+            bad_file(path, msg);
+        }
+    }
+    ModelConfig c = state_config(s);
     if (model_config_check(&c, reason, sizeof(reason)) != 0) {
         snprintf(msg, sizeof(msg), "invalid shape: %s", reason);
         bad_file(path, msg);

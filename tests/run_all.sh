@@ -52,6 +52,31 @@ for f in tests/data/*.bin; do
     single "check_state $f" ./check_state "$f"
 done
 
+# a bad state file: exit status 2 and one line naming the problem
+check_state_refuses() {
+    local dir out status
+    dir=$(mktemp -d)
+    cp tests/data/none_mha_rand.bin "$dir/variant.bin"
+    printf '\001' | dd of="$dir/variant.bin" bs=1 seek=52 conv=notrunc 2>/dev/null  # [13] = 1
+    head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
+    cp tests/data/none_mha_rand.bin "$dir/magic.bin"
+    printf '\000' | dd of="$dir/magic.bin" bs=1 seek=0 conv=notrunc 2>/dev/null
+    local expect=(
+        "variant.bin: header [13] = 1 selects a depth-attention variant (SPEC, Variants) that this build does not implement"
+        "short.bin: truncated (no complete 256-int header)"
+        "magic.bin: wrong magic number (not a reference state file)")
+    local ok=0 i=0
+    for f in variant short magic; do
+        out=$(./check_state "$dir/$f.bin" 2>&1 >/dev/null)
+        status=$?
+        [ "$status" -eq 2 ] && [ "$out" = "error: state file $dir/${expect[$i]}" ] || { echo "$f: status $status: $out"; ok=1; }
+        i=$((i + 1))
+    done
+    rm -rf "$dir"
+    return $ok
+}
+single "check_state refuses a bad state file (variant slot, truncated, wrong magic): exit 2" check_state_refuses
+
 echo "== every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 
