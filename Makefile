@@ -58,6 +58,9 @@ bench-mpi:
 	@$(MAKE) --no-print-directory build/train_mpi all
 	@dev/bench_mpi.sh
 
+build/compare_checkpoints: dev/compare_checkpoints.c src/util.h
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
 check_state: dev/check_state.c $(OBJ)
 	$(CC) $(CFLAGS) dev/check_state.c $(OBJ) -o $@ $(LDLIBS)
 
@@ -121,7 +124,7 @@ check-state-study: check_state
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU.
 TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
-            build/train_mpi build/emu/train_cuda_mpi
+            build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \

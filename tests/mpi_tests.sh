@@ -67,7 +67,7 @@ mpi_moments_match() {
     ./train "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 --checkpoint "$dir/one" >/dev/null &&
         mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 \
             --checkpoint "$dir/two" >/dev/null &&
-        python3 tests/compare_checkpoints.py "$dir/one" "$dir/two"
+        build/compare_checkpoints "$dir/one" "$dir/two"
     local status=$?
     rm -rf "$dir"
     return $status

@@ -137,7 +137,7 @@ train_cuda_mpi_emu_matches_train() {
     mpirun "${extra[@]}" -np 1 build/emu/train_cuda_mpi $flags --checkpoint "$dir/gpu.ckpt" >"$dir/cuda.txt" &&
         ./train $flags --checkpoint "$dir/cpu.ckpt" >"$dir/cpu.txt" &&
         same_numbers <(grep -v "^checkpoints:" "$dir/cuda.txt") <(grep -v "^checkpoints:" "$dir/cpu.txt") &&
-        python3 tests/compare_checkpoints.py "$dir/cpu.ckpt" "$dir/gpu.ckpt"
+        build/compare_checkpoints "$dir/cpu.ckpt" "$dir/gpu.ckpt"
     local status=$?
     rm -rf "$dir"
     return $status

@@ -1,0 +1,60 @@
+// compare_checkpoints.c — two checkpoints of the same model (src/checkpoint.h) hold the same
+// parameters and AdamW moments: each kind within 1e-5 of its largest value (rounding apart;
+// the moments not all zero). Prints the largest difference of each kind; exit status 1 if
+// not, 2 for an unreadable file. For the data-parallel tests (tests/mpi_tests.sh, run_all.sh).
+//
+//   build/compare_checkpoints A B
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include "util.h"
+
+// the 3 x P floats after the 256-int header
+static float* load(const char* path, size_t* P) {
+    FILE* f = fopen(path, "rb");
+    int32_t header[256];
+    if (f == NULL || fread(header, sizeof(int32_t), 256, f) != 256) {
+        fprintf(stderr, "error: cannot read checkpoint %s\n", path);
+        exit(2);
+    }
+    *P = (size_t)(uint32_t)header[10] | ((size_t)(uint32_t)header[11] << 32);
+    float* values = mallocCheck(3 * *P * sizeof(float));
+    if (fread(values, sizeof(float), 3 * *P, f) != 3 * *P) {
+        fprintf(stderr, "error: checkpoint %s is truncated\n", path);
+        exit(2);
+    }
+    fclose(f);
+    return values;
+}
+
+int main(int argc, char** argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: compare_checkpoints A B\n");
+        return 2;
+    }
+    size_t P, P2;
+    float* a = load(argv[1], &P);
+    float* b = load(argv[2], &P2);
+    if (P != P2) {
+        fprintf(stderr, "error: %zu parameters against %zu\n", P, P2);
+        return 1;
+    }
+    const char* kinds[3] = {"parameters", "AdamW m", "AdamW v"};
+    int ok = 1;
+    for (int k = 0; k < 3; k++) {
+        double scale = 0.0, worst = 0.0;
+        int nonzero = 0;
+        for (size_t i = k * P; i < (k + 1) * P; i++) {
+            scale = fmax(scale, fabs(a[i]));
+            worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
+            nonzero |= b[i] != 0.0f;
+        }
+        printf("%s: %zu values, largest |difference| %.3g (largest value %.3g)\n", kinds[k], P,
+               worst, scale);
+        ok = ok && nonzero && worst <= 1e-5 * scale + 1e-9;
+    }
+    free(a);
+    free(b);
+    return ok ? 0 : 1;
+}
