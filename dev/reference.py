@@ -4,6 +4,8 @@
 Usage (needs /usr/bin/python3, which has torch):
   dev/reference.py --all tests/data            regenerate every committed state file
   dev/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
+      (SPEC's variants: --depth-score sigmoid, --key-norm off, --depth-query input,
+       --depth-heads K, --depth-window W, --mixing static|dense)
   dev/reference.py --random DIR [--count 60] [--seed 0]   write COUNT files with random configs
   dev/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
   dev/reference.py --selftest                  finite differences, sanity and round-trip
@@ -14,7 +16,8 @@ widened, so the file holds exactly the parameters that were used.
 State file (little-endian), in this order:
   int32[256]   header: [0] magic 20261125, [1] version 1, [2] B, [3] T, [4] V, [5] d,
                [6] L, [7] H, [8] G, [9] F, [10] S (0 none, 1 full, >=2 block size in
-               sub-layers), [11] 0, [12] K (AdamW steps replayed); rest 0
+               sub-layers), [11] 0, [12] K (AdamW steps replayed), [13..18] SPEC's
+               depth-attention variants (all 0: the default model); rest 0
   float32[64]  [0] RMSNorm eps, [1] RoPE base, [2] lr, [3] beta1, [4] beta2, [5] Adam eps,
                [6] weight decay; rest 0
   float32      parameters, canonical SPEC order, each flattened row-major
@@ -34,15 +37,30 @@ DECAYED = {"wte", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "lm_head"}
 DEFAULT_HP = dict(eps=1e-6, base=10000.0, lr=1e-3, beta1=0.9, beta2=0.95, adam_eps=1e-8, wd=0.1)
 
 
+# SPEC "Variants": the switches of the depth-attention operator, their header slots and
+# values; every switch at its first value is the default model (header 0).
+VARIANTS = dict(score=(13, ["softmax", "sigmoid"]), key_norm=(14, ["on", "off"]),
+                query=(15, ["static", "input"]), heads=(16, None), window=(17, None),
+                mixing=(18, ["attention", "static", "dense"]))
+DEFAULT_VARIANT = dict(score="softmax", key_norm="on", query="static", heads=1, window=0,
+                       mixing="attention")
+
+
 def shapes(c):
-    """Canonical parameter order and shapes (SPEC 'Parameters')."""
+    """Canonical parameter order and shapes (SPEC 'Parameters' and 'Variants')."""
     B, T, V, d, L, H, G, F, S = (c[k] for k in "B T V d L H G F S".split())
-    hs = d // H
+    hs, n = d // H, 2 * L + 1
     out = [("wte", (V, d)), ("attn_norm", (L, d)), ("wq", (L, H * hs, d)), ("wk", (L, G * hs, d)),
            ("wv", (L, G * hs, d)), ("wo", (L, d, H * hs)), ("mlp_norm", (L, d)),
            ("wg", (L, F, d)), ("wu", (L, F, d)), ("wd", (L, d, F))]
-    if S > 0:
-        out += [("res_query", (2 * L + 1, d)), ("res_norm", (2 * L + 1, d))]
+    if S > 0 and c["mixing"] == "static":
+        out += [("res_logits", (n, n))]
+    elif S > 0 and c["mixing"] == "dense":
+        out += [("res_scalars", (n, n))]
+    elif S > 0:
+        out += [("res_query", (n, d))]
+        out += [("res_norm", (n, d))] if c["key_norm"] == "on" else []
+        out += [("res_qproj", (n, d, d))] if c["query"] == "input" else []
     return out + [("final_norm", (d,)), ("lm_head", (V, d))]
 
 
@@ -53,10 +71,12 @@ def init_params(c, init, seed):
     p = {}
     for name, shp in shapes(c):
         n = lambda std: torch.randn(shp, generator=g, dtype=torch.float32) * std
-        if name in ("attn_norm", "mlp_norm", "res_norm", "final_norm"):
+        if name in ("attn_norm", "mlp_norm", "res_norm", "final_norm", "res_scalars"):
             t = torch.ones(shp) if init == "spec" else 1 + n(0.3)
-        elif name == "res_query":
+        elif name in ("res_query", "res_logits"):
             t = torch.zeros(shp) if init == "spec" else n(0.5)
+        elif name == "res_qproj":
+            t = torch.zeros(shp) if init == "spec" else n(0.3 / math.sqrt(c["d"]))
         elif init == "spec":
             t = n(0.02 / math.sqrt(2 * c["L"]) if name in ("wo", "wd") else 0.02)
         else:
@@ -100,12 +120,34 @@ def mlp(x, wg, wu, wd):
     return (Fn.silu(x @ wg.T) * (x @ wu.T)) @ wd.T
 
 
-def depth_attention(sources, w, g, eps, trace=None):
-    """DA(V) = sum_i softmax_i(w . rmsnorm(V_i; g)) V_i, per position."""
+def depth_attention(sources, p, l, c, eps, trace=None):
+    """Depth attention of sub-layer l (l = 2L: the output aggregation) over its sources, per
+    position. Default: h = sum_i softmax_i(w_l . rmsnorm(V_i; g_l)) V_i. With SPEC's variants:
+    static mixing softmax(c_l[:n]) or DenseFormer scalars beta_l[:n] instead of scores;
+    otherwise sigmoid for softmax, raw keys for rmsnorm(V_i; g), the query
+    w_l + U_l rmsnorm(V_last) (no gain), and K heads, each a contiguous group of d/K channels
+    with its own mean square, scores and weights."""
     V = torch.stack(sources)  # (n, B, T, d)
-    s = (rmsnorm(V, g, eps) * w).sum(-1)  # (n, B, T)
-    alpha = torch.softmax(s, dim=0)
-    h = (alpha[..., None] * V).sum(0)
+    n, d = V.shape[0], V.shape[-1]
+    if c["mixing"] in ("static", "dense"):
+        row = p["res_logits" if c["mixing"] == "static" else "res_scalars"][l][:n]
+        alpha = torch.softmax(row, dim=0) if c["mixing"] == "static" else row
+        alpha = alpha[:, None, None].expand(V.shape[:3])  # (n, B, T)
+        h = (alpha[..., None] * V).sum(0)
+        if trace is not None:
+            trace.append((alpha.detach(), V.detach(), h.detach()))
+        return h
+    K = c["heads"]
+    q = p["res_query"][l]  # (d) or, input-dependent, (B, T, d)
+    if c["query"] == "input":
+        q = q + rmsnorm(V[-1], torch.ones(d, dtype=V.dtype), eps) @ p["res_qproj"][l].T
+    Vh = V.reshape(V.shape[:3] + (K, d // K))  # (n, B, T, K, d/K)
+    keys = Vh
+    if c["key_norm"] == "on":
+        keys = rmsnorm(Vh, p["res_norm"][l].reshape(K, d // K), eps)
+    s = (keys * q.reshape(q.shape[:-1] + (K, d // K))).sum(-1)  # (n, B, T, K)
+    alpha = torch.softmax(s, dim=0) if c["score"] == "softmax" else torch.sigmoid(s)
+    h = (alpha[..., None] * Vh).sum(0).reshape(V.shape[1:])
     if trace is not None:
         trace.append((alpha.detach(), V.detach(), h.detach()))
     return h
@@ -128,17 +170,18 @@ def forward(p, x, y, c, hp, trace=None):
         for l in range(2 * L):
             out = out + sublayer(l, out)
     else:  # block AttnRes (full = block with S = 1)
-        wq_, gq_ = p["res_query"], p["res_norm"]
+        W = c["window"]  # full only: x0 and the W most recent outputs (0: all)
+        window = lambda srcs: srcs if W == 0 else srcs[:1] + srcs[1:][-W:]
         blocks, partial = [x0], None
         for l in range(2 * L):
             i = l % S  # position inside block 1 + l // S
             srcs = blocks if i == 0 else blocks + [partial]
-            f = sublayer(l, depth_attention(srcs, wq_[l], gq_[l], eps, trace))
+            f = sublayer(l, depth_attention(window(srcs), p, l, c, eps, trace))
             partial = f if i == 0 else partial + f
             if i == S - 1:  # block complete
                 blocks.append(partial)
                 partial = None
-        out = depth_attention(blocks, wq_[2 * L], gq_[2 * L], eps, trace)
+        out = depth_attention(window(blocks), p, 2 * L, c, eps, trace)
     logits = rmsnorm(out, p["final_norm"], eps) @ p["lm_head"].T
     loss = Fn.cross_entropy(logits.reshape(-1, c["V"]), y.reshape(-1), ignore_index=-1)
     return logits, loss
@@ -190,10 +233,22 @@ def file_size(c, K):
     return 1024 + 256 + 4 * (P + 2 * BT + BT * c["V"] + 1 + P + K)
 
 
+def variant_slots(c):
+    """The header slots [13..18] of c's variants: value index, or the number (heads: 0 for
+    one head, window: 0 for all)."""
+    slots = {}
+    for key, (slot, values) in VARIANTS.items():
+        v = c[key]
+        slots[slot] = values.index(v) if values else (0 if key == "heads" and v == 1 else v)
+    return slots
+
+
 def write_state(path, c, hp, K, p, x, y, r):
     hdr = np.zeros(256, "<i4")
     hdr[:13] = [MAGIC, VERSION, c["B"], c["T"], c["V"], c["d"], c["L"], c["H"], c["G"],
                 c["F"], c["S"], 0, K]
+    for slot, v in variant_slots(c).items():
+        hdr[slot] = v
     fl = np.zeros(64, "<f4")
     fl[:7] = [hp[k] for k in ("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd")]
     f32 = lambda t: np.asarray(t.detach().numpy() if torch.is_tensor(t) else t).astype("<f4")
@@ -219,6 +274,12 @@ def read_state(path):
     fl = np.frombuffer(buf, "<f4", 64, 1024)
     assert hdr[0] == MAGIC and hdr[1] == VERSION, f"{path}: bad magic/version"
     c = dict(zip("B T V d L H G F S".split(), (int(v) for v in hdr[2:11])))
+    for key, (slot, values) in VARIANTS.items():
+        v = int(hdr[slot])
+        if (values and not 0 <= v < len(values)) or v < 0:
+            sys.exit(f"{path}: header [{slot}] = {v} is not a {key} variant")
+        c[key] = values[v] if values else (max(v, 1) if key == "heads" else v)
+    check_variant(c, path)
     K = int(hdr[12])
     hp = dict(zip(("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd"),
                   (float(v) for v in fl[:7])))
@@ -276,11 +337,36 @@ def generate(path, c, K, init, ignore, seed, hp=DEFAULT_HP):
           f" ignored={int((y == -1).sum())}")
 
 
-def cfg(B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, S=0):
+def check_variant(c, where="config"):
+    """SPEC 'Variants': which switches apply to which mode, and which combine."""
+    v = {k: c[k] for k in DEFAULT_VARIANT}
+    changed = [k for k in DEFAULT_VARIANT if v[k] != DEFAULT_VARIANT[k]]
+    problem = None
+    if c["heads"] < 1 or c["d"] % c["heads"] != 0:
+        problem = f"--depth-heads {c['heads']} does not divide d = {c['d']}"
+    elif c["window"] < 0:
+        problem = "--depth-window must not be negative"
+    elif c["S"] == 0 and changed:
+        problem = f"{', '.join(changed)}: depth-attention variants need --mode full or block"
+    elif c["window"] > 0 and c["S"] != 1:
+        problem = "--depth-window is for --mode full only"
+    elif c["mixing"] != "attention" and (v["score"] != "softmax" or v["key_norm"] != "on" or
+                                         v["query"] != "static" or v["heads"] != 1):
+        problem = "--mixing replaces the attention: no score, key-norm, query or head switch with it"
+    if problem:
+        sys.exit(f"{where}: {problem}")
+
+
+def cfg(B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, S=0, **variant):
     if not (d % H == 0 and (d // H) % 2 == 0 and H % G == 0 and (S <= 1 or (2 * L) % S == 0)):
         sys.exit(f"bad config: need d % H == 0, even d/H, H % G == 0, S | 2L (d={d} H={H} "
                  f"G={G} L={L} S={S})")
-    return dict(B=B, T=T, V=V, d=d, L=L, H=H, G=G, F=F, S=S)
+    unknown = set(variant) - set(DEFAULT_VARIANT)
+    if unknown:
+        sys.exit(f"bad config: unknown variant switches {sorted(unknown)}")
+    c = dict(B=B, T=T, V=V, d=d, L=L, H=H, G=G, F=F, S=S, **{**DEFAULT_VARIANT, **variant})
+    check_variant(c)
+    return c
 
 
 # name: (config, K, init, ignored-target fraction, seed)
@@ -314,6 +400,103 @@ def random_case(seed):
             d=H * hs, L=L, H=H, G=G, F=int(r.integers(4, 65)), S=S)
     init = "rand" if r.random() < 0.8 else "spec"
     return c, int(r.integers(0, 6)), init, pick([0.0, 0.1, 0.2, 0.3, 0.4])
+
+
+def fd_worst(c, p, x, y, hp, seed):
+    """The worst relative error of central finite differences against autograd, on a few
+    elements of every tensor."""
+    _, _, g = loss_and_grads(p, x, y, c, hp)
+    worst, gen = 0.0, torch.Generator().manual_seed(seed)
+    for n in p:
+        floor = 1e-3 * g[n].abs().max().item()
+        for idx in torch.randint(0, p[n].numel(), (4,), generator=gen).tolist():
+            e = 1e-5
+            q = {k: v.clone() for k, v in p.items()}
+            q[n].view(-1)[idx] += e
+            lp = forward(q, x, y, c, hp)[1].item()
+            q[n].view(-1)[idx] -= 2 * e
+            lm = forward(q, x, y, c, hp)[1].item()
+            fd, an = (lp - lm) / (2 * e), g[n].view(-1)[idx].item()
+            worst = max(worst, abs(fd - an) / max(abs(an), floor, 1e-12))
+    return worst, g
+
+
+def selftest_variants(hp):
+    """SPEC 'Variants': finite differences for every switch in full and block (and some
+    combinations), then the facts SPEC states about them."""
+    ok = True
+    tiny = lambda S, **v: cfg(B=2, T=5, V=7, d=8, L=3, H=2, G=1, F=12, S=S, **v)
+    cases = [dict(score="sigmoid"), dict(key_norm="off"), dict(query="input"), dict(heads=2),
+             dict(heads=4, score="sigmoid"), dict(mixing="static"), dict(mixing="dense"),
+             dict(score="sigmoid", key_norm="off", query="input", heads=2)]
+    for i, v in enumerate(cases):
+        for S in (1, 2):
+            c = tiny(S, **v)
+            p = init_params(c, "rand", 200 + i)
+            x, y = make_batch(c, 200 + i, 0.3)
+            worst, _ = fd_worst(c, p, x, y, hp, i)
+            ok &= worst < 1e-6
+            print(f"finite differences {v} S={S}: worst rel err {worst:.2e}")
+    for v in (dict(window=2), dict(window=3, mixing="dense"), dict(window=2, score="sigmoid")):
+        c = tiny(1, **v)
+        p = init_params(c, "rand", 300)
+        x, y = make_batch(c, 300, 0.3)
+        worst, _ = fd_worst(c, p, x, y, hp, 3)
+        ok &= worst < 1e-6
+        print(f"finite differences {v} S=1: worst rel err {worst:.2e}")
+
+    def loss_of(c, p, x, y, trace=None):
+        return forward(p, x, y, c, hp, trace)[1].item()
+
+    c = tiny(1)
+    x, y = make_batch(c, 400, 0.3)
+    base = init_params(c, "rand", 400)
+    # sigmoid at a zero query: every weight exactly 1/2; row 0 gets gradient (h_0 = x0 / 2)
+    cs = tiny(2, score="sigmoid")
+    ps, trace = init_params(cs, "spec", 401), []
+    forward(ps, x, y, cs, hp, trace)
+    half = all(bool((a == 0.5).all()) for a, _, _ in trace)
+    _, _, gs = loss_and_grads(init_params(cs, "rand", 402), x, y, cs, hp)
+    row0 = gs["res_query"][0].abs().max().item() > 0
+    print(f"sigmoid: zero query gives alpha = 1/2 everywhere: {half}; res_query[0] gets gradient: {row0}")
+    ok &= half and row0
+    # static mixing at init: the exact mean; row l's entries past its n_l sources get none
+    cm = tiny(2, mixing="static")
+    pm, trace = init_params(cm, "spec", 403), []
+    forward(pm, x, y, cm, hp, trace)
+    mean = all(bool((a == 1.0 / V.shape[0]).all()) for a, V, _ in trace)
+    _, _, gm = loss_and_grads(init_params(cm, "rand", 404), x, y, cm, hp)
+    n_l = [len(t[1]) for t in trace]
+    unused = all(gm["res_logits"][l][n:].abs().max().item() == 0 if n < gm["res_logits"].shape[1]
+                 else True for l, n in enumerate(n_l))
+    first = gm["res_logits"][0][0].item() == 0.0  # one source: softmax is 1 whatever c_0
+    print(f"static mixing: init gives exact means: {mean}; unused logits get zero gradient: "
+          f"{unused}; row 0 zero gradient: {first}")
+    ok &= mean and unused and first
+    # DenseFormer at SPEC init is the PreNorm model (full: exactly, sources summed in order)
+    cd, cn = tiny(1, mixing="dense"), tiny(0)
+    pd = init_params(cd, "spec", 405)
+    pn = {k: v for k, v in pd.items() if k != "res_scalars"}
+    ld, ln = loss_of(cd, pd, x, y), loss_of(cn, pn, x, y)
+    print(f"DenseFormer at init: loss {ld!r} against PreNorm {ln!r}")
+    ok &= abs(ld - ln) <= 1e-12 * abs(ln)
+    # a window covering every output is full; a zero input projection is the static query
+    cw = tiny(1, window=6)
+    same_window = loss_of(cw, base, x, y) == loss_of(c, base, x, y)
+    cq = tiny(1, query="input")
+    pq = dict(base, res_qproj=torch.zeros(shapes(cq)[-3][1], dtype=torch.float64))
+    same_query = loss_of(cq, pq, x, y) == loss_of(c, base, x, y)
+    ch = tiny(1, heads=1)
+    same_heads = loss_of(ch, base, x, y) == loss_of(c, base, x, y)
+    print(f"window W >= 2L = full: {same_window}; U = 0 = static query: {same_query}; "
+          f"1 head = default: {same_heads}")
+    ok &= same_window and same_query and same_heads
+    # header round trip of a combination (asserted inside write_state)
+    path = "/tmp/attnres_selftest_variant.bin"
+    generate(path, tiny(2, score="sigmoid", key_norm="off", query="input", heads=4), 2, "rand",
+             0.3, 12)
+    ok &= check(path, 1e-6)
+    return ok
 
 
 def selftest():
@@ -353,6 +536,7 @@ def selftest():
                 mean &= torch.allclose(h, V.mean(0), rtol=1e-14, atol=1e-17)
             ok &= mean
             print(f"  SPEC init: {len(trace)} depth attentions all exact means: {mean}")
+    ok &= selftest_variants(hp)
     path = "/tmp/attnres_selftest.bin"  # (3) round-trip + size (asserted inside write_state)
     c, K = tiny(4), 3
     generate(path, c, K, "rand", 0.3, 11)
@@ -375,6 +559,13 @@ def main():
     for k, v in dict(S=4, B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, K=3, seed=0).items():
         ap.add_argument("--" + k, type=int, default=v)
     ap.add_argument("--init", choices=["spec", "rand"], default="rand")
+    # SPEC's variants (the flags of ./train), for --out
+    ap.add_argument("--depth-score", choices=VARIANTS["score"][1], default="softmax")
+    ap.add_argument("--key-norm", choices=VARIANTS["key_norm"][1], default="on")
+    ap.add_argument("--depth-query", choices=VARIANTS["query"][1], default="static")
+    ap.add_argument("--depth-heads", type=int, default=1)
+    ap.add_argument("--depth-window", type=int, default=0)
+    ap.add_argument("--mixing", choices=VARIANTS["mixing"][1], default="attention")
     ap.add_argument("--ignore", type=float, default=0.2, help="fraction of targets set to -1")
     a = ap.parse_args()
     if a.selftest:
@@ -395,7 +586,9 @@ def main():
         S = {"none": 0, "full": 1}.get(a.mode, a.S)
         if a.mode == "block" and S < 2:
             sys.exit("--mode block needs --S >= 2")
-        c = cfg(a.B, a.T, a.V, a.d, a.L, a.H, a.G, a.F, S)
+        c = cfg(a.B, a.T, a.V, a.d, a.L, a.H, a.G, a.F, S, score=a.depth_score,
+                key_norm=a.key_norm, query=a.depth_query, heads=a.depth_heads,
+                window=a.depth_window, mixing=a.mixing)
         generate(a.out, c, a.K, a.init, a.ignore, a.seed)
     else:
         ap.print_help()
