@@ -180,8 +180,8 @@ static void parse_flags(Options* o, int argc, char** argv) {
     int n = flag_table(o, flags);
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            print_help();
-            dist_finalize();  // under mpirun too, a clean end
+            if (dist.rank == 0) { print_help(); }  // once, under mpirun too
+            dist_finalize();
             exit(0);
         }
         const Flag* f = NULL;
