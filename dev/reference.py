@@ -507,19 +507,7 @@ def selftest():
         c = tiny(S, L, H, G)
         p = init_params(c, "rand", 100 + S)
         x, y = make_batch(c, 100 + S, 0.3)
-        _, _, g = loss_and_grads(p, x, y, c, hp)
-        worst, gen = 0.0, torch.Generator().manual_seed(S)
-        for n in p:  # (1) central finite differences on a few elements per tensor
-            floor = 1e-3 * g[n].abs().max().item()
-            for idx in torch.randint(0, p[n].numel(), (4,), generator=gen).tolist():
-                e = 1e-5
-                q = {k: v.clone() for k, v in p.items()}
-                q[n].view(-1)[idx] += e
-                lp = forward(q, x, y, c, hp)[1].item()
-                q[n].view(-1)[idx] -= 2 * e
-                lm = forward(q, x, y, c, hp)[1].item()
-                fd, an = (lp - lm) / (2 * e), g[n].view(-1)[idx].item()
-                worst = max(worst, abs(fd - an) / max(abs(an), floor, 1e-12))
+        worst, g = fd_worst(c, p, x, y, hp, S)  # (1) central finite differences
         ok &= worst < 1e-6
         print(f"finite differences S={S} L={L} H={H} G={G}: worst rel err {worst:.2e}")
         if S > 0:  # (2) first sub-layer's pseudo-query/gain get exactly zero gradient
