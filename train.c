@@ -497,23 +497,20 @@ static float trainer_forward_backward(Trainer* t, const int* x, const int* y, si
     if (SHARDED) {
         // each rank's loss is its rows' share of the global mean (its sum over the global
         // count), so the gradients summed over the ranks are the global batch's
-        double local_loss, sum_sq, start = now_seconds();
+        double local_loss, sum_sq;
 #ifdef ATTNRES_CUDA
         model_forward_backward_shard_cuda(&t->device, x, y, n_targets, B, T, &dist,
                                           t->grad_shard, t->lo, t->hi, &local_loss, &sum_sq);
-        start = now_seconds();  // the reduce-scatter ran inside, on the GPU's stream
+        double start = now_seconds();  // the reduce-scatter ran inside, on the GPU's stream
 #else
         Model* h = t->host;
         model_forward_rows(h, x, y, n_targets, B, T);
         local_loss = h->kernels->sum(h->acts.losses, B * T);
         model_zero_grad(h);
         model_backward(h);
-        start = now_seconds();
+        double start = now_seconds();
         dist_reduce_scatter(&dist, t->grad_shard, h->grads_memory, h->num_params);
-        sum_sq = 0.0;
-        for (size_t i = 0; i < t->hi - t->lo; i++) {
-            sum_sq += (double)t->grad_shard[i] * (double)t->grad_shard[i];
-        }
+        sum_sq = sum_of_squares(t->grad_shard, t->hi - t->lo);
 #endif
         double loss_sum = dist_sum(&dist, local_loss);
         *norm = (float)sqrt(dist_sum(&dist, sum_sq));
@@ -535,39 +532,31 @@ static float trainer_forward_backward(Trainer* t, const int* x, const int* y, si
 
 // clips the gradient to norm grad_clip (0 = off), then AdamW step adam_t (from 1)
 static void trainer_update(Trainer* t, const Options* o, float norm, float lr, int adam_t) {
-    int clip = o->grad_clip > 0.0f && norm > o->grad_clip;
-    if (SHARDED) {  // ZeRO-1: this rank's shard, then every rank gathers the whole
-        Model* trained = trained_model(t);
-        float* g = t->grad_shard;
+    // ZeRO-1: this rank's shard, then every rank gathers the whole. Unsharded, the shard is
+    // the whole flat buffer, and model_update_shard over it is model_update.
+    Model* trained = trained_model(t);
+    size_t lo = SHARDED ? t->lo : 0, hi = SHARDED ? t->hi : trained->num_params;
+    float* g = SHARDED ? t->grad_shard : trained->grads_memory;
+    float* m = SHARDED ? t->m_shard : trained->m_memory;
+    float* v = SHARDED ? t->v_shard : trained->v_memory;
+    if (o->grad_clip > 0.0f && norm > o->grad_clip) {
 #ifdef ATTNRES_CUDA
-        if (clip) { dist_clip_shard_cuda(g, t->hi - t->lo, norm, o->grad_clip); }
+        dist_clip_shard_cuda(g, hi - lo, norm, o->grad_clip);
 #else
-        if (clip) {
-            float scale = o->grad_clip / norm;
-            for (size_t i = 0; i < t->hi - t->lo; i++) { g[i] *= scale; }
-        }
-#endif
-        model_update_shard(trained, t->lo, t->hi, g, t->m_shard, t->v_shard, lr, o->beta1,
-                           o->beta2, o->adam_eps, o->weight_decay, adam_t);
-        double start = now_seconds();
-#ifdef ATTNRES_CUDA
-        dist_all_gather_cuda(&dist, trained->params_memory, trained->num_params);
-#else
-        dist_all_gather(&dist, trained->params_memory, trained->num_params);
-#endif
-        t->comm_seconds += now_seconds() - start;
-        return;
-    }
-#ifdef ATTNRES_CUDA
-    if (clip) { model_clip_gradients_cuda(&t->device, norm, o->grad_clip); }
-    model_update_cuda(&t->device, lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, adam_t);
-#else
-    if (clip) {
         float scale = o->grad_clip / norm;
-        for (size_t i = 0; i < t->host->num_params; i++) { t->host->grads_memory[i] *= scale; }
-    }
-    model_update(t->host, lr, o->beta1, o->beta2, o->adam_eps, o->weight_decay, adam_t);
+        for (size_t i = 0; i < hi - lo; i++) { g[i] *= scale; }
 #endif
+    }
+    model_update_shard(trained, lo, hi, g, m, v, lr, o->beta1, o->beta2, o->adam_eps,
+                       o->weight_decay, adam_t);
+    if (!SHARDED) { return; }
+    double start = now_seconds();
+#ifdef ATTNRES_CUDA
+    dist_all_gather_cuda(&dist, trained->params_memory, trained->num_params);
+#else
+    dist_all_gather(&dist, trained->params_memory, trained->num_params);
+#endif
+    t->comm_seconds += now_seconds() - start;
 }
 
 // the host Model gets the trained parameters and AdamW state (./train: it has them already)

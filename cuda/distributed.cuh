@@ -24,7 +24,8 @@ void dist_finalize_cuda(void);
 // As dist_reduce_scatter / dist_all_gather, on device buffers.
 void dist_reduce_scatter_cuda(const Dist* d, float* shard, const float* grads, size_t n);
 void dist_all_gather_cuda(const Dist* d, float* params, size_t n);
-// Clipping of a gradient shard: when norm > max_norm, shard *= max_norm / norm.
+// Clipping of gradients on the device (a shard, or the whole buffer): when norm > max_norm,
+// shard *= max_norm / norm.
 void dist_clip_shard_cuda(float* shard, size_t count, float norm, float max_norm);
 // A device buffer of count floats holding host[0 .. count) (zeros when host is NULL); back.
 float* dist_shard_alloc_cuda(const float* host, size_t count);

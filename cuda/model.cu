@@ -40,18 +40,12 @@ static float* alloc_zeroed_cuda(size_t n) {
     return p;
 }
 static void release_cuda(void* p) { cudaCheck(cudaFree(p)); }
-// the sum of host floats in double, in index order (as the CPU's kernel table sums)
-static double sum_in_order(const float* host, size_t n) {
-    double sum = 0.0;
-    for (size_t i = 0; i < n; i++) sum += host[i];
-    return sum;
-}
 // the sum of x (device) in double, in index order, on the host (synchronises)
 static double sum_cuda(const float* x, size_t n) {
     float* host = (float*)mallocCheck(n * sizeof(float));
     cudaCheck(cudaMemcpyAsync(host, x, n * sizeof(float), cudaMemcpyDeviceToHost, cuda_stream));
     cudaCheck(cudaStreamSynchronize(cuda_stream));
-    double sum = sum_in_order(host, n);
+    double sum = cpu_kernels.sum(host, n);
     free(host);
     return sum;
 }
@@ -217,7 +211,7 @@ static double read_back_step(ModelCuda* m, size_t N, const float* x, size_t n, d
                               cudaMemcpyDeviceToHost, cuda_stream));
     cudaCheck(cudaStreamSynchronize(cuda_stream));
     *sum_sq = sum_of_partials(m->readback + N);
-    return sum_in_order(m->readback, N);
+    return cpu_kernels.sum(m->readback, N);
 }
 
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,

@@ -487,12 +487,7 @@ void model_backward(Model* m) {
 }
 
 float model_grad_norm(const Model* m) {
-    double sum_sq = 0.0;
-    for (size_t i = 0; i < m->num_params; i++) {
-        double g = m->grads_memory[i];
-        sum_sq += g * g;
-    }
-    return (float)sqrt(sum_sq);
+    return (float)sqrt(sum_of_squares(m->grads_memory, m->num_params));
 }
 
 void model_update(Model* m, float lr, float beta1, float beta2, float eps,

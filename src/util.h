@@ -38,6 +38,13 @@ static inline float dot(const float* a, const float* b, size_t n) {
     return sum;
 }
 
+// sum of x[i]^2 in double, in index order (the global gradient norm's sum)
+static inline double sum_of_squares(const float* x, size_t n) {
+    double sum = 0.0;
+    for (size_t i = 0; i < n; i++) { sum += (double)x[i] * (double)x[i]; }
+    return sum;
+}
+
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 #define callocCheck(count, size) calloc_check(count, size, __FILE__, __LINE__)
 
