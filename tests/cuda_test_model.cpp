@@ -76,6 +76,22 @@ static void random_batch(std::vector<int>& tokens, std::vector<int>& targets, si
     }
 }
 
+// forward (returning the loss), zero_grad and backward of the batch (tokens, targets) (B,T)
+static float forward_backward(Model* m, const std::vector<int>& tokens,
+                              const std::vector<int>& targets, size_t B, size_t T) {
+    float loss = model_forward(m, tokens.data(), targets.data(), B, T);
+    model_zero_grad(m);
+    model_backward(m);
+    return loss;
+}
+static float forward_backward_cuda(ModelCuda* m, const std::vector<int>& tokens,
+                                   const std::vector<int>& targets, size_t B, size_t T) {
+    float loss = model_forward_cuda(m, tokens.data(), targets.data(), B, T);
+    model_zero_grad_cuda(m);
+    model_backward_cuda(m);
+    return loss;
+}
+
 // Compares a flat buffer tensor by tensor, each under its canonical name.
 static void compare_tensors(const std::string& what, const float* cuda, const float* cpu,
                             const size_t* sizes, Tolerance tol) {
@@ -118,12 +134,8 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     compare_exact("params after a round trip", back.params_memory, cpu.params_memory, P);
 
     // forward and backward
-    float loss = model_forward(&cpu, tokens.data(), targets.data(), B, T);
-    model_zero_grad(&cpu);
-    model_backward(&cpu);
-    float loss_cuda = model_forward_cuda(&gpu, tokens.data(), targets.data(), B, T);
-    model_zero_grad_cuda(&gpu);
-    model_backward_cuda(&gpu);
+    float loss = forward_backward(&cpu, tokens, targets, B, T);
+    float loss_cuda = forward_backward_cuda(&gpu, tokens, targets, B, T);
     CHECK(loss_cuda == doctest::Approx(loss).epsilon(1e-5));
     compare_within("logits", download(model_logits_cuda(&gpu), N * V).data(), model_logits(&cpu),
                    N * V, forward_tol);
@@ -148,16 +160,12 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
     for (int t = 1; t <= 3; t++) {
         CAPTURE(t);
-        float step_loss = model_forward(&cpu, tokens.data(), targets.data(), B, T);
-        model_zero_grad(&cpu);
-        model_backward(&cpu);
+        float step_loss = forward_backward(&cpu, tokens, targets, B, T);
         float norm = model_grad_norm(&cpu), max_norm = 0.5f * norm;
         for (size_t i = 0; i < P; i++) cpu.grads_memory[i] *= max_norm / norm;
         model_update(&cpu, lr, beta1, beta2, eps, weight_decay, t);
 
-        float step_loss_cuda = model_forward_cuda(&gpu, tokens.data(), targets.data(), B, T);
-        model_zero_grad_cuda(&gpu);
-        model_backward_cuda(&gpu);
+        float step_loss_cuda = forward_backward_cuda(&gpu, tokens, targets, B, T);
         float norm_cuda = model_grad_norm_cuda(&gpu);
         model_clip_gradients_cuda(&gpu, norm_cuda, max_norm);
         model_update_cuda(&gpu, lr, beta1, beta2, eps, weight_decay, t);
@@ -197,9 +205,7 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
     model_to_device_cuda(&one, &host);
     for (int step = 1; step <= 2; step++) {  // the second step after an AdamW update
         CAPTURE(step);
-        float loss = model_forward_cuda(&pieces, tokens.data(), targets.data(), B, T);
-        model_zero_grad_cuda(&pieces);
-        model_backward_cuda(&pieces);
+        float loss = forward_backward_cuda(&pieces, tokens, targets, B, T);
         float norm = model_grad_norm_cuda(&pieces);
         float loss_one = -1.0f, norm_one = -1.0f;
         model_forward_backward_cuda(&one, tokens.data(), targets.data(), B, T, &loss_one,
@@ -222,7 +228,8 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
 // The largest change of each tensor of the CPU's results (logits, then each gradient) when
 // every parameter moves by a relative 2^-23 (one or two units in the last place), in random
 // directions: how far apart two float32 computations of this model can land through rounding
-// alone. The parameters are restored.
+// alone. cpu has just run forward and backward on (tokens, targets): that is the baseline;
+// its parameters, logits and gradients are as they were when this returns.
 struct Sensitivity {
     double logits = 0.0;
     std::vector<double> grads;
@@ -233,17 +240,13 @@ static Sensitivity ulp_sensitivity(Model* cpu, const std::vector<int>& tokens,
                                    uint64_t seed) {
     size_t P = cpu->num_params, NV = B * T * cpu->config.vocab_size;
     Floats params(cpu->params_memory, cpu->params_memory + P);
-    model_forward(cpu, tokens.data(), targets.data(), B, T);
-    model_zero_grad(cpu);
-    model_backward(cpu);
     Floats logits(model_logits(cpu), model_logits(cpu) + NV);
     Floats grads(cpu->grads_memory, cpu->grads_memory + P);
+    double norm = model_grad_norm(cpu);
     Rng rng(seed);
     for (size_t j = 0; j < P; j++)
         cpu->params_memory[j] *= 1.0f + (rng.next() & 1 ? 1.0f : -1.0f) * FLT_EPSILON;
-    model_forward(cpu, tokens.data(), targets.data(), B, T);
-    model_zero_grad(cpu);
-    model_backward(cpu);
+    forward_backward(cpu, tokens, targets, B, T);
     Sensitivity s;
     for (size_t i = 0; i < NV; i++)
         s.logits = std::max(s.logits, (double)std::fabs(model_logits(cpu)[i] - logits[i]));
@@ -255,10 +258,10 @@ static Sensitivity ulp_sensitivity(Model* cpu, const std::vector<int>& tokens,
         s.grads.push_back(most);
         offset += cpu->param_sizes[t];
     }
-    double norm = model_grad_norm(cpu);
-    std::copy(grads.begin(), grads.end(), cpu->grads_memory);
-    s.norm = std::fabs(norm - model_grad_norm(cpu)) / model_grad_norm(cpu);
+    s.norm = std::fabs(model_grad_norm(cpu) - norm) / norm;
     std::copy(params.begin(), params.end(), cpu->params_memory);
+    std::copy(logits.begin(), logits.end(), cpu->acts.logits);
+    std::copy(grads.begin(), grads.end(), cpu->grads_memory);
     return s;
 }
 
@@ -309,15 +312,11 @@ TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradien
     const float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
     for (int t = 1; t <= 2; t++) {
         CAPTURE(t);
+        float loss = forward_backward(&cpu, tokens, targets, B, T);
         Sensitivity s = ulp_sensitivity(&cpu, tokens, targets, B, T, 100 + t);
         CAPTURE(s.logits);
         CAPTURE(s.norm);
-        float loss = model_forward(&cpu, tokens.data(), targets.data(), B, T);
-        model_zero_grad(&cpu);
-        model_backward(&cpu);
-        float loss_cuda = model_forward_cuda(&gpu, tokens.data(), targets.data(), B, T);
-        model_zero_grad_cuda(&gpu);
-        model_backward_cuda(&gpu);
+        float loss_cuda = forward_backward_cuda(&gpu, tokens, targets, B, T);
         CHECK(loss_cuda == doctest::Approx(loss).epsilon(1e-4));
         compare_within("logits", download(model_logits_cuda(&gpu), N * V).data(),
                        model_logits(&cpu), N * V, conditioned(forward_tol, s.logits));
