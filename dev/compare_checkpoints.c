@@ -1,7 +1,9 @@
 // compare_checkpoints.c — two checkpoints of the same model (src/checkpoint.h) hold the same
-// parameters and AdamW moments: each kind within 1e-5 of its largest value (rounding apart;
-// the moments not all zero). Prints the largest difference of each kind; exit status 1 if
-// not, 2 for an unreadable file. For the data-parallel tests (tests/mpi_tests.sh, run_all.sh).
+// parameters and AdamW moments: each kind within 2e-6 of its largest value (rounding apart;
+// the moments not all zero). Measured: 2 or 3 processes against 1 after 10 steps, at most
+// 2e-7 of the largest value; the emulated GPU's sharded step against ./train after 6 steps,
+// 6.5e-7 (its sums run in other orders). Prints the largest difference of each kind; exit
+// status 1 if not, 2 for an unreadable file. For tests/mpi_tests.sh and tests/run_all.sh.
 //
 //   build/compare_checkpoints A B
 #include <math.h>
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
         }
         printf("%s: %zu values, largest |difference| %.3g (largest value %.3g)\n", kinds[k], P,
                worst, scale);
-        ok = ok && nonzero && worst <= 1e-5 * scale + 1e-9;
+        ok = ok && nonzero && worst <= 2e-6 * scale;
     }
     free(a);
     free(b);
