@@ -1,5 +1,6 @@
 # mpi_tests.sh — data-parallel training (build/train_mpi under mpirun) against one process
-# (./train). Sourced by tests/run_all.sh, which runs each function below as one test.
+# (./train). Sourced by tests/run_all.sh, which runs each function below as one test, with a
+# fresh folder in $TEST_DIR.
 #
 # Losses are compared from --diagnostics' train.csv (every logged loss, 6 significant
 # digits): the processes sum their gradients in another order than one process sums its
@@ -31,53 +32,40 @@ mpi_same_losses() {
 # 1, 2 and 3 processes, the same global batch (12 rows), 50 steps: losses within 1e-5; two
 # runs of 2 processes: identical
 mpi_matches_one_process() {
-    local dir
-    dir=$(mktemp -d)
+    local dir=$TEST_DIR
     ./train "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p1" >/dev/null &&
         mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p2" >/dev/null &&
         mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p2b" >/dev/null &&
         mpi_run 3 build/train_mpi "${MPI_FLAGS[@]}" "$@" --diagnostics "$dir/p3" >/dev/null &&
         mpi_same_losses "$dir/p2" "$dir/p1" 1e-5 && mpi_same_losses "$dir/p3" "$dir/p1" 1e-5 &&
         mpi_same_losses "$dir/p2b" "$dir/p2" 0
-    local status=$?
-    rm -rf "$dir"
-    return $status
 }
 
 # interrupted at step 25 on P processes, resumed on P' to step 50: the losses of steps
 # 26..50 are those of an uninterrupted run on one process
 mpi_resume_across() {
-    local from=$1 to=$2 dir
-    dir=$(mktemp -d)
+    local from=$1 to=$2 dir=$TEST_DIR
     local run=(build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2)
     ./train "${MPI_FLAGS[@]}" --mode block --block-size 2 --diagnostics "$dir/whole" >/dev/null &&
         mpi_run "$from" "${run[@]}" --checkpoint "$dir/ck" --stop-after 25 --diagnostics "$dir/cut" >/dev/null &&
         mpi_run "$to" "${run[@]}" --checkpoint "$dir/ck" --resume --diagnostics "$dir/cut" >/dev/null &&
         mpi_same_losses "$dir/cut" "$dir/whole" 1e-5
-    local status=$?
-    rm -rf "$dir"
-    return $status
 }
 
 # ZeRO-1: after 10 steps, the AdamW moments that 2 sharded processes gather into their
 # checkpoint equal one process's unsharded moments (and the parameters too), to rounding
 mpi_moments_match() {
-    local dir
-    dir=$(mktemp -d)
+    local dir=$TEST_DIR
     ./train "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 --checkpoint "$dir/one" >/dev/null &&
         mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode full --steps 10 --eval-every 10 \
             --checkpoint "$dir/two" >/dev/null &&
         build/compare_checkpoints "$dir/one" "$dir/two"
-    local status=$?
-    rm -rf "$dir"
-    return $status
 }
 
 # a rank killed mid-run ends the whole job within seconds, with a message; the last
 # checkpoint it wrote still loads
 mpi_rank_killed() {
-    local dir
-    dir=$(mktemp -d)
+    local dir=$TEST_DIR
     mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --steps 1000000 --log-every 1000 \
         --eval-every 20 --checkpoint "$dir/ck" >"$dir/out" 2>&1 &
     local job=$!
@@ -85,11 +73,11 @@ mpi_rank_killed() {
     while [ ! -f "$dir/ck" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
     local victim
     victim=$(pgrep -f "^build/train_mpi.*$dir/ck" | tail -1)
-    [ -n "$victim" ] || { echo "no rank to kill"; kill $job; rm -rf "$dir"; return 1; }
+    [ -n "$victim" ] || { echo "no rank to kill"; kill $job; return 1; }
     kill -9 "$victim"
     local start=$SECONDS
     while kill -0 $job 2>/dev/null && [ $((SECONDS - start)) -lt 20 ]; do sleep 0.2; done
-    if kill -0 $job 2>/dev/null; then echo "the job still runs 20 s later"; kill -9 $job; rm -rf "$dir"; return 1; fi
+    if kill -0 $job 2>/dev/null; then echo "the job still runs 20 s later"; kill -9 $job; return 1; fi
     wait $job
     local status=$?
     echo "job ended in $((SECONDS - start)) s with status $status:"
@@ -97,7 +85,6 @@ mpi_rank_killed() {
     # the checkpoint loads: one process decodes from it
     [ "$status" -ne 0 ] && ./train --sample --checkpoint "$dir/ck" >/dev/null
     local ok=$?
-    rm -rf "$dir"
     return $ok
 }
 

@@ -28,11 +28,12 @@ doctest_suite() {
     rm -f "$log"
 }
 
-# run one command as one test
+# run one command as one test; it may keep files in $TEST_DIR, a fresh folder removed after it
 single() {
     local name=$1; shift
     local log
     log=$(mktemp)  # one per test: runs in other checkouts at the same time keep theirs
+    TEST_DIR=$(mktemp -d)
     if "$@" >"$log" 2>&1; then
         passed=$((passed + 1))
         echo "ok   $name"
@@ -43,6 +44,7 @@ single() {
         cat "$log"
     fi
     rm -f "$log"
+    rm -rf "$TEST_DIR"
 }
 
 doctest_suite "unit tests" ./test_attnres
@@ -54,8 +56,7 @@ done
 
 # a bad state file: exit status 2 and one line naming the problem
 check_state_refuses() {
-    local dir out status
-    dir=$(mktemp -d)
+    local dir=$TEST_DIR out status
     cp tests/data/none_mha_rand.bin "$dir/variant.bin"
     printf '\001' | dd of="$dir/variant.bin" bs=1 seek=52 conv=notrunc 2>/dev/null  # [13] = 1
     head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
@@ -72,7 +73,6 @@ check_state_refuses() {
         [ "$status" -eq 2 ] && [ "$out" = "error: state file $dir/${expect[$i]}" ] || { echo "$f: status $status: $out"; ok=1; }
         i=$((i + 1))
     done
-    rm -rf "$dir"
     return $ok
 }
 single "check_state refuses a bad state file (variant slot, truncated, wrong magic): exit 2" check_state_refuses
@@ -112,14 +112,10 @@ EMU_TRAIN_FLAGS="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 
                  --threads 1"
 train_cuda_emu_matches_train() {
     local flags="$EMU_TRAIN_FLAGS $*"
-    local dir
-    dir=$(mktemp -d)
+    local dir=$TEST_DIR
     # shellcheck disable=SC2086
     build/emu/train_cuda $flags >"$dir/cuda.txt" && ./train $flags >"$dir/cpu.txt" &&
         same_numbers "$dir/cuda.txt" "$dir/cpu.txt"
-    local status=$?
-    rm -rf "$dir"
-    return $status
 }
 if [ -x build/emu/train_cuda ]; then
     echo "== ./train_cuda's training step with the emulated kernels, against ./train"
@@ -130,17 +126,13 @@ fi
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
 train_cuda_mpi_emu_matches_train() {
     local flags="$EMU_TRAIN_FLAGS $*"
-    local dir extra=()
-    dir=$(mktemp -d)
+    local dir=$TEST_DIR extra=()
     [ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
     # shellcheck disable=SC2086
     mpirun "${extra[@]}" -np 1 build/emu/train_cuda_mpi $flags --checkpoint "$dir/gpu.ckpt" >"$dir/cuda.txt" &&
         ./train $flags --checkpoint "$dir/cpu.ckpt" >"$dir/cpu.txt" &&
         same_numbers <(grep -v "^checkpoints:" "$dir/cuda.txt") <(grep -v "^checkpoints:" "$dir/cpu.txt") &&
         build/compare_checkpoints "$dir/cpu.ckpt" "$dir/gpu.ckpt"
-    local status=$?
-    rm -rf "$dir"
-    return $status
 }
 if [ -x build/emu/train_cuda_mpi ]; then
     echo "== ./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
