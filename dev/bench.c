@@ -17,7 +17,6 @@
 #include "util.h"
 #include "bench_util.h"
 
-#define N_MODES 3
 
 // one training step of m on (x, y); returns its milliseconds
 static double timed_step(Model* m, const int* x, const int* y, size_t B, size_t T, int t) {
@@ -48,15 +47,13 @@ int main(int argc, char** argv) {
         else { fprintf(stderr, "error: unknown argument '%s' (usage: ./bench [--rounds N] [--threads N])\n", argv[i]); return 1; }
     }
     if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }
-    const size_t B = 8, T = 128;
-    const char* names[N_MODES] = {"none", "full", "block S=4"};
-    const int block_sizes[N_MODES] = {0, 1, 4};
+    const size_t B = BENCH_B, T = BENCH_T;
     printf("bench: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, %d threads, %d rounds of one "
            "step per mode, modes interleaved\n", B, T, omp_get_max_threads(), rounds);
 
     Model models[N_MODES];
     for (int i = 0; i < N_MODES; i++) {
-        ModelConfig c = {256, 256, 8, 8, 4, 704, block_sizes[i]};
+        ModelConfig c = bench_config(i);
         model_build(&models[i], &c, B, T);
         model_init_params(&models[i], 1);
     }
@@ -65,7 +62,7 @@ int main(int argc, char** argv) {
     double* ms[N_MODES];
     for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, N_MODES, rounds, 2, bench_step, &bench);
-    print_rounds(names, N_MODES, ms, rounds, B * T);
+    print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
         model_free(&models[i]);

@@ -12,7 +12,6 @@
 #include "util.h"
 #include "bench_util.h"
 
-#define N_MODES 3
 
 // one training step as train.c takes it (one read-back, of the loss and the gradient norm,
 // then clipping and AdamW), waited for, so the step has finished on the GPU when this returns
@@ -48,15 +47,13 @@ int main(int argc, char** argv) {
     const char* problem = cuda_device_problem();
     if (problem != NULL) { fprintf(stderr, "error: %s\n", problem); return 1; }
     model_use_cublas_cuda(cublas);
-    const size_t B = 8, T = 128;
-    const char* names[N_MODES] = {"none", "full", "block S=4"};
-    const int block_sizes[N_MODES] = {0, 1, 4};
+    const size_t B = BENCH_B, T = BENCH_T;
     printf("bench_cuda: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, matmuls: %s, %d rounds of "
            "one step per mode, modes interleaved\n", B, T, cublas ? "cuBLAS" : "ours", rounds);
 
     ModelCuda models[N_MODES];
     for (int i = 0; i < N_MODES; i++) {
-        ModelConfig c = {256, 256, 8, 8, 4, 704, block_sizes[i]};
+        ModelConfig c = bench_config(i);
         Model host;
         model_build(&host, &c, 1, 1);
         model_init_params(&host, 1);
@@ -69,7 +66,7 @@ int main(int argc, char** argv) {
     double* ms[N_MODES];
     for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, N_MODES, rounds, 3, bench_step, &bench);
-    print_rounds(names, N_MODES, ms, rounds, B * T);
+    print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
         model_free_cuda(&models[i]);

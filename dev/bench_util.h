@@ -1,5 +1,5 @@
-// bench_util.h — what dev/bench.c and dev/bench_cuda.c share: a clock, quantiles, and the
-// report of interleaved rounds (each mode's median ms/step; each overhead the median of the
+// bench_util.h — what dev/bench.c and dev/bench_cuda.c share: the bench model, a clock,
+// quantiles, and the report of interleaved rounds (each mode's median ms/step; each overhead the median of the
 // paired ratios mode / none of the same round, with the middle half of the rounds).
 #ifndef ATTNRES_BENCH_UTIL_H
 #define ATTNRES_BENCH_UTIL_H
@@ -8,7 +8,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "model.h"
 #include "rng.h"
+
+// The bench model in each mode: d=256 L=8 H=8 G=4 F=704 V=256 (bytes), batch B x T
+#define N_MODES 3
+#define BENCH_B 8
+#define BENCH_T 128
+static const char* const BENCH_MODE_NAMES[N_MODES] = {"none", "full", "block S=4"};
+static inline ModelConfig bench_config(int mode) {
+    const int block_sizes[N_MODES] = {0, 1, 4};
+    ModelConfig c = {256, 256, 8, 8, 4, 704, block_sizes[mode]};
+    return c;
+}
 
 static inline double now_seconds(void) {
     struct timespec ts;
