@@ -157,20 +157,34 @@ static void print_help(void) {
 // One-line error and a non-zero exit.
 // This process of a data-parallel run (distributed.h): rank 0 of 1 without mpirun.
 static Dist dist = {0, 1, 0, 1};
-// While the run is being set up every rank checks the same flags and files, so only rank 0
-// reports what is wrong; once training runs, the rank that sees a problem reports it.
+// While the run is being set up every rank checks the same flags and files, so rank 0
+// reports what is wrong (let_rank0_speak); a problem only another rank sees (a file missing
+// on its machine) is still reported, a second later. Once training runs, the rank that sees
+// a problem reports it at once.
 static int setting_up = 1;
 
-// One line on stderr, then the end of the run (of every rank of it, under mpirun).
+// Where every rank meets the same problem, the ranks other than 0 wait a second before they
+// end the job, so that rank 0's line is the one printed (its abort ends them meanwhile).
+static void let_rank0_speak(void) {
+    if (dist.world > 1 && dist.rank != 0) {
+        struct timespec second = {1, 0};
+        nanosleep(&second, NULL);
+    }
+}
+
+// One line on stderr (one write, so that other processes' output cannot cut into it), then
+// the end of the run (of every rank of it, under mpirun).
 static void die(const char* fmt, ...) {
-    if (dist.world == 1 || dist.rank == 0 || !setting_up) {
-        va_list args;
-        va_start(args, fmt);
-        if (dist.world > 1 && !setting_up) { fprintf(stderr, "error (rank %d): ", dist.rank); }
-        else { fprintf(stderr, "error: "); }
-        vfprintf(stderr, fmt, args);
-        fprintf(stderr, "\n");
-        va_end(args);
+    char message[1024];
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(message, sizeof(message), fmt, args);
+    va_end(args);
+    if (setting_up) { let_rank0_speak(); }
+    if (dist.world > 1 && dist.rank != 0) {
+        fprintf(stderr, "error (rank %d): %s\n", dist.rank, message);
+    } else {
+        fprintf(stderr, "error: %s\n", message);
     }
     dist_abort(1);
 }
@@ -1026,6 +1040,7 @@ static void stop_on_nan(const Run* r, const char* what, int step, const char* de
         fprintf(stderr, "error: %s at step %d%s; training stopped%s\n", what, step, detail,
                 where);
     }
+    let_rank0_speak();
     dist_abort(1);
 }
 
