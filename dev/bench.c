@@ -1,5 +1,6 @@
 // bench.c — `make bench`: ms/step and tokens/s of one full training step (forward, backward,
-// AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead.
+// AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead; then
+// the depth attention alone as full mode calls it.
 //
 // ./bench [--rounds N] [--threads N]
 //
@@ -13,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "layers.h"
 #include "model.h"
 #include "util.h"
 #include "bench_util.h"
@@ -26,6 +28,56 @@ static double timed_step(Model* m, const int* x, const int* y, size_t B, size_t 
     model_backward(m);
     model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
     return 1000.0 * (now_seconds() - t0);
+}
+
+// The depth attention alone, as full mode calls it in one step: sub-layer l (0 .. 2L) attends
+// over l + 1 sources of N x d. Prints the best over `rounds` of the forward calls and of the
+// backward calls (the cores are shared: the best is the least disturbed).
+static void time_depth_attention(size_t n_calls, size_t N, size_t d, int rounds) {
+    uint64_t state = 11;
+    float *src[n_calls], *dsrc[n_calls];
+    for (size_t i = 0; i < n_calls; i++) {
+        src[i] = mallocCheck(N * d * sizeof(float));
+        dsrc[i] = callocCheck(N * d, sizeof(float));
+        for (size_t j = 0; j < N * d; j++) { src[i][j] = (float)rng_uniform(&state) - 0.5f; }
+    }
+    float* out = mallocCheck(N * d * sizeof(float));
+    float* dout = mallocCheck(N * d * sizeof(float));
+    for (size_t j = 0; j < N * d; j++) { dout[j] = (float)rng_uniform(&state) - 0.5f; }
+    float* alpha = mallocCheck(n_calls * N * n_calls * sizeof(float));
+    float* rstd = mallocCheck(n_calls * N * n_calls * sizeof(float));
+    float *query = mallocCheck(d * sizeof(float)), *gain = mallocCheck(d * sizeof(float));
+    float *dquery = callocCheck(d, sizeof(float)), *dgain = callocCheck(d, sizeof(float));
+    for (size_t c = 0; c < d; c++) {
+        query[c] = 0.1f * ((float)rng_uniform(&state) - 0.5f);
+        gain[c] = 1.0f;
+    }
+    double best_forward = 1e30, best_backward = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now_seconds();
+        for (size_t l = 0; l < n_calls; l++) {
+            depth_attention_forward(out, alpha + l * N * n_calls, rstd + l * N * n_calls,
+                                    (const float* const*)src, query, gain, l + 1, N, d);
+        }
+        double t1 = now_seconds();
+        for (size_t l = n_calls; l-- > 0;) {
+            depth_attention_backward(dsrc, dquery, dgain, dout, alpha + l * N * n_calls,
+                                     rstd + l * N * n_calls, (const float* const*)src, query,
+                                     gain, l + 1, N, d);
+        }
+        double t2 = now_seconds();
+        if (t1 - t0 < best_forward) { best_forward = t1 - t0; }
+        if (t2 - t1 < best_backward) { best_backward = t2 - t1; }
+    }
+    printf("depth attention alone, full mode's %zu calls of one step (1 .. %zu sources of %zu x "
+           "%zu): forward %.2f ms, backward %.2f ms (best of %d)\n", n_calls, n_calls, N, d,
+           1000.0 * best_forward, 1000.0 * best_backward, rounds);
+    for (size_t i = 0; i < n_calls; i++) {
+        free(src[i]);
+        free(dsrc[i]);
+    }
+    float* buffers[] = {out, dout, alpha, rstd, query, gain, dquery, dgain};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { free(buffers[i]); }
 }
 
 typedef struct {
@@ -63,6 +115,8 @@ int main(int argc, char** argv) {
     for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, N_MODES, rounds, 2, bench_step, &bench);
     print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T);
+    ModelConfig full = bench_config(1);
+    time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
         model_free(&models[i]);
