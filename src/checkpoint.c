@@ -8,16 +8,25 @@
 #include "checkpoint.h"
 #include "util.h"
 
+enum { VARIANT_SLOTS = 128 };  // [128..133]: depth_score, key_norm_off, ..., mixing
+
 static void config_to_header(const ModelConfig* c, int* header) {
     header[2] = c->vocab_size; header[3] = c->d_model; header[4] = c->n_layers;
     header[5] = c->n_heads; header[6] = c->n_kv_heads; header[7] = c->ffn_hidden;
     header[8] = c->block_size;
+    int variant[] = {c->depth_score, c->key_norm_off, c->depth_query, c->depth_heads,
+                     c->depth_window, c->mixing};
+    memcpy(header + VARIANT_SLOTS, variant, sizeof(variant));
 }
 
+// versions 1 and 2 hold zeros there: the default model, which is all they could save
 static void header_to_config(const int* header, ModelConfig* c) {
     c->vocab_size = header[2]; c->d_model = header[3]; c->n_layers = header[4];
     c->n_heads = header[5]; c->n_kv_heads = header[6]; c->ffn_hidden = header[7];
     c->block_size = header[8];
+    int* variant[] = {&c->depth_score, &c->key_norm_off, &c->depth_query, &c->depth_heads,
+                      &c->depth_window, &c->mixing};
+    for (int i = 0; i < 6; i++) { *variant[i] = header[1] >= 3 ? header[VARIANT_SLOTS + i] : 0; }
 }
 
 // The run record's slots in the header: ints as they are, 64-bit values as two slots (low,
@@ -116,7 +125,7 @@ static int open_checked(const char* path, FILE** f, int* header, char* err, size
         problem = "is truncated (no complete 256-int header)";
     } else if (header[0] != CHECKPOINT_MAGIC) {
         problem = "has the wrong magic number (not an attnres.c checkpoint)";
-    } else if (header[1] != 1 && header[1] != CHECKPOINT_VERSION) {
+    } else if (header[1] < 1 || header[1] > CHECKPOINT_VERSION) {
         snprintf(err, err_len, "checkpoint %s has version %d, this build reads versions 1 to %d",
                  path, header[1], CHECKPOINT_VERSION);
         fclose(*f);
@@ -181,12 +190,15 @@ int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err
     ModelConfig c;
     header_to_config(header, &c);
     if (memcmp(&c, &m->config, sizeof(c)) != 0) {
+        char have[128], want[128];
+        variant_describe(&c, have, sizeof(have));
+        variant_describe(&m->config, want, sizeof(want));
         snprintf(err, err_len,
-                 "checkpoint %s has config V=%d d=%d L=%d H=%d G=%d F=%d S=%d, the flags ask for "
-                 "V=%d d=%d L=%d H=%d G=%d F=%d S=%d", path, c.vocab_size, c.d_model, c.n_layers,
-                 c.n_heads, c.n_kv_heads, c.ffn_hidden, c.block_size, m->config.vocab_size,
-                 m->config.d_model, m->config.n_layers, m->config.n_heads, m->config.n_kv_heads,
-                 m->config.ffn_hidden, m->config.block_size);
+                 "checkpoint %s has config V=%d d=%d L=%d H=%d G=%d F=%d S=%d (%s), the flags ask "
+                 "for V=%d d=%d L=%d H=%d G=%d F=%d S=%d (%s)", path, c.vocab_size, c.d_model,
+                 c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.block_size, have,
+                 m->config.vocab_size, m->config.d_model, m->config.n_layers, m->config.n_heads,
+                 m->config.n_kv_heads, m->config.ffn_hidden, m->config.block_size, want);
         fclose(f);
         return -1;
     }

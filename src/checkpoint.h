@@ -1,13 +1,15 @@
 // checkpoint.h — model checkpoints: a 256-int header, then parameters, then AdamW state.
 //
 // Format (little-endian, documented in README.md):
-//   int32[256] header: [0] magic 20261124, [1] version 2, [2] V, [3] d, [4] L, [5] H,
+//   int32[256] header: [0] magic 20261124, [1] version 3, [2] V, [3] d, [4] L, [5] H,
 //                      [6] G, [7] F, [8] S (0 none, 1 full, >= 2 block), [9] completed
 //                      steps, [10..11] number of parameters P (low, high 32 bits),
 //                      [12] 1 if the run that wrote it is recorded in [13..127] (RunRecord,
-//                      laid out in checkpoint.c); rest 0
+//                      laid out in checkpoint.c), [128..133] the depth-attention variant
+//                      (ModelConfig's depth_score .. mixing, the values of a state file's
+//                      [13..18]); rest 0
 //   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
-// Version 1 files (no run record) still load. Files are written to PATH.tmp and renamed over
+// Version 1 files (no run record) and 2 (no variant: the default model) still load. Files are written to PATH.tmp and renamed over
 // PATH, so a crash never leaves a torn file. A file whose parameters hold NaN or Inf is
 // refused at load.
 #ifndef ATTNRES_CHECKPOINT_H
@@ -21,7 +23,7 @@ extern "C" {
 #endif
 
 #define CHECKPOINT_MAGIC 20261124
-#define CHECKPOINT_VERSION 2
+#define CHECKPOINT_VERSION 3
 
 // What a checkpoint records of the run that wrote it, so that --resume can refuse other
 // settings and --sample can start from the training's.

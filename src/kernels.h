@@ -49,6 +49,24 @@ typedef struct {
                                      const float* key_rstd, const float* const* sources,
                                      const float* query, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C);
+    void (*depth_attention_variant_forward)(float* out, float* alpha, float* key_rstd,
+                                            const float* const* sources, const float* query,
+                                            const float* query_rows, const float* norm_weight,
+                                            size_t n_sources, size_t N, size_t C, size_t heads,
+                                            int sigmoid);
+    void (*depth_attention_variant_backward)(float* const* dsources, float* dquery,
+                                             float* dquery_rows, float* dnorm_weight,
+                                             const float* dout, const float* alpha,
+                                             const float* key_rstd, const float* const* sources,
+                                             const float* query, const float* query_rows,
+                                             const float* norm_weight, size_t n_sources,
+                                             size_t N, size_t C, size_t heads, int sigmoid);
+    void (*depth_mixing_forward)(float* out, float* weights, const float* const* sources,
+                                 const float* coefficients, size_t n_sources, size_t N, size_t C,
+                                 int normalise);
+    void (*depth_mixing_backward)(float* const* dsources, float* dcoefficients, const float* dout,
+                                  const float* weights, const float* const* sources,
+                                  size_t n_sources, size_t N, size_t C, int normalise);
     void (*crossentropy_forward)(float* losses, float* probs, const float* logits,
                                  const int* targets, size_t N, size_t V);
     void (*crossentropy_backward)(float* dlogits, const float* probs, const int* targets,

@@ -101,6 +101,36 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C);
 
+// ---- depth_variants.c --------------------------------------------------------------------
+// SPEC's variants of the depth attention. The attention with every switch: `heads` groups of
+// C/heads channels (1: one head), each with its own scores; sigmoid (1) or softmax (0)
+// weights; norm_weight NULL turns the key norm off (r = 1, no gain); query_rows (N,C), when
+// not NULL, adds a per-row part to the query w (C): q_n = w + query_rows[n].
+// alpha and key_rstd are (N, n_sources, heads). heads = 1, softmax, a norm weight and no
+// query_rows compute what depth_attention_forward does.
+void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
+                                     const float* const* sources, const float* query,
+                                     const float* query_rows, const float* norm_weight,
+                                     size_t n_sources, size_t N, size_t C, size_t heads,
+                                     int sigmoid);
+// dsources[i] (N,C), dquery (C), dquery_rows (N,C; NULL when query_rows is) and dnorm_weight
+// (C; NULL when norm_weight is) +=.
+void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
+                                      float* dnorm_weight, const float* dout, const float* alpha,
+                                      const float* key_rstd, const float* const* sources,
+                                      const float* query, const float* query_rows,
+                                      const float* norm_weight, size_t n_sources, size_t N,
+                                      size_t C, size_t heads, int sigmoid);
+// The mixings: out (N,C) = sum_i weight_i V_i with one weight per source for every row:
+// weights (n_sources) = softmax(coefficients) when normalise (static mixing), else the
+// coefficients (DenseFormer). Backward: dsources (N,C) and dcoefficients (n_sources) +=.
+void depth_mixing_forward(float* out, float* weights, const float* const* sources,
+                          const float* coefficients, size_t n_sources, size_t N, size_t C,
+                          int normalise);
+void depth_mixing_backward(float* const* dsources, float* dcoefficients, const float* dout,
+                           const float* weights, const float* const* sources, size_t n_sources,
+                           size_t N, size_t C, int normalise);
+
 // ---- crossentropy.c ----------------------------------------------------------------------
 // Softmax + cross-entropy per row. logits, probs (N,V); losses (N); targets (N), -1 = ignored
 // (its loss is 0); targets NULL ignores every row (probabilities only).

@@ -56,7 +56,72 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
                  c->block_size, 2 * c->n_layers);
         return -1;
     }
+    return variant_check(c, err, err_len);
+}
+
+// SPEC "Variants": each switch's values, the modes it applies to, and the combinations.
+int variant_check(const ModelConfig* c, char* err, size_t err_len) {
+    const int values[] = {c->depth_score, c->key_norm_off, c->depth_query, c->mixing};
+    const int limits[] = {1, 1, 1, 2};
+    const char* flags[] = {"--depth-score", "--key-norm", "--depth-query", "--mixing"};
+    for (int i = 0; i < 4; i++) {
+        if (values[i] < 0 || values[i] > limits[i]) {
+            snprintf(err, err_len, "%s: unknown value %d", flags[i], values[i]);
+            return -1;
+        }
+    }
+    if (c->depth_heads < 0 || (c->depth_heads > 0 && c->d_model % c->depth_heads != 0)) {
+        snprintf(err, err_len, "--depth-heads %d must be positive and divide d=%d",
+                 c->depth_heads, c->d_model);
+        return -1;
+    }
+    if (c->depth_window < 0) {
+        snprintf(err, err_len, "--depth-window must be >= 0 (got %d)", c->depth_window);
+        return -1;
+    }
+    int attention = c->depth_score || c->key_norm_off || c->depth_query || c->depth_heads > 1;
+    const char* first = c->depth_score ? "--depth-score sigmoid" : c->key_norm_off ? "--key-norm off"
+                        : c->depth_query ? "--depth-query input" : "--depth-heads";
+    if (c->block_size == 0 && (attention || c->depth_window > 0 || c->mixing)) {
+        snprintf(err, err_len, "%s applies to AttnRes (mode full or block), not mode none",
+                 attention ? first : c->mixing ? "--mixing" : "--depth-window");
+        return -1;
+    }
+    if (c->depth_window > 0 && c->block_size != 1) {
+        snprintf(err, err_len, "--depth-window applies to mode full only");
+        return -1;
+    }
+    if (c->mixing && attention) {
+        snprintf(err, err_len, "--mixing replaces the depth attention: it does not combine with %s",
+                 first);
+        return -1;
+    }
     return 0;
+}
+
+void variant_describe(const ModelConfig* c, char* out, size_t len) {
+    size_t used = 0;
+    out[0] = '\0';
+    const char* parts[] = {c->depth_score ? "--depth-score sigmoid" : NULL,
+                           c->key_norm_off ? "--key-norm off" : NULL,
+                           c->depth_query ? "--depth-query input" : NULL,
+                           c->mixing == 1 ? "--mixing static" : c->mixing == 2 ? "--mixing dense" : NULL};
+    for (int i = 0; i < 4; i++) {
+        if (parts[i] != NULL && used < len) {
+            used += (size_t)snprintf(out + used, len - used, "%s%s", used ? " " : "", parts[i]);
+        }
+    }
+    if (c->depth_heads > 1 && used < len) {
+        used += (size_t)snprintf(out + used, len - used, "%s--depth-heads %d", used ? " " : "", c->depth_heads);
+    }
+    if (c->depth_window > 0 && used < len) {
+        used += (size_t)snprintf(out + used, len - used, "%s--depth-window %d", used ? " " : "", c->depth_window);
+    }
+    if (used == 0) { snprintf(out, len, "no variant"); }
+}
+
+int depth_variant(const ModelConfig* c) {
+    return c->depth_score || c->key_norm_off || c->depth_query || c->depth_heads > 1;
 }
 
 ModelDims model_dims(const ModelConfig* c) {
@@ -74,6 +139,13 @@ ModelDims model_dims(const ModelConfig* c) {
     z.S = (size_t)c->block_size;
     z.n_blocks = z.S > 0 ? z.n_sub / z.S : 0;
     z.n_res = z.S > 0 ? z.n_sub + 1 : 0;
+    z.K = c->depth_heads > 1 ? (size_t)c->depth_heads : 1;
+    size_t attention = c->mixing == 0 ? z.n_res : 0;
+    z.n_query_rows = attention;
+    z.n_norm_rows = c->key_norm_off ? 0 : attention;
+    z.n_qproj_rows = c->depth_query ? attention : 0;
+    z.n_logit_rows = c->mixing == 1 ? z.n_res : 0;
+    z.n_scalar_rows = c->mixing == 2 ? z.n_res : 0;
     return z;
 }
 
@@ -118,7 +190,8 @@ void model_init_params(Model* m, uint64_t seed) {
 // The residual bookkeeping: which sources each depth attention reads.
 
 size_t count_sources(const ModelConfig* c, int l) {
-    int S = c->block_size;
+    int S = c->block_size, W = c->depth_window;
+    if (W > 0 && l > W) { return (size_t)(1 + W); }  // full: x0 and the W most recent outputs
     if (l == 2 * c->n_layers) { return (size_t)(2 * c->n_layers / S + 1); }
     return (size_t)(1 + l / S + (l % S > 0));
 }
@@ -138,7 +211,15 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
         if (dsrc != NULL) { dsrc[count] = a->dpartial + (size_t)(l - 1) * N * d; }
         count++;
     }
-    return count;
+    size_t keep = count_sources(c, l);  // a window (full only) keeps x0 and the last W
+    if (keep < count) {
+        size_t drop = count - keep;
+        for (size_t i = 1; i < keep; i++) {
+            src[i] = src[i + drop];
+            if (dsrc != NULL) { dsrc[i] = dsrc[i + drop]; }
+        }
+    }
+    return keep;
 }
 
 void residual_update(const Model* m, Activations* a, int l, size_t N) {
@@ -195,8 +276,11 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->up       = take(&at, mlp * N * F);
         s->act      = take(&at, mlp * N * F);
         s->partial  = take(&at, sub * attnres * N * d);
-        s->alpha    = take(&at, N * s->n_sources);
-        s->key_rstd = take(&at, N * s->n_sources);
+        s->alpha    = take(&at, N * s->n_sources * z.K);
+        s->key_rstd = take(&at, N * s->n_sources * z.K);
+        s->qn       = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->q_rstd   = take(&at, (z.n_qproj_rows > 0) * N);
+        s->qrows    = take(&at, (z.n_qproj_rows > 0) * N * d);
     }
     a->x0      = take(&at, N * d);
     a->out     = take(&at, N * d);
@@ -222,6 +306,8 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dup     = take(&at, b * N * F);
     a->dact    = take(&at, b * N * F);
     a->dpartial = take(&at, b * attnres * z.n_sub * N * d);
+    a->dqrows  = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dqn     = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     return at.used;
 }
 
@@ -355,27 +441,73 @@ static void sublayer_backward(Model* m, int l, const float* df, float* dh) {
     else { mlp_sublayer_backward(m, l, df, dh); }
 }
 
-// depth attention of sub-layer l (l = 2L: output aggregation) into out
+// The residual tensors' rows of depth attention l in t (params or grads): the query w_l, the
+// key norm's gain g_l (NULL with --key-norm off), U_l, and the mixing coefficients
+typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
+static DepthRows depth_rows(const Model* m, const ParameterTensors* t, size_t l) {
+    const ModelDims* z = &m->dims;
+    DepthRows r = {NULL, NULL, NULL, NULL};
+    if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
+    if (z->n_norm_rows > 0) { r.norm = t->res_norm + l * z->d; }
+    if (z->n_qproj_rows > 0) { r.qproj = t->res_qproj + l * z->d * z->d; }
+    if (z->n_logit_rows > 0) { r.mix = t->res_logits + l * z->n_res; }
+    if (z->n_scalar_rows > 0) { r.mix = t->res_scalars + l * z->n_res; }
+    return r;
+}
+
+// depth attention of sub-layer l (l = 2L: output aggregation) into out: the default operator,
+// a variant (depth_variants.c), or a mixing
 static void depth_forward(Model* m, int l, float* out) {
+    const Kernels* K = m->kernels;
+    const ModelConfig* c = &m->config;
     const float* src[m->dims.n_sub + 2];
     size_t N = m->B * m->T, d = m->dims.d;
-    size_t n = gather_sources(&m->acts, &m->config, N, l, src, NULL);
+    size_t n = gather_sources(&m->acts, c, N, l, src, NULL);
     SubLayer* s = &m->acts.sub[l];
-    m->kernels->depth_attention_forward(out, s->alpha, s->key_rstd, src,
-                                        m->params.res_query + l * d, m->params.res_norm + l * d,
-                                        n, N, d);
+    DepthRows p = depth_rows(m, &m->params, (size_t)l);
+    if (c->mixing) {
+        K->depth_mixing_forward(out, s->alpha, src, p.mix, n, N, d, c->mixing == 1);
+    } else if (depth_variant(c)) {
+        // --depth-query input: the query's row part U_l rmsnorm(V_last), no gain
+        if (p.qproj != NULL) {
+            K->rmsnorm_forward(s->qn, s->q_rstd, src[n - 1], NULL, N, d);
+            K->linear_forward(s->qrows, s->qn, p.qproj, N, d, d);
+        }
+        K->depth_attention_variant_forward(out, s->alpha, s->key_rstd, src, p.query,
+                                           p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
+                                           m->dims.K, c->depth_score);
+    } else {
+        K->depth_attention_forward(out, s->alpha, s->key_rstd, src, p.query, p.norm, n, N, d);
+    }
 }
 
 static void depth_backward(Model* m, int l, const float* dout) {
+    const Kernels* K = m->kernels;
+    const ModelConfig* c = &m->config;
+    Activations* a = &m->acts;
     const float* src[m->dims.n_sub + 2];
     float* dsrc[m->dims.n_sub + 2];
     size_t N = m->B * m->T, d = m->dims.d;
-    size_t n = gather_sources(&m->acts, &m->config, N, l, src, dsrc);
-    const SubLayer* s = &m->acts.sub[l];
-    m->kernels->depth_attention_backward(dsrc, m->grads.res_query + l * d,
-                                         m->grads.res_norm + l * d, dout, s->alpha, s->key_rstd,
-                                         src, m->params.res_query + l * d,
-                                         m->params.res_norm + l * d, n, N, d);
+    size_t n = gather_sources(a, c, N, l, src, dsrc);
+    const SubLayer* s = &a->sub[l];
+    DepthRows p = depth_rows(m, &m->params, (size_t)l), g = depth_rows(m, &m->grads, (size_t)l);
+    if (c->mixing) {
+        K->depth_mixing_backward(dsrc, g.mix, dout, s->alpha, src, n, N, d, c->mixing == 1);
+    } else if (depth_variant(c)) {
+        if (p.qproj != NULL) { K->zero(a->dqrows, N * d); }
+        K->depth_attention_variant_backward(dsrc, g.query, p.qproj != NULL ? a->dqrows : NULL,
+                                            g.norm, dout, s->alpha, s->key_rstd, src, p.query,
+                                            p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
+                                            m->dims.K, c->depth_score);
+        if (p.qproj != NULL) {  // qrows = qn U_l^T, qn = rmsnorm(V_last) without gain
+            K->zero(a->dqn, N * d);
+            K->linear_backward(a->dqn, g.qproj, a->dqrows, s->qn, p.qproj, N, d, d);
+            K->rmsnorm_backward(dsrc[n - 1], NULL, a->dqn, src[n - 1], NULL, s->q_rstd, N, d);
+        }
+    } else {
+        K->depth_attention_backward(dsrc, g.query, g.norm, dout, s->alpha, s->key_rstd, src,
+                                    p.query, p.norm, n, N, d);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -566,7 +698,9 @@ const Kernels cpu_kernels = {
     embedding_forward, embedding_backward, rmsnorm_forward, rmsnorm_backward,
     linear_forward, linear_backward, rope_forward, rope_backward,
     attention_forward, attention_backward, swiglu_forward, swiglu_backward,
-    depth_attention_forward, depth_attention_backward, crossentropy_forward,
+    depth_attention_forward, depth_attention_backward, depth_attention_variant_forward,
+    depth_attention_variant_backward, depth_mixing_forward, depth_mixing_backward,
+    crossentropy_forward,
     crossentropy_backward, adamw_update,
     host_alloc_zeroed, host_release, host_zero, host_copy, host_add, host_sum,
 };

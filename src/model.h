@@ -21,10 +21,25 @@ typedef struct {
     int n_kv_heads;   // G key/value heads, H % G == 0
     int ffn_hidden;   // F SwiGLU hidden width
     int block_size;   // S: 0 = none (PreNorm), 1 = full AttnRes, >= 2 block AttnRes
+    // SPEC's variants of the depth attention ("Variants"); 0 everywhere is the default model.
+    // The values are those of the state file's header slots [13] .. [18].
+    int depth_score;   // 0 softmax, 1 sigmoid (--depth-score)
+    int key_norm_off;  // 1: keys are the raw sources, no res_norm (--key-norm off)
+    int depth_query;   // 0 pseudo-query w, 1 input-dependent w + U rmsnorm(V_last) (--depth-query)
+    int depth_heads;   // K heads over d/K channels each; 0 or 1: one head (--depth-heads)
+    int depth_window;  // full only: x0 and the W most recent outputs; 0: all (--depth-window)
+    int mixing;        // 0 attention, 1 static softmax(res_logits), 2 DenseFormer res_scalars (--mixing)
 } ModelConfig;
 
 // Returns 0 if the config is valid, else -1 with a one-line reason in err.
 int model_config_check(const ModelConfig* c, char* err, size_t err_len);
+// The variant switches alone (part of model_config_check): values, modes, combinations.
+int variant_check(const ModelConfig* c, char* err, size_t err_len);
+// 1 when the depth attention is a variant of depth_variants.c (sigmoid, no key norm,
+// input-dependent query, K >= 2 heads), 0 for the default operator or a mixing.
+int depth_variant(const ModelConfig* c);
+// The variant's switches as flags ("--depth-score sigmoid --depth-heads 4"), or "no variant"
+void variant_describe(const ModelConfig* c, char* out, size_t len);
 
 // Every size derived from a config, computed once (SPEC's letters; hs = d/H).
 typedef struct {
@@ -34,7 +49,10 @@ typedef struct {
     size_t n_sub;     // 2L sub-layers; depth attention l = 2L is the output aggregation
     size_t S;         // block size: 0 none, 1 full, >= 2 block
     size_t n_blocks;  // 2L/S completed blocks at the end (0 in none mode)
-    size_t n_res;     // rows of res_query and res_norm: 2L+1 in AttnRes, 0 in none
+    size_t n_res;     // depth attentions: 2L+1 in AttnRes, 0 in none
+    size_t K;         // depth-attention heads (1 without --depth-heads)
+    // rows (0 or n_res) of each residual tensor, as the variant has them
+    size_t n_query_rows, n_norm_rows, n_qproj_rows, n_logit_rows, n_scalar_rows;
 } ModelDims;
 ModelDims model_dims(const ModelConfig* c);
 
@@ -57,8 +75,11 @@ typedef enum { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONE, INIT_ZERO } ParamInit;
     X(wg,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
     X(wu,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
     X(wd,           dims.L * dims.d * dims.F,       INIT_NORMAL_OUT, 1)         \
-    X(res_query,    dims.n_res * dims.d,            INIT_ZERO,       0)         \
-    X(res_norm,     dims.n_res * dims.d,            INIT_ONE,        0)         \
+    X(res_logits,   dims.n_logit_rows * dims.n_res, INIT_ZERO,       0)         \
+    X(res_scalars,  dims.n_scalar_rows * dims.n_res, INIT_ONE,       0)         \
+    X(res_query,    dims.n_query_rows * dims.d,     INIT_ZERO,       0)         \
+    X(res_norm,     dims.n_norm_rows * dims.d,      INIT_ONE,        0)         \
+    X(res_qproj,    dims.n_qproj_rows * dims.d * dims.d, INIT_ZERO,  0)         \
     X(final_norm,   dims.d,                         INIT_ONE,        0)         \
     X(lm_head,      dims.V * dims.d,                INIT_NORMAL,     1)
 
@@ -70,7 +91,10 @@ typedef enum { PARAMETER_TENSORS(PARAM_ENUM_ENTRY) N_PARAM_TENSORS } ParamIndex;
 // Pointers into one flat buffer, in canonical order:
 //   wte (V,d), attn_norm (L,d), wq (L,H*hs,d), wk and wv (L,G*hs,d), wo (L,d,H*hs),
 //   mlp_norm (L,d), wg and wu (L,F,d), wd (L,d,F), res_query and res_norm (2L+1,d) with row
-//   2L for the output aggregation (absent in none), final_norm (d), lm_head (V,d)
+//   2L for the output aggregation (absent in none), final_norm (d), lm_head (V,d).
+//   The variants (SPEC "Variants"): res_logits or res_scalars (2L+1,2L+1) replace res_query
+//   and res_norm with --mixing; --key-norm off drops res_norm; --depth-query input adds
+//   res_qproj (2L+1,d,d). An absent tensor has size 0.
 #define PARAM_FIELD(name, size, init, decay) float* name;
 typedef struct { PARAMETER_TENSORS(PARAM_FIELD) } ParameterTensors;
 #undef PARAM_FIELD
@@ -107,8 +131,12 @@ typedef struct {
     float* up;        // (N,F) xn Wu^T                     [MLP]
     float* act;       // (N,F) silu(gate) * up             [MLP]
     float* partial;   // (N,d) partial block sum after l  [AttnRes]
-    float* alpha;     // (N,n_sources) depth-attention weights    [AttnRes]
-    float* key_rstd;  // (N,n_sources)                            [AttnRes]
+    float* alpha;     // (N,n_sources,K) depth-attention weights  [AttnRes]
+                      // (with --mixing: the n_sources weights, the same for every row)
+    float* key_rstd;  // (N,n_sources,K)                          [AttnRes]
+    float* qn;        // (N,d) rmsnorm(V_last), no gain      [--depth-query input]
+    float* q_rstd;    // (N)                                 [--depth-query input]
+    float* qrows;     // (N,d) U_l qn: the query's row part  [--depth-query input]
     size_t n_sources;
 } SubLayer;
 
@@ -125,6 +153,7 @@ typedef struct {
     float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
     float* dpartial;  // (2L, N, d) gradients of partial[l]  [AttnRes]
+    float *dqrows, *dqn;  // (N,d) each                  [--depth-query input]
 } Activations;
 
 // The size table: points every buffer of a (NULL: only counts) into one block of memory
