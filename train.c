@@ -30,6 +30,8 @@
 typedef struct {
     ModelConfig model;       // vocab_size is set by the data
     const char* mode;        // none | full | block
+    // SPEC's depth-attention variants, as words (validate() sets model's switches)
+    const char *depth_score, *key_norm, *depth_query, *mixing;
     const char* task;        // reverse | copy | sort | text
     const char* text_path;
     int length, symbols, eval_examples;
@@ -60,6 +62,7 @@ static Options defaults(void) {
     Options o = {0};
     o.model = (ModelConfig){0, 64, 4, 4, 2, 176, 4};
     o.mode = "block";
+    o.depth_score = "softmax"; o.key_norm = "on"; o.depth_query = "static"; o.mixing = "attention";
     o.task = "reverse";
     o.text_path = NULL;
     o.length = 12; o.symbols = 16; o.eval_examples = 500;
@@ -82,6 +85,12 @@ static int flag_table(Options* o, Flag* flags) {
         {"--F", OPT_INT, &o->model.ffn_hidden, "SwiGLU hidden width"},
         {"--mode", OPT_STRING, &o->mode, "residual mode: none | full | block"},
         {"--block-size", OPT_INT, &o->model.block_size, "block mode: sub-layers per block S (divides 2L)"},
+        {"--depth-score", OPT_STRING, &o->depth_score, "AttnRes variant: softmax | sigmoid weights"},
+        {"--key-norm", OPT_STRING, &o->key_norm, "AttnRes variant: on | off (RMSNorm on the keys)"},
+        {"--depth-query", OPT_STRING, &o->depth_query, "AttnRes variant: static | input (w + U rmsnorm(V_last))"},
+        {"--depth-heads", OPT_INT, &o->model.depth_heads, "AttnRes variant: K heads of d/K channels (1: one)"},
+        {"--depth-window", OPT_INT, &o->model.depth_window, "AttnRes variant, full: x0 + the W latest outputs (0: all)"},
+        {"--mixing", OPT_STRING, &o->mixing, "AttnRes variant: attention | static | dense (DenseFormer)"},
         {"--task", OPT_STRING, &o->task, "reverse | copy | sort | text"},
         {"--text", OPT_STRING, &o->text_path, "text file for --task text (bytes, V = 256)"},
         {"--length", OPT_INT, &o->length, "tasks: symbols per prompt (T = 2 * length)"},
@@ -265,6 +274,24 @@ static void validate(Options* o) {
         }
     } else {
         die("unknown --mode '%s' (valid: none, full, block)", o->mode);
+    }
+    // the variants' words; model_config_check then checks modes and combinations
+    const char* const* words[] = {&o->depth_score, &o->key_norm, &o->depth_query, &o->mixing};
+    const char* flag_names[] = {"--depth-score", "--key-norm", "--depth-query", "--mixing"};
+    const char* choices[][3] = {{"softmax", "sigmoid", NULL}, {"on", "off", NULL},
+                                {"static", "input", NULL}, {"attention", "static", "dense"}};
+    int* switches[] = {&o->model.depth_score, &o->model.key_norm_off, &o->model.depth_query,
+                       &o->model.mixing};
+    for (int i = 0; i < 4; i++) {
+        int found = -1;
+        for (int j = 0; j < 3 && choices[i][j] != NULL; j++) {
+            if (strcmp(*words[i], choices[i][j]) == 0) { found = j; }
+        }
+        if (found < 0) {
+            die("unknown %s '%s' (valid: %s, %s%s%s)", flag_names[i], *words[i], choices[i][0],
+                choices[i][1], choices[i][2] ? ", " : "", choices[i][2] ? choices[i][2] : "");
+        }
+        *switches[i] = found;
     }
     if (o->resume && o->checkpoint == NULL) { die("--resume needs --checkpoint PATH"); }
     // a flag that would do nothing is a mistake worth one line
