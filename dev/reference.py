@@ -380,6 +380,27 @@ ALL = {
     "block_s4_gqa_rand": (cfg(T=7, V=13, L=4, H=4, G=2, F=24, S=4), 4, "rand", 0.25, 7),
     "block_s4_mha_spec": (cfg(T=8, V=11, L=2, H=2, G=2, F=32, S=4), 3, "spec", 0.0, 8),
     "block_s6_mha_rand": (cfg(B=3, T=6, V=11, L=3, H=2, G=2, F=24, S=6), 3, "rand", 0.0, 9),
+    # SPEC's variants: each switch in full and block where it applies, and combinations
+    "full_sigmoid_rand": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, score="sigmoid"), 3, "rand", 0.2, 10),
+    "block_s2_sigmoid_rand": (cfg(T=7, V=11, H=4, G=1, F=24, S=2, score="sigmoid"), 3, "rand", 0.2, 11),
+    "full_keynorm_off_rand": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, key_norm="off"), 3, "rand", 0.2, 12),
+    "block_s4_keynorm_off_rand": (cfg(T=7, V=11, H=2, G=2, F=24, S=4, key_norm="off"), 3, "rand", 0.0, 13),
+    "full_query_input_rand": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, query="input"), 3, "rand", 0.2, 14),
+    "block_s2_query_input_rand": (cfg(T=7, V=11, H=4, G=4, F=24, S=2, query="input"), 3, "rand", 0.2, 15),
+    "full_query_input_spec": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, query="input"), 3, "spec", 0.0, 16),
+    "full_heads4_rand": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, heads=4), 3, "rand", 0.2, 17),
+    "block_s2_heads2_rand": (cfg(T=7, V=11, H=2, G=1, F=24, S=2, heads=2), 3, "rand", 0.2, 18),
+    "full_window2_rand": (cfg(T=6, V=13, L=3, H=4, G=2, F=24, S=1, window=2), 3, "rand", 0.2, 19),
+    "full_static_rand": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, mixing="static"), 3, "rand", 0.2, 20),
+    "block_s2_static_rand": (cfg(T=7, V=11, L=3, H=4, G=2, F=24, S=2, mixing="static"), 3, "rand", 0.0, 21),
+    "full_dense_rand": (cfg(T=6, V=13, H=4, G=2, F=24, S=1, mixing="dense"), 3, "rand", 0.2, 22),
+    "block_s4_dense_spec": (cfg(T=7, V=11, H=4, G=2, F=24, S=4, mixing="dense"), 3, "spec", 0.2, 23),
+    "full_window3_dense_rand": (cfg(T=6, V=13, L=3, H=4, G=2, F=24, S=1, window=3, mixing="dense"), 3, "rand", 0.2, 24),
+    "block_s2_sigmoid_keynorm_off_heads2_query_input_rand": (
+        cfg(T=7, V=11, H=4, G=2, F=24, S=2, score="sigmoid", key_norm="off", heads=2, query="input"),
+        3, "rand", 0.2, 25),
+    "full_window2_sigmoid_heads2_rand": (
+        cfg(T=6, V=13, L=3, H=4, G=2, F=24, S=1, window=2, score="sigmoid", heads=2), 3, "rand", 0.2, 26),
 }
 
 

@@ -54,20 +54,31 @@ for f in tests/data/*.bin; do
     single "check_state $f" ./check_state "$f"
 done
 
-# a bad state file: exit status 2 and one line naming the problem
+# a bad state file: exit status 2 and one line naming the problem. Slots [13..18] hold
+# SPEC's variant switches: an unknown value, a switch the mode does not have, a head count
+# that does not divide d, or a ruled-out combination is a bad file.
 check_state_refuses() {
     local dir=$TEST_DIR out status
-    cp tests/data/none_mha_rand.bin "$dir/variant.bin"
-    printf '\001' | dd of="$dir/variant.bin" bs=1 seek=52 conv=notrunc 2>/dev/null  # [13] = 1
+    set_slot() {  # FILE SLOT BYTE: int32 slot SLOT of the header = BYTE
+        printf "\\$(printf '%03o' "$3")" | dd of="$1" bs=1 seek=$((4 * $2)) conv=notrunc 2>/dev/null
+    }
+    cp tests/data/full_gqa_rand.bin "$dir/score.bin" && set_slot "$dir/score.bin" 13 2
+    cp tests/data/none_mha_rand.bin "$dir/mode.bin" && set_slot "$dir/mode.bin" 13 1
+    cp tests/data/full_gqa_rand.bin "$dir/heads.bin" && set_slot "$dir/heads.bin" 16 3
+    cp tests/data/full_sigmoid_rand.bin "$dir/combination.bin" && set_slot "$dir/combination.bin" 18 1
+    cp tests/data/block_s2_mqa_rand.bin "$dir/window.bin" && set_slot "$dir/window.bin" 17 2
     head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
-    cp tests/data/none_mha_rand.bin "$dir/magic.bin"
-    printf '\000' | dd of="$dir/magic.bin" bs=1 seek=0 conv=notrunc 2>/dev/null
+    cp tests/data/none_mha_rand.bin "$dir/magic.bin" && set_slot "$dir/magic.bin" 0 0
     local expect=(
-        "variant.bin: header [13] = 1 selects a depth-attention variant (SPEC, Variants) that this build does not implement"
+        "score.bin: invalid shape or variant: --depth-score: unknown value 2"
+        "mode.bin: invalid shape or variant: --depth-score sigmoid applies to AttnRes (mode full or block), not mode none"
+        "heads.bin: invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
+        "combination.bin: invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
+        "window.bin: invalid shape or variant: --depth-window applies to mode full only"
         "short.bin: truncated (no complete 256-int header)"
         "magic.bin: wrong magic number (not a reference state file)")
     local ok=0 i=0
-    for f in variant short magic; do
+    for f in score mode heads combination window short magic; do
         out=$(./check_state "$dir/$f.bin" 2>&1 >/dev/null)
         status=$?
         [ "$status" -eq 2 ] && [ "$out" = "error: state file $dir/${expect[$i]}" ] || { echo "$f: status $status: $out"; ok=1; }
@@ -75,7 +86,7 @@ check_state_refuses() {
     done
     return $ok
 }
-single "check_state refuses a bad state file (variant slot, truncated, wrong magic): exit 2" check_state_refuses
+single "check_state refuses a bad state file (variant slots, truncated, wrong magic): exit 2" check_state_refuses
 
 echo "== every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
