@@ -34,7 +34,8 @@ typedef std::vector<float> Vec;
 // |fd - analytic| over all tensors is 1.2e-5 (none), 1.7e-5 (full), 2.1e-5 (S=2), 2.5e-5
 // (S=4), 6.0e-5 (S=3, L=3), 2.0e-5 (S=6, L=3), for gradients of 1e-4 .. 0.7: float rounding
 // of the forward pass (~1e-7 of the loss, divided by the step), halving when the step
-// doubles. The tolerance sits 2.5x above the worst; dropping any one term of a backward
+// doubles. SPEC's variants (every switch in full and block, and combinations, T = 5): worst
+// 8.5e-5, 0.55 of the tolerance. The tolerance sits 2.5x above the modes' worst; dropping any one term of a backward
 // (rmsnorm's or depth attention's key-path correction, the partial-block gradient chain,
 // the query's gain factor, the ignored-target count) makes errors of 0.2 .. 1.7.
 const float MODEL_FD_EPS = 5e-3f;
@@ -53,12 +54,14 @@ double normal(Rng& rng) {  // Box-Muller
 
 bool is_gain(int tensor) {
     return tensor == PARAM_attn_norm || tensor == PARAM_mlp_norm || tensor == PARAM_res_norm ||
-           tensor == PARAM_final_norm;
+           tensor == PARAM_final_norm || tensor == PARAM_res_scalars;
 }
 
-// Gains 1 + 0.3 N(0,1), pseudo-queries N(0,0.5), wte N(0,1), other matrices N(0,0.3): every
-// depth attention has non-uniform weights, and embeddings are large enough that rmsnorm is
-// not too curved for finite differences.
+// Gains (and DenseFormer's scalars) 1 + 0.3 N(0,1), pseudo-queries and static-mixing logits
+// N(0,0.5), wte N(0,1), the query projections U N(0, 0.3/sqrt(d)) (as dev/reference.py's
+// rand init: U rmsnorm(V) then moves the query by O(0.3), like w's spread), other matrices
+// N(0,0.3): every depth attention has non-uniform weights, and embeddings are large enough
+// that rmsnorm is not too curved for finite differences.
 void randomise_params(Model& m, uint64_t seed) {
     Rng rng(seed);
     float* p = m.params_memory;
@@ -66,8 +69,9 @@ void randomise_params(Model& m, uint64_t seed) {
         for (size_t j = 0; j < m.param_sizes[i]; j++) {
             double z = normal(rng);
             p[j] = (float)(is_gain(i) ? 1.0 + 0.3 * z
-                           : i == PARAM_res_query ? 0.5 * z
+                           : i == PARAM_res_query || i == PARAM_res_logits ? 0.5 * z
                            : i == PARAM_wte ? z
+                           : i == PARAM_res_qproj ? 0.3 / std::sqrt((double)m.config.d_model) * z
                            : 0.3 * z);
         }
         p += m.param_sizes[i];
@@ -249,9 +253,65 @@ std::vector<ModelConfig> tiny_configs() {
             {7, 8, 2, 2, 2, 12, 4}, {7, 8, 3, 2, 1, 12, 3}, {7, 8, 3, 2, 2, 12, 6}};
 }
 
+// SPEC's variants on the tiny model: every switch in full and block where it applies, and
+// combinations. Fields after S: depth_score, key_norm_off, depth_query, depth_heads,
+// depth_window, mixing.
+std::vector<ModelConfig> variant_configs() {
+    //        V  d  L  H  G   F  S  sig kn- qin  K  W  mix
+    return {{7, 8, 2, 2, 1, 12, 1, 1},                   {7, 8, 2, 2, 2, 12, 2, 1},
+            {7, 8, 2, 2, 1, 12, 1, 0, 1},                {7, 8, 2, 2, 2, 12, 4, 0, 1},
+            {7, 8, 2, 2, 1, 12, 1, 0, 0, 1},             {7, 8, 2, 2, 2, 12, 2, 0, 0, 1},
+            {7, 8, 2, 2, 1, 12, 1, 0, 0, 0, 2},          {7, 8, 2, 2, 2, 12, 4, 0, 0, 0, 2},
+            {7, 8, 3, 2, 1, 12, 1, 0, 0, 0, 0, 2},       {7, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 0, 1},
+            {7, 8, 2, 2, 2, 12, 2, 0, 0, 0, 0, 0, 1},    {7, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 0, 2},
+            {7, 8, 3, 2, 2, 12, 3, 0, 0, 0, 0, 0, 2},    {7, 8, 3, 2, 1, 12, 1, 0, 0, 0, 0, 3, 2},
+            {7, 8, 2, 2, 2, 12, 2, 1, 1, 1, 2},          {7, 8, 3, 2, 1, 12, 1, 1, 0, 1, 2, 2}};
+}
+
+// the weights of depth attention l (NULL in none mode), as (rows, n, heads): these tests use
+// one-head attention, where rows is B*T and heads 1
+const float* depth_alpha(const Model* m, int l, size_t* n_sources) {
+    size_t heads, rows;
+    return model_depth_alpha(m, l, n_sources, &heads, &rows);
+}
+
+std::string variant_name(const ModelConfig& c) {
+    char flags[128];
+    variant_describe(&c, flags, sizeof flags);
+    return mode_name(c) + " " + flags;
+}
+
 }  // namespace
 
 // ---- the backward ------------------------------------------------------------------------
+
+TEST_CASE("whole-model gradients match finite differences for every element of every tensor, every variant") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    uint64_t seed = 3000;
+    for (const ModelConfig& c : variant_configs()) {
+        INFO(variant_name(c));
+        char err[256];
+        REQUIRE_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        randomise_params(m, seed++);
+        Batch batch = random_batch(c.vocab_size, B, T, 77, {0, 7});
+        forward_backward(m, batch);
+        Vec analytic(m.grads_memory, m.grads_memory + m.num_params);
+        auto loss = [&]() {
+            model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
+            return mean_loss_in_double(m, batch);
+        };
+        size_t offset = 0;
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            check_gradient(variant_name(c) + ": " + PARAM_INFO[i].name, m.params_memory + offset,
+                           analytic.data() + offset, m.param_sizes[i], loss, MODEL_FD_EPS,
+                           MODEL_GRAD_TOL);
+            offset += m.param_sizes[i];
+        }
+    }
+}
 
 TEST_CASE("whole-model gradients match finite differences for every element of every tensor, in every mode") {
     ScopedThreads one_thread(1);
@@ -299,12 +359,12 @@ TEST_CASE("model_forward equals SPEC's block bookkeeping written out independent
                        ref.logits.size(), REFERENCE_TOL);
         if (c.block_size == 0) {
             size_t n;
-            CHECK(model_depth_alpha(&m, 0, &n) == nullptr);
+            CHECK(depth_alpha(&m, 0, &n) == nullptr);
             continue;
         }
         for (int l = 0; l <= 2 * c.n_layers; l++) {
             size_t n = 0;
-            const float* alpha = model_depth_alpha(&m, l, &n);
+            const float* alpha = depth_alpha(&m, l, &n);
             REQUIRE(alpha != nullptr);
             REQUIRE(n * B * T == ref.alpha[l].size());
             compare_within(mode_name(c) + " alpha of depth attention " + std::to_string(l), alpha,
@@ -327,7 +387,7 @@ TEST_CASE("each depth attention sees exactly SPEC's number of sources, for S = 1
         for (int l = 0; l <= 2 * L; l++) {
             INFO("S=", S, " depth attention ", l, (l == 2 * L ? " (output)" : ""));
             size_t n = 0;
-            const float* alpha = model_depth_alpha(&m, l, &n);
+            const float* alpha = depth_alpha(&m, l, &n);
             REQUIRE(alpha != nullptr);
             CHECK(n == spec_source_count(L, S, l));
             for (size_t row = 0; row < B * T; row++) {
@@ -337,8 +397,8 @@ TEST_CASE("each depth attention sees exactly SPEC's number of sources, for S = 1
             }
         }
         size_t n = 0;
-        CHECK(model_depth_alpha(&m, -1, &n) == nullptr);
-        CHECK(model_depth_alpha(&m, 2 * L + 1, &n) == nullptr);
+        CHECK(depth_alpha(&m, -1, &n) == nullptr);
+        CHECK(depth_alpha(&m, 2 * L + 1, &n) == nullptr);
     }
 }
 
@@ -367,7 +427,7 @@ TEST_CASE("with SPEC's zero pseudo-queries every depth attention is exactly the 
             model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
             for (int l = 0; l <= 2 * c.n_layers; l++) {
                 size_t n = 0;
-                const float* alpha = model_depth_alpha(&m, l, &n);
+                const float* alpha = depth_alpha(&m, l, &n);
                 REQUIRE(alpha != nullptr);
                 Vec uniform(n * B * T, 1.0f / (float)n);
                 compare_exact(mode_name(c) + " alpha of depth attention " + std::to_string(l), alpha,
@@ -392,7 +452,7 @@ TEST_CASE("the first sub-layer's query and key norm (w_0, g_0) get exactly zero 
         Batch batch = random_batch(c.vocab_size, B, T, 81, {1});
         forward_backward(m, batch);
         size_t d = c.d_model, n = 0;
-        const float* alpha = model_depth_alpha(&m, 0, &n);
+        const float* alpha = depth_alpha(&m, 0, &n);
         REQUIRE(n == 1);
         Vec ones(B * T, 1.0f), zeros(d, 0.0f);
         compare_exact("alpha_0", alpha, ones.data(), ones.size());
@@ -429,7 +489,7 @@ TEST_CASE("huge lm_head weights and pseudo-queries give a finite loss and finite
             CHECK(std::isfinite(model_grad_norm(&m)));
             for (int l = 0; c.block_size > 0 && l <= 2 * c.n_layers; l++) {
                 size_t n = 0;
-                const float* alpha = model_depth_alpha(&m, l, &n);
+                const float* alpha = depth_alpha(&m, l, &n);
                 CHECK(gradcheck::all_finite(alpha, n * B * T));
             }
         }
@@ -503,6 +563,82 @@ TEST_CASE("model_config_check rejects bad configs with a reason naming the offen
         ModelConfig good = {17, 16, 2, 4, 2, 32, S};
         char err[256] = "";
         CHECK_MESSAGE(model_config_check(&good, err, sizeof err) == 0, err);
+    }
+}
+
+TEST_CASE("model_config_check rejects SPEC's ruled-out variants with a reason naming the switch") {
+    struct Case {
+        ModelConfig config;
+        std::vector<std::string> words;
+    };
+    //            V   d  L  H  G   F  S  sig kn- qin  K  W  mix
+    Case cases[] = {
+        {{17, 16, 2, 4, 2, 32, 4, 2}, {"--depth-score", "2"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 3}, {"--key-norm", "3"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 0, -1}, {"--depth-query", "-1"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 0, 0, 3}, {"--depth-heads 3", "d=16"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 0, 0, -2}, {"--depth-heads -2"}},
+        {{17, 16, 2, 4, 2, 32, 1, 0, 0, 0, 0, -1}, {"--depth-window", "-1"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 0, 0, 0, 2}, {"--depth-window", "full only"}},
+        {{17, 16, 2, 4, 2, 32, 1, 0, 0, 0, 0, 0, 3}, {"--mixing", "3"}},
+        {{17, 16, 2, 4, 2, 32, 0, 1}, {"--depth-score sigmoid", "not mode none"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 2}, {"--depth-heads", "not mode none"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 0, 1}, {"--mixing", "not mode none"}},
+        {{17, 16, 2, 4, 2, 32, 1, 0, 1, 0, 0, 0, 1}, {"--mixing", "--key-norm off"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 0, 0, 4, 0, 2}, {"--mixing", "--depth-heads"}},
+    };
+    for (const Case& k : cases) {
+        char err[256] = "";
+        CHECK(model_config_check(&k.config, err, sizeof err) == -1);
+        INFO("'", err, "'");
+        for (const std::string& word : k.words) CHECK(std::string(err).find(word) != std::string::npos);
+    }
+    //                       V   d  L  H  G   F  S  sig kn- qin  K  W  mix
+    ModelConfig good[] = {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 1},  // one head: any mode
+                          {17, 16, 2, 4, 2, 32, 1, 1, 1, 1, 4, 9},  // W >= 2L: allowed (= full)
+                          {17, 16, 2, 4, 2, 32, 1, 0, 0, 0, 0, 2, 2}};
+    for (const ModelConfig& c : good) {
+        char err[256] = "";
+        CHECK_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);
+    }
+}
+
+TEST_CASE("SPEC's variant facts: DenseFormer at init is the PreNorm model, unused logits get no gradient") {
+    ScopedThreads one_thread(1);
+    const size_t B = 2, T = 5;
+    Batch batch = random_batch(7, B, T, 80, {2});
+    SUBCASE("DenseFormer (full, SPEC init) computes PreNorm's logits bit for bit") {
+        ModelConfig none = {7, 8, 2, 2, 1, 12, 0}, dense = {7, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 0, 2};
+        ScopedModel a(none, B, T), b(dense, B, T);
+        model_init_params(&a.m, 5);
+        model_init_params(&b.m, 5);  // the same draws: res_scalars (ones) take no random numbers
+        size_t offset_a = 0, offset_b = 0;  // every tensor of none's is also dense's, drawn alike
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            if (a.m.param_sizes[i] > 0) {
+                REQUIRE(a.m.param_sizes[i] == b.m.param_sizes[i]);
+                compare_exact(std::string("init ") + PARAM_INFO[i].name, b.m.params_memory + offset_b,
+                              a.m.params_memory + offset_a, a.m.param_sizes[i]);
+            }
+            offset_a += a.m.param_sizes[i];
+            offset_b += b.m.param_sizes[i];
+        }
+        model_forward(&a.m, batch.tokens.data(), batch.targets.data(), B, T);
+        model_forward(&b.m, batch.tokens.data(), batch.targets.data(), B, T);
+        compare_exact("logits", model_logits(&b.m), model_logits(&a.m), B * T * 7);
+    }
+    SUBCASE("static mixing: row l uses its first n_l logits, the rest get exactly zero gradient") {
+        ModelConfig c = {7, 8, 2, 2, 1, 12, 2, 0, 0, 0, 0, 0, 1};
+        ScopedModel scoped(c, B, T);
+        randomise_params(scoped.m, 81);
+        forward_backward(scoped.m, batch);
+        size_t n_res = 2 * (size_t)c.n_layers + 1;
+        for (int l = 0; l < (int)n_res; l++) {
+            size_t n = count_sources(&c, l);
+            const float* g = scoped.m.grads.res_logits + (size_t)l * n_res;
+            for (size_t i = n; i < n_res; i++) CHECK(g[i] == 0.0f);
+            if (n > 1) CHECK(std::fabs(g[0]) > 0.0f);
+            else CHECK(g[0] == 0.0f);  // one source: softmax is 1 whatever c_0
+        }
     }
 }
 
