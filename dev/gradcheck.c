@@ -2,8 +2,8 @@
 // finite differences, printed as one table.
 //
 // ./build/gradcheck [LAYER ...]   checks every layer, or only the ones named:
-//   embedding rmsnorm linear linear_naive rope attention swiglu depth_attention crossentropy
-//   model
+//   embedding rmsnorm linear linear_naive rope attention swiglu depth_attention
+//   depth_variants crossentropy model model_variants
 // Exit status: 0 when every tensor is within its tolerance, 1 otherwise (the failing layers
 // are named on the last line) or for an unknown layer name.
 //
@@ -71,6 +71,7 @@ static const float SWIGLU_STEP = 5e-2f;
 static const Tolerance SWIGLU_TOL = {2e-5, 1e-5};            // 5.2e-6; 0.36
 static const float DEPTH_STEP = 2e-2f;
 static const Tolerance DEPTH_TOL = {5e-5, 1e-5};             // 7.9e-6; 0.57
+static const Tolerance VARIANT_TOL = {1.5e-4, 1e-5};         // the variants (test_variants.cpp)
 static const float CROSSENTROPY_STEP = 5e-2f;
 static const Tolerance CROSSENTROPY_TOL = {6e-6, 1e-5};      // 1.7e-6; 0.45
 // The whole model: a long chain of float roundings, gradients from 1e-4 to 0.7.
@@ -161,7 +162,7 @@ static void check_tensor(Table* table, const Case* c, const char* tensor, float*
 // Every tensor of a layer check comes from here, filled from the check's own random stream,
 // and is freed when the check returns.
 
-#define MAX_TENSORS 32
+#define MAX_TENSORS 128
 typedef struct {
     float* memory[MAX_TENSORS];
     size_t count;
@@ -429,6 +430,110 @@ static void check_depth_attention(Table* table, Tensors* t) {
     check_tensor(table, &c, "norm_weight", norm_weight, dnorm_weight, C);
 }
 
+// SPEC's variants of the operator (depth_variants.c) on the same four sources: per case the
+// switches heads, sigmoid, key norm, and a per-row query part.
+typedef struct {
+    float *out, *alpha, *key_rstd;
+    const float* const* sources;
+    const float *query, *query_rows, *norm_weight, *R;
+    size_t n_sources, N, C, heads;
+    int sigmoid;
+} VariantCase;
+
+static double depth_variant_loss(void* ctx) {
+    VariantCase* s = ctx;
+    depth_attention_variant_forward(s->out, s->alpha, s->key_rstd, s->sources, s->query,
+                                    s->query_rows, s->norm_weight, s->n_sources, s->N, s->C,
+                                    s->heads, s->sigmoid);
+    return weighted_sum(s->R, s->out, s->N * s->C);
+}
+
+typedef struct {
+    float *out, *weights;
+    const float* const* sources;
+    const float *coefficients, *R;
+    size_t n_sources, N, C;
+    int normalise;
+} MixingCase;
+
+static double depth_mixing_loss(void* ctx) {
+    MixingCase* s = ctx;
+    depth_mixing_forward(s->out, s->weights, s->sources, s->coefficients, s->n_sources, s->N,
+                         s->C, s->normalise);
+    return weighted_sum(s->R, s->out, s->N * s->C);
+}
+
+// Four sources drawn from three tensors (source 3 is tensor 1 again), magnitudes away from
+// zero: a head of few channels near zero has a key norm too curved for any step.
+static void variant_sources(Tensors* t, float** tensors, float** dtensors, const float** sources,
+                            float** dsources, size_t N, size_t C) {
+    static const size_t uses[4] = {0, 1, 2, 1};
+    for (size_t i = 0; i < 3; i++) {
+        float scale = (float)(0.5 + 1.5 * rng_uniform(&t->rng));
+        tensors[i] = signed_uniform(t, N * C, 0.25f * scale, scale);
+        dtensors[i] = zeros(t, N * C);
+    }
+    for (size_t i = 0; i < 4; i++) {
+        sources[i] = tensors[uses[i]];
+        dsources[i] = dtensors[uses[i]];
+    }
+}
+
+static const char* SOURCE_NAMES[3] = {"source 0", "source 1 (twice)", "source 2"};
+
+static void variant_case(Table* table, Tensors* t, size_t heads, int sigmoid, int key_norm,
+                         int rows) {
+    size_t N = 3, C = 8, n = 4;
+    float *tensors[3], *dtensors[3], *dsources[4];
+    const float* sources[4];
+    variant_sources(t, tensors, dtensors, sources, dsources, N, C);
+    float *query = uniform(t, C, -1, 1), *query_rows = uniform(t, N * C, -0.7f, 0.7f);
+    float* norm_weight = signed_uniform(t, C, 0.5f, 1.5f);
+    VariantCase s = {zeros(t, N * C), zeros(t, N * n * heads), zeros(t, N * n * heads), sources,
+                     query, rows ? query_rows : NULL, key_norm ? norm_weight : NULL,
+                     uniform(t, N * C, -1, 1), n, N, C, heads, sigmoid};
+    float *dquery = zeros(t, C), *dquery_rows = zeros(t, N * C), *dnorm_weight = zeros(t, C);
+    depth_variant_loss(&s);
+    depth_attention_variant_backward(dsources, dquery, rows ? dquery_rows : NULL,
+                                     key_norm ? dnorm_weight : NULL, s.R, s.alpha, s.key_rstd,
+                                     sources, query, s.query_rows, s.norm_weight, n, N, C, heads,
+                                     sigmoid);
+    Case c = {"depth_variants", "", DEPTH_STEP, VARIANT_TOL, {depth_variant_loss, &s}};
+    snprintf(c.shape, sizeof c.shape, "%s K=%zu%s%s", sigmoid ? "sigmoid" : "softmax", heads,
+             key_norm ? "" : " no-norm", rows ? " q-rows" : "");
+    for (size_t i = 0; i < 3; i++) { check_tensor(table, &c, SOURCE_NAMES[i], tensors[i], dtensors[i], N * C); }
+    check_tensor(table, &c, "query", query, dquery, C);
+    if (rows) { check_tensor(table, &c, "query_rows", query_rows, dquery_rows, N * C); }
+    if (key_norm) { check_tensor(table, &c, "norm_weight", norm_weight, dnorm_weight, C); }
+}
+
+static void mixing_case(Table* table, Tensors* t, int normalise) {
+    size_t N = 3, C = 8, n = 4;
+    float *tensors[3], *dtensors[3], *dsources[4];
+    const float* sources[4];
+    variant_sources(t, tensors, dtensors, sources, dsources, N, C);
+    float *coefficients = uniform(t, n, -1.5f, 1.5f), *dcoefficients = zeros(t, n);
+    MixingCase s = {zeros(t, N * C), zeros(t, n), sources, coefficients,
+                    uniform(t, N * C, -1, 1), n, N, C, normalise};
+    depth_mixing_loss(&s);
+    depth_mixing_backward(dsources, dcoefficients, s.R, s.weights, sources, n, N, C, normalise);
+    Case c = {"depth_variants", "", DEPTH_STEP, VARIANT_TOL, {depth_mixing_loss, &s}};
+    snprintf(c.shape, sizeof c.shape, "%s mixing", normalise ? "static" : "dense");
+    for (size_t i = 0; i < 3; i++) { check_tensor(table, &c, SOURCE_NAMES[i], tensors[i], dtensors[i], N * C); }
+    check_tensor(table, &c, normalise ? "logits" : "scalars", coefficients, dcoefficients, n);
+}
+
+// every switch of the operator at least once, and the two mixings
+static void check_depth_variants(Table* table, Tensors* t) {
+    //                       K  sigmoid key_norm rows
+    variant_case(table, t, 1, 1, 1, 0);
+    variant_case(table, t, 2, 0, 0, 0);
+    variant_case(table, t, 1, 0, 1, 1);
+    variant_case(table, t, 4, 1, 0, 1);
+    mixing_case(table, t, 1);
+    mixing_case(table, t, 0);
+}
+
 typedef struct {
     float *losses, *probs;
     const float* logits;
@@ -489,18 +594,20 @@ static double model_loss(void* ctx) {
 }
 
 // Not SPEC's init (tiny matrices, unit gains, zero queries: every depth attention a plain
-// mean) but one that exercises every path: gains 1 + 0.3 N(0,1), pseudo-queries N(0, 0.5),
-// wte N(0,1) (large enough that rmsnorm is not too curved for the step), matrices N(0, 0.3).
+// mean) but one that exercises every path: gains (and DenseFormer's scalars) 1 + 0.3 N(0,1),
+// pseudo-queries and static-mixing logits N(0, 0.5), wte N(0,1) (large enough that rmsnorm is
+// not too curved for the step), the query projections U N(0, 0.3/sqrt(d)), matrices N(0, 0.3).
 static void randomise_params(Model* m, uint64_t* rng) {
     float* p = m->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         int gain = i == PARAM_attn_norm || i == PARAM_mlp_norm || i == PARAM_res_norm ||
-                   i == PARAM_final_norm;
+                   i == PARAM_final_norm || i == PARAM_res_scalars;
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
             double z = rng_normal(rng);
             p[j] = (float)(gain ? 1.0 + 0.3 * z
-                           : i == PARAM_res_query ? 0.5 * z
+                           : i == PARAM_res_query || i == PARAM_res_logits ? 0.5 * z
                            : i == PARAM_wte ? z
+                           : i == PARAM_res_qproj ? 0.3 / sqrt((double)m->config.d_model) * z
                            : 0.3 * z);
         }
         p += m->param_sizes[i];
@@ -546,6 +653,19 @@ static void check_model(Table* table, Tensors* t) {
     model_case(table, t, "block S=4",  (ModelConfig){7, 8, 2, 2, 2, 12, 4});
 }
 
+// SPEC's variants in the whole model: each switch once, in full or block, and a combination
+static void check_model_variants(Table* table, Tensors* t) {
+    //                                         V  d  L  H  G   F  S sig kn- qin K  W  mix
+    model_case(table, t, "S=2 sigmoid",   (ModelConfig){7, 8, 2, 2, 1, 12, 2, 1});
+    model_case(table, t, "full no-norm",  (ModelConfig){7, 8, 2, 2, 2, 12, 1, 0, 1});
+    model_case(table, t, "S=2 input-q",   (ModelConfig){7, 8, 2, 2, 1, 12, 2, 0, 0, 1});
+    model_case(table, t, "full K=2",      (ModelConfig){7, 8, 2, 2, 2, 12, 1, 0, 0, 0, 2});
+    model_case(table, t, "full W=2",      (ModelConfig){7, 8, 3, 2, 1, 12, 1, 0, 0, 0, 0, 2});
+    model_case(table, t, "S=4 static",    (ModelConfig){7, 8, 2, 2, 2, 12, 4, 0, 0, 0, 0, 0, 1});
+    model_case(table, t, "full dense",    (ModelConfig){7, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 0, 2});
+    model_case(table, t, "S=2 all four",  (ModelConfig){7, 8, 2, 2, 2, 12, 2, 1, 1, 1, 2});
+}
+
 // ---- main ----------------------------------------------------------------------------------
 
 typedef struct {
@@ -558,7 +678,8 @@ static const Layer LAYERS[] = {
     {"linear", check_linear},             {"linear_naive", check_linear_naive},
     {"rope", check_rope},                 {"attention", check_attention},
     {"swiglu", check_swiglu},             {"depth_attention", check_depth_attention},
-    {"crossentropy", check_crossentropy}, {"model", check_model},
+    {"depth_variants", check_depth_variants}, {"crossentropy", check_crossentropy},
+    {"model", check_model},               {"model_variants", check_model_variants},
 };
 enum { N_LAYERS = sizeof LAYERS / sizeof LAYERS[0] };
 static const uint64_t SEED = 1000;
