@@ -779,12 +779,33 @@ static size_t sample_defaults(Options* o) {
     return (size_t)run.seq_len;
 }
 
+// --sample reads the variant from the checkpoint; a variant flag that says otherwise is refused
+static void check_sample_variant(const Options* o, const ModelConfig* trained) {
+    const char* flags[] = {"--depth-score", "--key-norm", "--depth-query", "--depth-heads",
+                           "--depth-window", "--mixing"};
+    const int asked[] = {o->model.depth_score, o->model.key_norm_off, o->model.depth_query,
+                         o->model.depth_heads > 1 ? o->model.depth_heads : 1,
+                         o->model.depth_window, o->model.mixing};
+    const int have[] = {trained->depth_score, trained->key_norm_off, trained->depth_query,
+                        trained->depth_heads > 1 ? trained->depth_heads : 1,
+                        trained->depth_window, trained->mixing};
+    for (int i = 0; i < 6; i++) {
+        if (given(o, flags[i]) && asked[i] != have[i]) {
+            char variant[128];
+            variant_describe(trained, variant, sizeof(variant));
+            die("checkpoint %s was trained with %s (%s disagrees)", o->checkpoint, variant,
+                flags[i]);
+        }
+    }
+}
+
 static int sample_main(const Options* flags) {
     Options options = *flags, *o = &options;
     check_sample_flags(o);
     size_t context = sample_defaults(o);
     Model model;
     load_model(&model, o->checkpoint);
+    check_sample_variant(o, &model.config);
     int V = model.config.vocab_size, is_text = V == 256;
     Prompt p = make_prompt(o, V, is_text);
     size_t n_new = o->sample_tokens > 0 ? (size_t)o->sample_tokens

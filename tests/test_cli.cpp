@@ -257,8 +257,53 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--checkpoint", "/nonexistent-dir/model.ckpt"}, {"/nonexistent-dir/model.ckpt", "No such file"}},
         {{"--checkpoint", "/tmp"}, {"/tmp", "is a directory"}},
         {{"--resume", "--checkpoint", "/tmp"}, {"/tmp", "is a directory"}},
+        // SPEC's variants: unknown values, switches the mode lacks, ruled-out combinations
+        {{"--depth-score", "relu"}, {"--depth-score", "relu", "softmax, sigmoid"}},
+        {{"--key-norm", "maybe"}, {"--key-norm", "maybe", "on, off"}},
+        {{"--depth-query", "dynamic"}, {"--depth-query", "dynamic", "static, input"}},
+        {{"--mixing", "avg"}, {"--mixing", "avg", "attention, static, dense"}},
+        {{"--depth-heads", "3"}, {"--depth-heads 3", "d=64"}},
+        {{"--depth-heads", "-1"}, {"--depth-heads -1"}},
+        {{"--depth-window", "-2", "--mode", "full"}, {"--depth-window", "-2"}},
+        {{"--depth-window", "2"}, {"--depth-window", "full only"}},
+        {{"--mode", "none", "--depth-score", "sigmoid"}, {"--depth-score sigmoid", "mode none"}},
+        {{"--mode", "none", "--key-norm", "off"}, {"--key-norm off", "mode none"}},
+        {{"--mode", "none", "--mixing", "dense"}, {"--mixing", "mode none"}},
+        {{"--mixing", "static", "--depth-heads", "2"}, {"--mixing", "--depth-heads"}},
+        {{"--mixing", "dense", "--depth-query", "input"}, {"--mixing", "--depth-query input"}},
     };
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
+}
+
+TEST_CASE("every variant trains, and its checkpoint resumes and samples only with its own switches") {
+    TempDir dir;
+    const Args variants[] = {
+        {"--mode", "full", "--depth-score", "sigmoid", "--depth-heads", "2"},
+        {"--key-norm", "off", "--depth-query", "input"},
+        {"--mode", "full", "--depth-window", "1", "--mixing", "static"},
+        {"--mixing", "dense"},
+    };
+    int k = 0;
+    for (const Args& variant : variants) {
+        std::string path = dir.file("v" + std::to_string(k++) + ".ckpt");
+        Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path};
+        args.insert(args.end(), variant.begin(), variant.end());
+        Run first = run_train(dir, tiny(args));
+        check_success(first);
+        CHECK(contains(first.out, "final"));
+        Args resume = args;
+        resume.push_back("--resume");
+        // the same switches resume; without them, the checkpoint's variant is named
+        Args plain = {"--steps", "4", "--eval-every", "2", "--checkpoint", path, "--resume"};
+        if (std::find(variant.begin(), variant.end(), "full") != variant.end())
+            plain.insert(plain.end(), {"--mode", "full"});
+        check_error(run_train(dir, tiny(plain)), {path, "no variant", variant[variant.size() - 1]});
+        check_success(run_train(dir, tiny(resume)));
+        check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1"}));
+        // sampling with another value of a switch is refused, naming it
+        Args other = {"--sample", "--checkpoint", path, "--depth-heads", "4"};
+        check_error(run_train(dir, other), {path, "--depth-heads disagrees"});
+    }
 }
 
 TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {
