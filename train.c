@@ -1053,6 +1053,9 @@ static void print_header(const Run* r) {
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
            getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "libgomp's default",
            (double)r->memory_bytes / 1048576.0);
+    char variant[128];
+    variant_describe(c, variant, sizeof(variant));
+    if (strcmp(variant, "no variant") != 0) { printf("depth-attention variant: %s\n", variant); }
     if (dist.world > 1) {
         printf("data parallel: %d processes, %d rows of each batch apiece; ZeRO-1: each keeps "
                "the AdamW moments of 1/%d of the parameters (memory above is per process)\n",
