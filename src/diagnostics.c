@@ -14,12 +14,17 @@ void diagnostics_init(Diagnostics* dg, const ModelConfig* c) {
     dg->config = *c;
     dg->n_sub = 2 * c->n_layers;
     dg->n_cols = c->block_size > 0 ? dg->n_sub / c->block_size + 1 : 0;
+    dg->depth_heads = (int)model_dims(c).K;
     dg->input_rms = callocCheck((size_t)dg->n_sub + 1, sizeof(float));
     dg->output_rms = callocCheck((size_t)dg->n_sub, sizeof(float));
     dg->grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
     dg->res_grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
     if (dg->n_cols > 0) {
-        dg->alpha = callocCheck((size_t)(dg->n_sub + 1) * dg->n_cols, sizeof(float));
+        size_t cells = (size_t)(dg->n_sub + 1) * dg->n_cols;
+        dg->alpha = callocCheck(cells, sizeof(float));
+        if (dg->depth_heads > 1) {
+            dg->head_alpha = callocCheck((size_t)dg->depth_heads * cells, sizeof(float));
+        }
     }
 }
 
@@ -31,6 +36,7 @@ void diagnostics_free(Diagnostics* dg) {
     free(dg->grad_norm);
     free(dg->res_grad_norm);
     free(dg->alpha);
+    free(dg->head_alpha);
     memset(dg, 0, sizeof(*dg));
 }
 
@@ -86,28 +92,42 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
                  strerror(errno));
         return -1;
     }
+    // alpha.csv: with K >= 2 depth heads, one column per head after the mean
+    size_t alpha_len = 64 + 16 * (size_t)dg->depth_heads;
+    char* alpha_header = mallocCheck(alpha_len);
+    size_t used = (size_t)snprintf(alpha_header, alpha_len,
+                                   "step,row,row_name,source,source_name,alpha");
+    for (int k = 0; k < dg->depth_heads && dg->depth_heads > 1; k++) {
+        used += (size_t)snprintf(alpha_header + used, alpha_len - used, ",alpha_h%d", k);
+    }
     const char* names[] = {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv"};
     const char* headers[] = {
         "key,value",
         "step,train_loss,lr,grad_norm,ms_per_step",
         "step,val_loss,accuracy,exact_match",
         "step,index,name,input_rms,output_rms,grad_norm,res_grad_norm",
-        "step,row,row_name,source,source_name,alpha"};
+        alpha_header};
     FILE* files[5];
     for (int i = 0; i < 5; i++) {
         files[i] = open_csv(dir, names[i], headers[i], i > 0 ? resume_step : -1);
         if (files[i] == NULL) {
             snprintf(err, err_len, "cannot write %s/%s: %s", dir, names[i], strerror(errno));
             for (int j = 0; j < i; j++) { fclose(files[j]); }
+            free(alpha_header);
             return -1;
         }
     }
+    free(alpha_header);
     const ModelConfig* c = &dg->config;
     const char* mode = c->block_size == 0 ? "none" : c->block_size == 1 ? "full" : "block";
+    const char* mixings[] = {"attention", "static", "dense"};
     fprintf(files[0], "mode,%s\nblock_size,%d\nd_model,%d\nn_layers,%d\nn_heads,%d\n"
-            "n_kv_heads,%d\nffn_hidden,%d\nvocab_size,%d\ncommand,%s\n", mode, c->block_size,
-            c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size,
-            command != NULL ? command : "");
+            "n_kv_heads,%d\nffn_hidden,%d\nvocab_size,%d\n", mode, c->block_size, c->d_model,
+            c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size);
+    fprintf(files[0], "depth_score,%s\nkey_norm,%s\ndepth_query,%s\ndepth_heads,%d\n"
+            "depth_window,%d\nmixing,%s\ncommand,%s\n", c->depth_score ? "sigmoid" : "softmax",
+            c->key_norm_off ? "off" : "on", c->depth_query ? "input" : "static", dg->depth_heads,
+            c->depth_window, mixings[c->mixing], command != NULL ? command : "");
     fclose(files[0]);
     dg->train_csv = files[1];
     dg->eval_csv = files[2];
@@ -128,7 +148,6 @@ float tensor_rms(const float* x, size_t n) {
 }
 
 void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
-    const ModelConfig* c = &m->config;
     const ModelDims* z = &m->dims;
     size_t N = m->B * m->T, d = z->d, V = z->V, F = z->F, q_dim = z->q_dim, kv_dim = z->kv_dim;
     int L2 = dg->n_sub;
@@ -159,24 +178,48 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
     dg->grad_norm[L2 + 1] = (float)sqrt(sum_squares(g->final_norm, d)
                                         + sum_squares(g->lm_head, V * d));
     dg->res_grad_norm[0] = 0.0f;  // the embedding has no depth attention
-    for (int l = 0; l <= L2; l++) {
-        double sum = c->block_size > 0 ? sum_squares(g->res_query + (size_t)l * d, d)
-                                           + sum_squares(g->res_norm + (size_t)l * d, d) : 0.0;
+    for (size_t l = 0; l <= (size_t)L2; l++) {  // row l of each residual tensor there is
+        double sum = 0.0;
+        if (z->n_query_rows > 0) { sum += sum_squares(g->res_query + l * d, d); }
+        if (z->n_norm_rows > 0) { sum += sum_squares(g->res_norm + l * d, d); }
+        if (z->n_qproj_rows > 0) { sum += sum_squares(g->res_qproj + l * d * d, d * d); }
+        if (z->n_logit_rows > 0) { sum += sum_squares(g->res_logits + l * z->n_res, z->n_res); }
+        if (z->n_scalar_rows > 0) { sum += sum_squares(g->res_scalars + l * z->n_res, z->n_res); }
         dg->res_grad_norm[1 + l] = (float)sqrt(sum);
     }
 }
 
+// The column of source i of row l's n sources (gather_sources' order). In full mode row l's
+// list is x0, f_0 .. f_{l-1} (l+1 sources); a window keeps x0 and the last n-1 of them, so
+// source i >= 1 is f_{l-n+i}, in column l+1-n+i. In block mode, i itself.
+static int source_column(const Diagnostics* dg, int l, size_t n, size_t i) {
+    if (i == 0 || dg->config.block_size != 1) { return (int)i; }
+    return (int)((size_t)l + 1 - n + i);
+}
+
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m) {
-    size_t N = m->B * m->T;
-    for (int l = 0; l <= dg->n_sub && dg->alpha != NULL; l++) {
-        size_t n = 0;
-        const float* alpha = model_depth_alpha(m, l, &n);
-        float* row = dg->alpha + (size_t)l * dg->n_cols;
-        for (int i = 0; i < dg->n_cols; i++) {
-            if ((size_t)i >= n) { row[i] = NAN; continue; }
-            double sum = 0.0;
-            for (size_t t = 0; t < N; t++) { sum += alpha[t * n + i]; }
-            row[i] = (float)(sum / (double)N);
+    if (dg->alpha == NULL) { return; }
+    size_t cells = (size_t)(dg->n_sub + 1) * dg->n_cols;
+    for (size_t i = 0; i < cells; i++) { dg->alpha[i] = NAN; }
+    for (size_t i = 0; i < cells * dg->depth_heads && dg->head_alpha != NULL; i++) {
+        dg->head_alpha[i] = NAN;
+    }
+    for (int l = 0; l <= dg->n_sub; l++) {
+        size_t n = 0, heads = 1, rows = 1;
+        // entry (t, i, k) at (t * n + i) * heads + k; rows = 1 with --mixing
+        const float* alpha = model_depth_alpha(m, l, &n, &heads, &rows);
+        for (size_t i = 0; i < n; i++) {
+            size_t cell = (size_t)l * dg->n_cols + (size_t)source_column(dg, l, n, i);
+            double all_heads = 0.0;
+            for (size_t k = 0; k < heads; k++) {
+                double sum = 0.0;
+                for (size_t t = 0; t < rows; t++) { sum += alpha[(t * n + i) * heads + k]; }
+                if (dg->head_alpha != NULL) {
+                    dg->head_alpha[k * cells + cell] = (float)(sum / (double)rows);
+                }
+                all_heads += sum;
+            }
+            dg->alpha[cell] = (float)(all_heads / (double)(rows * heads));
         }
     }
 }
@@ -241,21 +284,75 @@ void diagnostics_write_alpha(Diagnostics* dg, int step) {
             float a = dg->alpha[(size_t)l * dg->n_cols + i];
             if (isnan(a)) { continue; }
             diagnostics_source_name(dg, i, source_name, sizeof(source_name));
-            fprintf(dg->alpha_csv, "%d,%d,%s,%d,%s,%.5f\n", step, l, row_name, i, source_name,
+            fprintf(dg->alpha_csv, "%d,%d,%s,%d,%s,%.5f", step, l, row_name, i, source_name,
                     (double)a);
+            for (int k = 0; k < dg->depth_heads && dg->head_alpha != NULL; k++) {
+                size_t cell = ((size_t)k * (dg->n_sub + 1) + l) * dg->n_cols + i;
+                fprintf(dg->alpha_csv, ",%.5f", (double)dg->head_alpha[cell]);
+            }
+            fprintf(dg->alpha_csv, "\n");
         }
     }
     fflush(dg->alpha_csv);
 }
 
+// What the cells are, for this variant: the title's parenthesis
+static void heatmap_title(const Diagnostics* dg, FILE* out) {
+    const ModelConfig* c = &dg->config;
+    char heads[48] = "";
+    if (dg->depth_heads > 1) {
+        snprintf(heads, sizeof(heads), " and the %d heads", dg->depth_heads);
+    }
+    if (c->mixing == 1) {
+        fprintf(out, "depth mixing (%% of each row, the same for every token)");
+    } else if (c->mixing == 2) {
+        fprintf(out, "DenseFormer depth mixing (β × 100, the same for every token)");
+    } else if (c->depth_score == 1) {
+        fprintf(out, "depth attention (sigmoid weights in %%, mean over tokens%s)", heads);
+    } else {
+        fprintf(out, "depth attention (%% of each row, mean over tokens%s)", heads);
+    }
+    fprintf(out, ": the input of each sub-layer (rows)\nis this mix of the sources (columns)\n");
+}
+
+// The legend's lines for the variant, after the shades and the columns' names
+static void heatmap_variant_notes(const Diagnostics* dg, FILE* out) {
+    const ModelConfig* c = &dg->config;
+    const char* indent = "         ";
+    if (c->depth_score == 1) {
+        fprintf(out, "%ssigmoid scores: each weight is sigmoid(s_i) on its own, not normalised: "
+                     "rows do not sum to 100 %%\n", indent);
+    }
+    if (c->mixing == 1) {
+        fprintf(out, "%sstatic mixing: row l is softmax(res_logits row l), learned, not "
+                     "input-dependent\n", indent);
+    }
+    if (c->mixing == 2) {
+        fprintf(out, "%sDenseFormer: h = sum_i β_i V_i, not normalised: rows do not sum to "
+                     "100 %%, a weight may be negative\n%s(100: β = 1, PreNorm's plain sum)\n",
+                indent, indent);
+    }
+    if (dg->depth_heads > 1) {
+        fprintf(out, "%s%d heads of %d channels: each cell is the mean over the heads; each "
+                     "head's own weights are\n%sin alpha.csv (alpha_h<k>, with --diagnostics DIR) "
+                     "and make plots' heatmap_h<k>.png\n", indent, dg->depth_heads,
+                c->d_model / dg->depth_heads, indent);
+    }
+    if (c->depth_window > 0) {
+        fprintf(out, "%s--depth-window %d: a row reads emb and its %d most recent outputs only "
+                     "(· elsewhere)\n", indent, c->depth_window, c->depth_window);
+    }
+}
+
 // A cell is two shade characters and the weight in %: "▓▓ 52"; "    ·" where no source.
+// (A DenseFormer weight below -99 % or above 999 % takes more than its 3 digits.)
 void diagnostics_print_heatmap(const Diagnostics* dg, FILE* out) {
     if (dg->alpha == NULL) { return; }
     static const char* const shades[] = {" ", "░", "▒", "▓", "█"};
     static const int bounds[] = {5, 20, 40, 70};  // shade k: percent >= bounds[k-1]
     char name[32];
-    fprintf(out, "depth attention (%% of each row, mean over tokens): the input of each "
-                 "sub-layer (rows)\nis this mix of the sources (columns)\n%-8s", "");
+    heatmap_title(dg, out);
+    fprintf(out, "%-8s", "");
     for (int i = 0; i < dg->n_cols; i++) {
         diagnostics_source_name(dg, i, name, sizeof(name));
         fprintf(out, " %5s", name);
@@ -280,4 +377,5 @@ void diagnostics_print_heatmap(const Diagnostics* dg, FILE* out) {
         fprintf(out, "b<n>: block n of %d sub-layers (its partial sum, in rows inside it)\n",
                 dg->config.block_size);
     }
+    heatmap_variant_notes(dg, out);
 }

@@ -8,16 +8,21 @@
 //   - grad_norm: L2 norm of the gradient of each group of weights, in depth order:
 //     [0] embedding (wte); [1+l] sub-layer l's own weights (attention of layer l/2:
 //     attn_norm, wq, wk, wv, wo; MLP: mlp_norm, wg, wu, wd); [2L+1] head (final_norm,
-//     lm_head). res_grad_norm[1+l] is that of the depth attention before sub-layer l
-//     (res_query and res_norm row l), [2L+1] of the output aggregation (row 2L); 0 elsewhere
-//     and in none mode (res_grad_norm[0] is 0: the embedding has no depth attention). The
-//     squares of both arrays add up to the global norm squared.
-//   - alpha: the depth-attention weights averaged over the tokens of the last forward,
+//     lm_head). res_grad_norm[1+l] is that of the depth attention before sub-layer l (row l
+//     of each residual tensor the variant has: res_query, res_norm, res_qproj, res_logits or
+//     res_scalars), [2L+1] of the output aggregation (row 2L); 0 elsewhere and in none mode
+//     (res_grad_norm[0] is 0: the embedding has no depth attention). The squares of both
+//     arrays add up to the global norm squared.
+//   - alpha: the depth-attention weights the last forward used, averaged over its tokens,
 //     (2L+1, n_cols): row l is sub-layer l (row 2L the output aggregation), column i its
 //     source i. Sources are numbered by block (b_0 = embedding; in block mode a sub-layer
 //     that is not first in its block sees its block's partial sum in that block's column;
-//     in full mode column i >= 1 is the output of sub-layer i-1). NAN where a row has no
-//     such source.
+//     in full mode column i >= 1 is the output of sub-layer i-1, also with --depth-window,
+//     whose rows have x0 and their W most recent outputs only). NAN where a row has no such
+//     source. The variants (SPEC "Variants"): with K >= 2 heads alpha is the mean over the
+//     heads and head_alpha holds each head's matrix; with --mixing the weights are the same
+//     at every token (softmax of res_logits, or DenseFormer's res_scalars); sigmoid and
+//     DenseFormer weights are not normalised: their rows do not sum to 1.
 //
 // With a directory, each record appends CSV rows there (files described in
 // diagnostics_open). Off by default in train.c (--diagnostics DIR): no cost when off.
@@ -35,11 +40,13 @@ typedef struct {
     ModelConfig config;
     int n_sub;            // 2L
     int n_cols;           // depth-attention source columns, 2L/S + 1 (0 in none mode)
+    int depth_heads;      // K depth-attention heads (1 without --depth-heads K >= 2)
     float* input_rms;     // (2L+1)
     float* output_rms;    // (2L)
     float* grad_norm;     // (2L+2)
     float* res_grad_norm; // (2L+2)
-    float* alpha;         // (2L+1, n_cols), NULL in none mode
+    float* alpha;         // (2L+1, n_cols), the mean over heads; NULL in none mode
+    float* head_alpha;    // (K, 2L+1, n_cols) each head's matrix; NULL for one head
     FILE *train_csv, *eval_csv, *layers_csv, *alpha_csv;  // NULL without a directory
 } Diagnostics;
 
@@ -48,14 +55,20 @@ void diagnostics_free(Diagnostics* dg);  // closes the CSV files
 
 // Creates dir (and parents) and opens its CSV files, headers first:
 //   meta.csv    key,value: mode, block_size, d_model, n_layers, n_heads, n_kv_heads,
-//               ffn_hidden, vocab_size, command
+//               ffn_hidden, vocab_size, the variant (depth_score softmax|sigmoid, key_norm
+//               on|off, depth_query static|input, depth_heads K, depth_window W (0: all),
+//               mixing attention|static|dense), command
 //   train.csv   step,train_loss,lr,grad_norm,ms_per_step            (each log step)
 //   eval.csv    step,val_loss,accuracy,exact_match                  (each eval; % units;
 //               exact_match empty for text)
 //   layers.csv  step,index,name,input_rms,output_rms,grad_norm,res_grad_norm   (each log
 //               step; index -1 "emb", 0..2L-1 "L<i>.attn"/"L<i>.mlp", 2L "out"; empty
 //               where a value does not apply)
-//   alpha.csv   step,row,row_name,source,source_name,alpha           (each eval, AttnRes)
+//   alpha.csv   step,row,row_name,source,source_name,alpha           (each eval, AttnRes;
+//               with K >= 2 depth heads, alpha is the mean over the heads and the columns
+//               alpha_h0 .. alpha_h<K-1> follow, one per head: a reader of the first six
+//               columns reads every run alike). One line per source a row has: source is
+//               the column of diagnostics_source_name, also for a window's sources
 // resume_step >= 0 (resuming from that step): keep the existing rows up to that step and
 // drop later ones (an interrupted run may have logged past its last checkpoint); -1: start
 // the files afresh. Returns 0, or -1 with a reason in err.
@@ -65,7 +78,8 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
 float tensor_rms(const float* x, size_t n);
 // input_rms, output_rms and both gradient-norm arrays, from the last forward and backward of m
 void diagnostics_measure_layers(Diagnostics* dg, const Model* m);
-// alpha averaged over the B*T tokens of the last forward (nothing in none mode)
+// alpha (and head_alpha) averaged over the B*T tokens of the last forward (nothing in none
+// mode): the weights each variant used, in their sources' columns
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m);
 
 // Row and column names: "L0.attn", "L0.mlp", ..., "out"; "emb", then "b1", "b2", ... (block)
@@ -82,6 +96,9 @@ void diagnostics_write_layers(Diagnostics* dg, int step);  // what measure_layer
 void diagnostics_write_alpha(Diagnostics* dg, int step);   // what measure_alpha found
 
 // The alpha matrix as text: one row per sub-layer, shaded cells " ░▒▓█" and the weight in %.
+// The title and legend name the variant's weights: with K >= 2 heads the matrix is the mean
+// over the heads (each head's in alpha.csv and make plots' heatmap_h<k>.png); sigmoid and
+// DenseFormer rows do not sum to 100 %; mixing weights are the same for every token.
 void diagnostics_print_heatmap(const Diagnostics* dg, FILE* out);
 
 #ifdef __cplusplus

@@ -647,9 +647,12 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
     }
 }
 
-const float* model_depth_alpha(const Model* m, int l, size_t* n_sources) {
+const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t* heads,
+                               size_t* rows) {
     if (m->dims.S == 0 || l < 0 || l > (int)m->dims.n_sub) { return NULL; }
     *n_sources = m->acts.sub[l].n_sources;
+    *heads = m->config.mixing ? 1 : m->dims.K;
+    *rows = m->config.mixing ? 1 : m->B * m->T;
     return m->acts.sub[l].alpha;
 }
 

@@ -227,11 +227,16 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
                         float* v_shard, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t);
 
-// What the last forward left, for diagnostics (CPU model): alpha (B*T, n_sources) of
-// sub-layer l (l = 2L: the output aggregation) and its number of sources (NULL in none mode);
-// the input h_l (B*T, d) fed to sub-layer l (l = 2L: the final hidden state `out`, before the
-// final rmsnorm); the output f_l (B*T, d) of sub-layer l < 2L.
-const float* model_depth_alpha(const Model* m, int l, size_t* n_sources);
+// What the last forward left, for diagnostics (CPU model): the depth-attention weights of
+// sub-layer l (l = 2L: the output aggregation; NULL in none mode), (rows, n_sources, heads)
+// with entry (n, i, k) at (n * n_sources + i) * heads + k: position n, source i in
+// gather_sources' order (with a window: x0, then the W most recent outputs), head k. rows is
+// B*T, or 1 with --mixing (one weight per source, the same at every position); heads is K
+// (1 with --mixing). Sigmoid and DenseFormer weights are not normalised.
+// The input h_l (B*T, d) fed to sub-layer l (l = 2L: the final hidden state `out`, before
+// the final rmsnorm); the output f_l (B*T, d) of sub-layer l < 2L.
+const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t* heads,
+                               size_t* rows);
 const float* model_sublayer_input(const Model* m, int l);
 const float* model_sublayer_output(const Model* m, int l);
 

@@ -22,6 +22,7 @@
 
 #include "diagnostics.h"
 #include "gradcheck.h"
+#include "layers.h"  // RMSNORM_EPS
 #include "model.h"
 
 using gradcheck::Rng;
@@ -83,6 +84,124 @@ double squares(const float* x, size_t n) {
     double s = 0.0;
     for (size_t i = 0; i < n; i++) s += (double)x[i] * x[i];
     return s;
+}
+
+// ---- the variants (SPEC "Variants") ----------------------------------------------------
+
+// V = 9, d = 8, L = 2 (4 sub-layers), H = 2, G = 1, F = 12, each with variant switches
+struct VariantRun {
+    const char* name;
+    ModelConfig c;
+};
+std::vector<VariantRun> variant_runs() {
+    // after S: depth_score, key_norm_off, depth_query, depth_heads, depth_window, mixing
+    return {
+        {"sigmoid, block S=2", {9, 8, 2, 2, 1, 12, 2, 1, 0, 0, 0, 0, 0}},
+        {"2 heads, full", {9, 8, 2, 2, 1, 12, 1, 0, 0, 0, 2, 0, 0}},
+        {"window 2, full", {9, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 2, 0}},
+        {"static mixing, full, window 2", {9, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 2, 1}},
+        {"DenseFormer, block S=2", {9, 8, 2, 2, 1, 12, 2, 0, 0, 0, 0, 0, 2}},
+        {"4 heads, sigmoid, no key norm, input query, full, window 1",
+         {9, 8, 2, 2, 1, 12, 1, 1, 1, 1, 4, 1, 0}},
+    };
+}
+
+// every residual tensor the variant has, random (queries, gains, U, logits, scalars), so that
+// no weight is at its init's uniform value
+void randomize_residuals(Model& m, uint64_t seed) {
+    Rng rng(seed);
+    struct { int tensor; float lo, hi; } ranges[] = {
+        {PARAM_res_query, -2.0f, 2.0f}, {PARAM_res_norm, 0.5f, 1.5f}, {PARAM_res_qproj, -0.5f, 0.5f},
+        {PARAM_res_logits, -2.0f, 2.0f}, {PARAM_res_scalars, -0.5f, 2.0f}};
+    float* tensors[] = {m.params.res_query, m.params.res_norm, m.params.res_qproj,
+                        m.params.res_logits, m.params.res_scalars};
+    for (int t = 0; t < 5; t++)
+        for (size_t i = 0; i < m.param_sizes[ranges[t].tensor]; i++)
+            tensors[t][i] = rng.uniform(ranges[t].lo, ranges[t].hi);
+}
+
+// The weights depth attention l used, from SPEC's definitions applied to the model's own
+// sources (gather_sources) and parameters, in double: [k][column] is head k's weight on the
+// source in that column, mean over the positions; NaN where row l has no source. A source's
+// column comes from which buffer it is: x0 is column 0, partial[p] (f_p in full mode) column
+// p/S + 1.
+std::vector<std::vector<double>> reference_weights(const Model& m, int l, int n_cols) {
+    const ModelConfig& c = m.config;
+    size_t N = m.B * m.T, d = (size_t)c.d_model, S = (size_t)c.block_size;
+    size_t K = c.depth_heads > 1 ? (size_t)c.depth_heads : 1, Ck = d / K;
+    size_t n_res = (size_t)(2 * c.n_layers + 1);
+    std::vector<const float*> src(n_res + 1);
+    size_t n = gather_sources(&m.acts, &c, N, l, src.data(), nullptr);
+    std::vector<int> column(n, -1);
+    for (size_t i = 0; i < n; i++) {
+        if (src[i] == m.acts.x0) column[i] = 0;
+        for (size_t p = 0; p + 1 < n_res; p++)
+            if (src[i] == m.acts.sub[p].partial) column[i] = (int)(p / S + 1);
+        REQUIRE(column[i] >= 0);
+    }
+    std::vector<std::vector<double>> mean(K, std::vector<double>((size_t)n_cols, NAN));
+    for (size_t k = 0; k < K; k++)
+        for (size_t i = 0; i < n; i++) mean[k][(size_t)column[i]] = 0.0;
+    for (size_t t = 0; t < N; t++) {
+        // the query: w_l, plus U_l rmsnorm(V_last) (no gain) with --depth-query input
+        std::vector<double> q(d);
+        const float* last = src[n - 1] + t * d;
+        double last_ms = 0.0;
+        for (size_t j = 0; j < d; j++) last_ms += (double)last[j] * last[j];
+        double last_rstd = 1.0 / std::sqrt(last_ms / (double)d + (double)RMSNORM_EPS);
+        for (size_t j = 0; j < d && c.mixing == 0; j++) {
+            q[j] = m.params.res_query[(size_t)l * d + j];
+            for (size_t i = 0; i < d && c.depth_query; i++)
+                q[j] += (double)m.params.res_qproj[((size_t)l * d + j) * d + i] * last[i] * last_rstd;
+        }
+        for (size_t k = 0; k < K; k++) {
+            std::vector<double> w(n);
+            for (size_t i = 0; i < n; i++) {
+                if (c.mixing == 1) { w[i] = m.params.res_logits[(size_t)l * n_res + i]; continue; }
+                if (c.mixing == 2) { w[i] = m.params.res_scalars[(size_t)l * n_res + i]; continue; }
+                const float* v = src[i] + t * d + k * Ck;
+                double ms = 0.0, score = 0.0;
+                for (size_t j = 0; j < Ck; j++) ms += (double)v[j] * v[j];
+                double r = c.key_norm_off ? 1.0 : 1.0 / std::sqrt(ms / (double)Ck + (double)RMSNORM_EPS);
+                for (size_t j = 0; j < Ck; j++) {
+                    double g = c.key_norm_off ? 1.0 : m.params.res_norm[(size_t)l * d + k * Ck + j];
+                    score += q[k * Ck + j] * g * v[j] * r;
+                }
+                w[i] = score;
+            }
+            if (c.mixing == 0 && c.depth_score == 1) {
+                for (double& x : w) x = 1.0 / (1.0 + std::exp(-x));
+            } else if (c.mixing != 2) {  // softmax: attention, or the static mixing's logits
+                double top = *std::max_element(w.begin(), w.end()), sum = 0.0;
+                for (double& x : w) sum += (x = std::exp(x - top));
+                for (double& x : w) x /= sum;
+            }
+            for (size_t i = 0; i < n; i++) mean[k][(size_t)column[i]] += w[i] / (double)N;
+        }
+    }
+    return mean;
+}
+
+// the model's text heatmap, one string per line
+std::vector<std::string> heatmap_lines(const Diagnostics& dg, const std::string& dir) {
+    std::string path = dir + "/heatmap.txt";
+    FILE* out = std::fopen(path.c_str(), "w");
+    REQUIRE(out != nullptr);
+    diagnostics_print_heatmap(&dg, out);
+    std::fclose(out);
+    return read_lines(path);
+}
+
+bool has_line(const std::vector<std::string>& lines, const std::string& part) {
+    return std::any_of(lines.begin(), lines.end(),
+                       [&](const std::string& line) { return line.find(part) != std::string::npos; });
+}
+
+std::vector<std::string> split(const std::string& line) {
+    std::vector<std::string> fields;
+    std::stringstream in(line);
+    for (std::string field; std::getline(in, field, ',');) fields.push_back(field);
+    return fields;
 }
 
 }  // namespace
@@ -174,6 +293,33 @@ TEST_CASE("per-layer gradient norms square-sum to the global norm squared, the f
     }
 }
 
+TEST_CASE("with each variant's residual tensors, the gradient groups still square-sum to the global norm") {
+    const size_t B = 2, T = 3, N = B * T;
+    for (const VariantRun& run : variant_runs()) {
+        INFO("variant: ", std::string(run.name));
+        ScopedModel scoped(run.c, B, T);
+        Model& m = scoped.m;
+        model_init_params(&m, 4);
+        randomize_residuals(m, 5);
+        std::vector<int> tokens, targets;
+        random_batch(run.c.vocab_size, N, 6, tokens, targets);
+        model_forward(&m, tokens.data(), targets.data(), B, T);
+        model_zero_grad(&m);
+        model_backward(&m);
+        ScopedDiagnostics sd(run.c);
+        diagnostics_measure_layers(&sd.dg, &m);
+        int L2 = 2 * run.c.n_layers;
+        double total = 0.0;
+        for (int i = 0; i < L2 + 2; i++) {
+            total += (double)sd.dg.grad_norm[i] * sd.dg.grad_norm[i];
+            total += (double)sd.dg.res_grad_norm[i] * sd.dg.res_grad_norm[i];
+        }
+        double global = model_grad_norm(&m);
+        CHECK(total == doctest::Approx(global * global).epsilon(1e-5));
+        CHECK(sd.dg.res_grad_norm[L2 + 1] > 0.0f);  // the output aggregation's row
+    }
+}
+
 TEST_CASE("each gradient group covers exactly its layer's slices of the parameter tensors") {
     // Fill one slice (one layer of one tensor) with ones, everything else zero: exactly one
     // group must see it, with norm sqrt(slice size).
@@ -234,9 +380,11 @@ TEST_CASE("depth-attention weights: rows sum to 1, uniform for zero queries, SPE
                 INFO("row ", l);
                 // SPEC: blocks b_0 .. b_{n-1}, then the partial sum in its own block's column
                 int n = l == L2 ? L2 / S + 1 : 1 + l / S + (l % S > 0);
-                size_t n_model = 0;
-                const float* alpha = model_depth_alpha(&m, l, &n_model);
+                size_t n_model = 0, heads = 0, rows = 0;
+                const float* alpha = model_depth_alpha(&m, l, &n_model, &heads, &rows);
                 REQUIRE(n_model == (size_t)n);
+                REQUIRE(heads == 1);
+                REQUIRE(rows == N);
                 double sum = 0.0;
                 for (int i = 0; i < dg.n_cols; i++) {
                     float a = dg.alpha[(size_t)l * dg.n_cols + i];
@@ -258,6 +406,166 @@ TEST_CASE("depth-attention weights: rows sum to 1, uniform for zero queries, SPE
         ScopedDiagnostics sd(c);
         CHECK(sd.dg.n_cols == 0);
         CHECK(sd.dg.alpha == nullptr);
+    }
+}
+
+TEST_CASE("each variant's measured weights are those its depth attention used, per head, in their sources' columns") {
+    const size_t B = 2, T = 3, N = B * T;
+    for (const VariantRun& run : variant_runs()) {
+        INFO("variant: ", std::string(run.name));
+        const ModelConfig& c = run.c;
+        char err[256];
+        REQUIRE_MESSAGE(model_config_check(&c, err, sizeof(err)) == 0, err);
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        model_init_params(&m, 5);
+        randomize_residuals(m, 6);
+        std::vector<int> tokens, targets;
+        random_batch(c.vocab_size, N, 8, tokens, targets);
+        model_forward(&m, tokens.data(), targets.data(), B, T);
+        ScopedDiagnostics sd(c);
+        Diagnostics& dg = sd.dg;
+        int K = c.depth_heads > 1 ? c.depth_heads : 1, L2 = 2 * c.n_layers;
+        REQUIRE(dg.depth_heads == K);
+        REQUIRE((dg.head_alpha != nullptr) == (K > 1));
+        size_t cells = (size_t)(L2 + 1) * dg.n_cols;
+        std::fill(dg.alpha, dg.alpha + cells, -7.0f);  // sentinels: each must be written
+        if (K > 1) std::fill(dg.head_alpha, dg.head_alpha + K * cells, -7.0f);
+        diagnostics_measure_alpha(&dg, &m);
+        bool any_sum_not_one = false, heads_differ = false;
+        for (int l = 0; l <= L2; l++) {
+            std::vector<std::vector<double>> expect = reference_weights(m, l, dg.n_cols);
+            double row_sum = 0.0;
+            for (int col = 0; col < dg.n_cols; col++) {
+                INFO("row ", l, ", column ", col);
+                bool present = !std::isnan(expect[0][(size_t)col]);
+                double over_heads = 0.0;
+                for (int k = 0; k < K; k++) {
+                    if (!present) break;
+                    over_heads += expect[(size_t)k][(size_t)col] / K;
+                    heads_differ |= std::fabs(expect[(size_t)k][(size_t)col] - expect[0][(size_t)col]) > 1e-3;
+                }
+                for (int k = 0; k < K && K > 1; k++) {
+                    INFO("head ", k);
+                    float got = dg.head_alpha[(size_t)k * cells + (size_t)l * dg.n_cols + col];
+                    if (!present) CHECK(std::isnan(got));
+                    else CHECK(got == doctest::Approx(expect[(size_t)k][(size_t)col]).epsilon(1e-5));
+                }
+                float got = dg.alpha[(size_t)l * dg.n_cols + col];
+                if (!present) { CHECK(std::isnan(got)); continue; }
+                CHECK(got == doctest::Approx(over_heads).epsilon(1e-5));
+                row_sum += got;
+            }
+            any_sum_not_one |= std::fabs(row_sum - 1.0) > 1e-3;
+        }
+        // softmax rows (the attention's, or static mixing's) sum to 1; sigmoid's and
+        // DenseFormer's do not
+        bool normalised = c.mixing == 1 || (c.mixing == 0 && c.depth_score == 0);
+        CHECK(any_sum_not_one == !normalised);
+        CHECK(heads_differ == (K > 1));  // the heads' own weights, not their mean
+    }
+}
+
+TEST_CASE("alpha.csv with heads and a window: a line per source in its absolute column, each head's weight after the mean") {
+    ModelConfig c = {9, 8, 2, 2, 1, 12, 1, 1, 0, 0, 2, 2, 0};  // full, sigmoid, 2 heads, window 2
+    ScopedModel scoped(c, 2, 3);
+    Model& m = scoped.m;
+    model_init_params(&m, 5);
+    randomize_residuals(m, 9);
+    std::vector<int> tokens, targets;
+    random_batch(c.vocab_size, 6, 3, tokens, targets);
+    model_forward(&m, tokens.data(), targets.data(), 2, 3);
+    TempDir dir;
+    char err[256];
+    ScopedDiagnostics sd(c);
+    Diagnostics& dg = sd.dg;
+    REQUIRE(diagnostics_open(&dg, dir.path.c_str(), -1, "./train", err, sizeof(err)) == 0);
+    diagnostics_measure_alpha(&dg, &m);
+    diagnostics_write_alpha(&dg, 7);
+    std::fflush(dg.alpha_csv);
+    std::vector<std::string> lines = read_lines(dir.path + "/alpha.csv");
+    REQUIRE(lines.size() >= 1);
+    CHECK(lines[0] == "step,row,row_name,source,source_name,alpha,alpha_h0,alpha_h1");
+    // full mode's columns: emb, a0, m0, a1, m1; rows 3 and 4 keep emb and their 2 latest
+    struct Cell { int row; const char* row_name; int col; const char* col_name; };
+    std::vector<Cell> cells = {
+        {0, "L0.attn", 0, "emb"},
+        {1, "L0.mlp", 0, "emb"}, {1, "L0.mlp", 1, "a0"},
+        {2, "L1.attn", 0, "emb"}, {2, "L1.attn", 1, "a0"}, {2, "L1.attn", 2, "m0"},
+        {3, "L1.mlp", 0, "emb"}, {3, "L1.mlp", 2, "m0"}, {3, "L1.mlp", 3, "a1"},
+        {4, "out", 0, "emb"}, {4, "out", 3, "a1"}, {4, "out", 4, "m1"}};
+    REQUIRE(lines.size() == 1 + cells.size());
+    size_t per_head = (size_t)(2 * c.n_layers + 1) * dg.n_cols;
+    for (size_t j = 0; j < cells.size(); j++) {
+        INFO("line ", j + 1, ": ", lines[j + 1]);
+        std::vector<std::string> f = split(lines[j + 1]);
+        REQUIRE(f.size() == 8);
+        CHECK(f[0] == "7");
+        CHECK(f[1] == std::to_string(cells[j].row));
+        CHECK(f[2] == cells[j].row_name);
+        CHECK(f[3] == std::to_string(cells[j].col));
+        CHECK(f[4] == cells[j].col_name);
+        size_t cell = (size_t)cells[j].row * dg.n_cols + (size_t)cells[j].col;
+        CHECK(std::stod(f[5]) == doctest::Approx(dg.alpha[cell]).epsilon(1e-5));
+        CHECK(std::stod(f[6]) == doctest::Approx(dg.head_alpha[cell]).epsilon(1e-5));
+        CHECK(std::stod(f[7]) == doctest::Approx(dg.head_alpha[per_head + cell]).epsilon(1e-5));
+        CHECK(std::stod(f[5]) == doctest::Approx((std::stod(f[6]) + std::stod(f[7])) / 2).epsilon(2e-5));
+    }
+    std::vector<std::string> meta = read_lines(dir.path + "/meta.csv");
+    for (const char* line : {"depth_score,sigmoid", "key_norm,on", "depth_query,static",
+                             "depth_heads,2", "depth_window,2", "mixing,attention"})
+        CHECK_MESSAGE(std::find(meta.begin(), meta.end(), line) != meta.end(), std::string(line));
+}
+
+TEST_CASE("the text heatmap says what each variant's weights are: sigmoid's rows do not sum to 100 %, heads averaged, a window's columns") {
+    TempDir dir;
+    // zero queries and logits, unit scalars: SPEC's init (sigmoid 1/2, uniform softmax, beta 1)
+    auto heatmap = [&](const ModelConfig& c) {
+        ScopedModel scoped(c, 1, 4);
+        model_init_params(&scoped.m, 1);
+        std::vector<int> tokens = {1, 2, 3, 4};
+        model_forward(&scoped.m, tokens.data(), nullptr, 1, 4);
+        ScopedDiagnostics sd(c);
+        diagnostics_measure_alpha(&sd.dg, &scoped.m);
+        return heatmap_lines(sd.dg, dir.path);
+    };
+    SUBCASE("sigmoid: every weight 1/2 at zero queries, and the legend says rows do not sum to 100 %") {
+        std::vector<std::string> lines = heatmap({9, 8, 2, 2, 1, 12, 2, 1});
+        REQUIRE(lines.size() >= 9);
+        CHECK(lines[0].rfind("depth attention (sigmoid weights in %, mean over tokens)", 0) == 0);
+        CHECK(lines[3] == "L0.attn  ▓▓ 50     ·     ·");
+        CHECK(lines[6] == "L1.mlp   ▓▓ 50 ▓▓ 50 ▓▓ 50");
+        CHECK(lines[7] == "out      ▓▓ 50 ▓▓ 50 ▓▓ 50");
+        CHECK(has_line(lines, "not normalised: rows do not sum to 100 %"));
+    }
+    SUBCASE("2 heads: the caption says the cells are the mean over the heads and where each head's are") {
+        std::vector<std::string> lines = heatmap({9, 8, 2, 2, 1, 12, 1, 0, 0, 0, 2});
+        CHECK(lines[0].rfind("depth attention (% of each row, mean over tokens and the 2 heads)", 0) == 0);
+        CHECK(lines[4] == "L0.mlp   ▓▓ 50 ▓▓ 50     ·     ·     ·");
+        CHECK(has_line(lines, "each cell is the mean over the heads"));
+        CHECK(has_line(lines, "alpha_h<k>"));
+        CHECK(has_line(lines, "heatmap_h<k>.png"));
+    }
+    SUBCASE("window 2: rows past it read emb and their 2 latest outputs, in those outputs' columns") {
+        std::vector<std::string> lines = heatmap({9, 8, 2, 2, 1, 12, 1, 0, 0, 0, 0, 2});
+        CHECK(lines[2] == "           emb    a0    m0    a1    m1");
+        CHECK(lines[5] == "L1.attn  ▒▒ 33 ▒▒ 33 ▒▒ 33     ·     ·");
+        CHECK(lines[6] == "L1.mlp   ▒▒ 33     · ▒▒ 33 ▒▒ 33     ·");
+        CHECK(lines[7] == "out      ▒▒ 33     ·     · ▒▒ 33 ▒▒ 33");
+        CHECK(has_line(lines, "--depth-window 2: a row reads emb and its 2 most recent outputs only"));
+    }
+    SUBCASE("DenseFormer: every scalar 1 at init, shown as 100 in every cell, not normalised") {
+        std::vector<std::string> lines = heatmap({9, 8, 2, 2, 1, 12, 2, 0, 0, 0, 0, 0, 2});
+        CHECK(lines[0].rfind("DenseFormer depth mixing", 0) == 0);
+        CHECK(lines[4] == "L0.mlp   ██100 ██100     ·");
+        CHECK(lines[7] == "out      ██100 ██100 ██100");
+        CHECK(has_line(lines, "rows do not sum to 100 %, a weight may be negative"));
+    }
+    SUBCASE("static mixing: uniform at zero logits, the same for every token") {
+        std::vector<std::string> lines = heatmap({9, 8, 2, 2, 1, 12, 2, 0, 0, 0, 0, 0, 1});
+        CHECK(lines[0].rfind("depth mixing (% of each row, the same for every token)", 0) == 0);
+        CHECK(lines[7] == "out      ▒▒ 33 ▒▒ 33 ▒▒ 33");
+        CHECK(has_line(lines, "softmax(res_logits row l)"));
     }
 }
 
@@ -332,10 +640,13 @@ TEST_CASE("the CSV files get their headers and one row per record, and append on
         diagnostics_write_eval(&sd.dg, 10 + append, 2.0f, 40.0f, append ? 12.5f : -1.0f);
     }
     std::vector<std::string> meta = read_lines(run + "/meta.csv");
-    REQUIRE(meta.size() == 10);
+    REQUIRE(meta.size() == 16);
     CHECK(meta[0] == "key,value");
     CHECK(meta[1] == "mode,block");
-    CHECK(meta[9] == "command,./train --x");
+    CHECK(meta[9] == "depth_score,softmax");
+    CHECK(meta[12] == "depth_heads,1");
+    CHECK(meta[14] == "mixing,attention");
+    CHECK(meta[15] == "command,./train --x");
     std::vector<std::string> train = read_lines(run + "/train.csv");
     REQUIRE(train.size() == 3);
     CHECK(train[0] == "step,train_loss,lr,grad_norm,ms_per_step");
@@ -424,6 +735,16 @@ TEST_CASE("./train --diagnostics prints the same losses as without, writes the C
     CHECK(read_lines(csv + "/eval.csv").size() == 1 + 2);
     CHECK(read_lines(csv + "/layers.csv").size() == 1 + 4 * (1 + 2 + 1));
     CHECK(read_lines(csv + "/alpha.csv").size() == 1 + 2 * (1 + 2 + 2));
+    // a variant: sigmoid, 2 heads, a window of 2 over L = 2; one line per source at each eval
+    std::vector<std::string> variant = run(" --mode full --L 2 --depth-score sigmoid --depth-heads 2"
+                                           " --depth-window 2 --diagnostics " + csv + "_variant", "variant.txt");
+    CHECK(std::find(variant.begin(), variant.end(),
+                    "depth attention (sigmoid weights in %, mean over tokens and the 2 heads): the input "
+                    "of each sub-layer (rows)") != variant.end());
+    std::vector<std::string> variant_alpha = read_lines(csv + "_variant/alpha.csv");
+    REQUIRE(variant_alpha.size() == 1 + 2 * (1 + 2 + 3 + 3 + 3));
+    CHECK(variant_alpha[0] == "step,row,row_name,source,source_name,alpha,alpha_h0,alpha_h1");
+    CHECK(variant_alpha[12].rfind("6,4,out,4,m1,", 0) == 0);
     // none mode: no depth attention, no heatmap
     std::vector<std::string> none = run(" --mode none --diagnostics " + csv + "_none", "none.txt");
     CHECK(none.back().rfind("final", 0) == 0);
