@@ -8,7 +8,11 @@
 #                     sub-layer's output (at the last logged step), and the gradient norm of
 #                     each sub-layer's weights (mean over the logged steps)
 #   RUN/heatmap.png   AttnRes runs: the depth-attention weights at the last eval, the rows
-#                     before attention and before the MLP apart
+#                     before attention and before the MLP apart (with K >= 2 depth heads: the
+#                     mean over the heads); notes under the plots name the variant (sigmoid
+#                     and DenseFormer weights are not normalised, a window's rows, mixing)
+#   RUN/heatmap_h<k>.png  runs with K >= 2 depth heads: head k's weights (alpha.csv's
+#                     alpha_h<k> column), one chart per head
 # OUT defaults to the first RUN. Colour tells the mode (none, full, block); runs of one mode
 # differ by dash pattern; a run's label is its directory's name.
 set -euo pipefail
@@ -139,11 +143,13 @@ unset multiplot
 EOF
 
 # heatmaps of the AttnRes runs: rows of the last eval; before-attention rows on the left,
-# before-MLP rows (and the output aggregation) on the right
-for run in "${runs[@]}"; do
-    [ -f "$run/alpha.csv" ] && [ "$(wc -l < "$run/alpha.csv")" -gt 1 ] || continue
-    awk -F, -v dir="$work" 'NR > 1 { step[NR] = $1; row[NR] = $2; col[NR] = $4; name[NR] = $5
-                                    alpha[NR] = $6; last = $1 }
+# before-MLP rows (and the output aggregation) on the right.
+# $1: run, $2: alpha.csv's column of the weights (6: alpha, the mean over heads; 7 + k: head
+# k), $3: the PNG, $4: the chart's title, $5: its notes under the plots (one per line)
+heatmap() {
+    local run=$1 column=$2 png=$3 title=$4 notes=$5
+    awk -F, -v dir="$work" -v value="$column" 'NR > 1 { step[NR] = $1; row[NR] = $2; col[NR] = $4
+                                    name[NR] = $5; alpha[NR] = $value; last = $1 }
     END {
         for (i in step) if (step[i] == last && row[i] > n_sub) n_sub = row[i]  # the out row
         for (i in step) {
@@ -151,6 +157,7 @@ for run in "${runs[@]}"; do
             file = (row[i] % 2 == 0 && row[i] < n_sub) ? "attn" : "mlp"
             y = (row[i] == n_sub) ? n_sub / 2 : int(row[i] / 2)
             print col[i], y, alpha[i] > (dir "/" file ".dat")
+            if (alpha[i] + 0 > top) top = alpha[i] + 0
             xname[col[i]] = name[i]
             if (col[i] > max_x) max_x = col[i]
         }
@@ -162,41 +169,92 @@ for run in "${runs[@]}"; do
         print "set ytics (" tics ")" > (dir "/ytics_attn.gp")
         print "set ytics (" tics ", \"out\" " n_sub / 2 ")" > (dir "/ytics_mlp.gp")
         print "n_layers = " n_sub / 2 "; n_cols = " max_x + 1 "; step = " last > (dir "/size.gp")
+        # the colour scale: 0 to 1, or to the largest weight (DenseFormer) if that is more
+        print "top = " (top > 1 ? top : 1) >> (dir "/size.gp")
     }' "$run/alpha.csv"
-    # what the columns are, as the text heatmap says it
-    if [ "$(meta "$run" block_size)" = 1 ]; then
-        note="a<i>, m<i>: the output of layer i's attention, MLP"
-    else
-        note="b<n>: block n (its sum; in the rows inside block n, the partial sum so far)"
-    fi
+    # one label per note line, 16 pixels apart under the plots: the chart grows with them
+    local lines height
+    lines=$(printf '%s\n' "$notes" | wc -l)
+    height=$((540 + 16 * lines))
+    printf '%s\n' "$notes" | awk -v h="$height" -v n="$lines" '{
+        gsub(/"/, "\\\"")
+        printf "set label %d \"%s\" at screen 0.5, screen %.4f center font \",9\"\n", NR, $0,
+               (12 + 16 * (n - NR)) / h
+    }' > "$work/notes.gp"
     gnuplot <<EOF
 load "$work/size.gp"
-set terminal pngcairo size 1400,540 font "DejaVu Sans,10" noenhanced
-set output "$run/heatmap.png"
-set label 1 "$note" at screen 0.5, screen 0.025 center font ",9"
-set bmargin 5
-set multiplot layout 1,2 title sprintf("$(basename "$run"): depth-attention weights α (%%), mean over the tokens of an eval batch, step %d", step)
+set terminal pngcairo size 1400,$height font "DejaVu Sans,10" noenhanced
+set output "$png"
+load "$work/notes.gp"
+set bmargin $((4 + lines))
+set multiplot layout 1,2 title sprintf("${title//%/%%}, step %d", step)
 set palette defined (0 "#ffffff", 0.3 "#9ecae1", 1 "#08306b")
-set cbrange [0:1]
+set cbrange [0:top]
 unset colorbox
 set xrange [-0.5:n_cols - 0.5]
+# grey where a row has no such source (later sources, or outside a window)
+set object 1 rectangle from graph 0, graph 0 to graph 1, graph 1 behind fc rgb "#e8e8e8" fs solid noborder
 set xlabel "source"
 set tics nomirror scale 0
 load "$work/xtics.gp"
 set title "input of the attention sub-layers"
 set yrange [n_layers - 0.5:-0.5]
 load "$work/ytics_attn.gp"
-label(a) = a >= 0.005 ? sprintf("%.0f", 100 * a) : ""
+label(a) = abs(a) >= 0.005 ? sprintf("%.0f", 100 * a) : ""
 plot "$work/attn.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
-     "" using 1:2:(label(\$3)):(\$3 > 0.55 ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
+     "" using 1:2:(label(\$3)):(\$3 > 0.55 * top ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
 set title "input of the MLP sub-layers, and the output aggregation"
 set yrange [n_layers + 0.5:-0.5]
 load "$work/ytics_mlp.gp"
 plot "$work/mlp.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
-     "" using 1:2:(label(\$3)):(\$3 > 0.55 ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
+     "" using 1:2:(label(\$3)):(\$3 > 0.55 * top ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
 unset multiplot
 EOF
     rm -f "$work"/attn.dat "$work"/mlp.dat
-    echo "wrote $run/heatmap.png"
+    echo "wrote $png"
+}
+
+for run in "${runs[@]}"; do
+    [ -f "$run/alpha.csv" ] && [ "$(wc -l < "$run/alpha.csv")" -gt 1 ] || continue
+    # the variant (an older run's meta.csv has none of these keys: the default model)
+    heads=$(( $(head -n 1 "$run/alpha.csv" | awk -F, '{ print NF }') - 6 ))  # alpha_h<k> columns
+    score=$(meta "$run" depth_score)
+    mixing=$(meta "$run" mixing)
+    window=$(meta "$run" depth_window)
+    # what the columns are, as the text heatmap says it
+    if [ "$(meta "$run" block_size)" = 1 ]; then
+        notes="a<i>, m<i>: the output of layer i's attention, MLP; grey: the row has no such source"
+    else
+        notes="b<n>: block n (its sum; in the rows inside block n, the partial sum so far); grey: the row has no such source"
+    fi
+    what="depth-attention weights α (%), mean over the tokens of an eval batch"
+    case "$mixing" in
+        static)
+            what="static depth mixing (%): softmax of learned logits, the same for every token"
+            notes+=$'\n'"static mixing: row l is softmax(res_logits row l), learned, not input-dependent" ;;
+        dense)
+            what="DenseFormer depth mixing: the learned scalars β (× 100), the same for every token"
+            notes+=$'\n'"DenseFormer: h = Σ β_i V_i, not normalised: rows do not sum to 100 %, a weight may be negative (100: β = 1, PreNorm's plain sum); colours from 0 to the largest β" ;;
+    esac
+    if [ "$score" = sigmoid ]; then
+        what="depth-attention sigmoid weights α (%), mean over the tokens of an eval batch"
+        notes+=$'\n'"sigmoid scores: each weight is sigmoid(s_i) on its own, not normalised: rows do not sum to 100 %"
+    fi
+    if [ "${window:-0}" -gt 0 ]; then
+        notes+=$'\n'"depth window W = $window: a row reads emb and its $window most recent outputs only"
+    fi
+    name=$(basename "$run")
+    if [ "$heads" -le 0 ]; then
+        heatmap "$run" 6 "$run/heatmap.png" "$name: $what" "$notes"
+        continue
+    fi
+    channels=$(( $(meta "$run" d_model) / heads ))
+    heatmap "$run" 6 "$run/heatmap.png" "$name: $what and the $heads heads" \
+        "$notes"$'\n'"$heads heads of $channels channels: each cell is the mean over the heads; heatmap_h0.png .. heatmap_h$((heads - 1)).png show each head"
+    for ((k = 0; k < heads; k++)); do
+        heatmap "$run" $((7 + k)) "$run/heatmap_h$k.png" \
+            "$name, head $k of $heads (channels $((k * channels)) .. $(((k + 1) * channels - 1))): $what" \
+            "$notes"$'\n'"head $k's own weights (alpha.csv's alpha_h$k); heatmap.png shows the mean over the $heads heads"
+    done
 done
 echo "wrote $out/loss.png $out/depth.png"
