@@ -44,6 +44,8 @@ TESTS = {
     "attention.c": ["attention *", ACCUMULATES],
     "crossentropy.c": ["crossentropy*", ACCUMULATES],
     "depth_attention.c": ["*depth attention*", ACCUMULATES],
+    "depth_variants.c": ["variant depth attention*", "static mixing and DenseFormer*",
+                         "whole-model gradients*every variant"],
     "embedding.c": ["embedding*", ACCUMULATES],
     "linear.c": ["linear*", ACCUMULATES],
     # the finite differences run one backward on a fresh model, where every buffer is still
