@@ -9,7 +9,10 @@
 //     none   : h_l is the residual stream (h_0 = x0)
 //     AttnRes: h_l by two-phase depth attention: at the first sub-layer of block n, phase 1
 //              scores the block's S pseudo-queries against b_0 .. b_{n-1} at once; every
-//              sub-layer then merges that with its block's partial sum (phase 2)
+//              sub-layer then merges that with its block's partial sum (phase 2). Each kind
+//              of depth attention has its own pair of phases (the default operator, the
+//              attention variants, the mixings); the input-dependent query has none and runs
+//              the sequential definition (inference.h says why)
 //     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none) or the partial sum p += f_l (AttnRes)
 //   out = h_{2L} (none) or DA_out(b_0 .. b_{n_blocks}); logits = rmsnorm(out) lm_head^T
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and
@@ -38,8 +41,8 @@ void decoder_build(Decoder* dec, const Model* model, size_t B, size_t max_T) {
     point_activations(&dec->acts, c, B, 1, 0, dec->acts_memory);
     dec->att = mallocCheck(B * z->H * max_T * sizeof(float));
     dec->phase_o = mallocCheck(S * B * z->d * sizeof(float));
-    dec->phase_max = mallocCheck(S * B * sizeof(float));
-    dec->phase_sumexp = mallocCheck(S * B * sizeof(float));
+    dec->phase_max = mallocCheck(S * B * z->K * sizeof(float));
+    dec->phase_sumexp = mallocCheck(S * B * z->K * sizeof(float));
 }
 
 void decoder_free(Decoder* dec) {
@@ -85,8 +88,24 @@ static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
     linear_forward(s->f, s->y, p->wo + layer * d * q_dim, B, q_dim, d);
 }
 
+// The residual rows of depth attention l: the query w_l, the key norm's gain g_l (NULL with
+// --key-norm off), U_l (--depth-query input) and the mixing coefficients (--mixing); each
+// NULL where the variant has no such tensor
+typedef struct { const float *query, *norm, *qproj, *mix; } ResidualRows;
+static ResidualRows residual_rows(const Model* m, size_t l) {
+    const ModelDims* z = &m->dims;
+    const ParameterTensors* p = &m->params;
+    ResidualRows r = {NULL, NULL, NULL, NULL};
+    if (z->n_query_rows > 0) { r.query = p->res_query + l * z->d; }
+    if (z->n_norm_rows > 0) { r.norm = p->res_norm + l * z->d; }
+    if (z->n_qproj_rows > 0) { r.qproj = p->res_qproj + l * z->d * z->d; }
+    if (z->n_logit_rows > 0) { r.mix = p->res_logits + l * z->n_res; }
+    if (z->n_scalar_rows > 0) { r.mix = p->res_scalars + l * z->n_res; }
+    return r;
+}
+
 // h (B,d) = the depth attention of sub-layer l, in two phases (SPEC "Two-phase inference")
-static void depth_step(Decoder* dec, int l, float* h) {
+static void default_depth_step(Decoder* dec, int l, float* h) {
     const ModelDims* z = &dec->model->dims;
     const ParameterTensors* p = &dec->model->params;
     const Activations* a = &dec->acts;
@@ -100,6 +119,83 @@ static void depth_step(Decoder* dec, int l, float* h) {
     depth_attention_phase2(h, dec->phase_o + i * B * d, dec->phase_max + i * B,
                            dec->phase_sumexp + i * B, i == 0 ? NULL : a->sub[l - 1].partial,
                            p->res_query + (size_t)l * d, p->res_norm + (size_t)l * d, B, d);
+}
+
+// The same for the attention variants (sigmoid, key norm off, K heads): phase 1 per head
+static void variant_depth_step(Decoder* dec, int l, float* h) {
+    const ModelConfig* c = &dec->model->config;
+    const ModelDims* z = &dec->model->dims;
+    const Activations* a = &dec->acts;
+    size_t B = dec->B, d = z->d, S = z->S, K = z->K, i = (size_t)l % S, first = (size_t)l - i;
+    ResidualRows block = residual_rows(dec->model, first);  // rows first .. first + S - 1
+    ResidualRows own = residual_rows(dec->model, (size_t)l);
+    if (i == 0) {
+        const float* blocks[z->n_sub + 2];
+        size_t n = gather_sources(a, c, B, l, blocks, NULL);
+        depth_attention_variant_phase1(dec->phase_o, dec->phase_max, dec->phase_sumexp, blocks,
+                                       block.query, block.norm, n, S, B, d, K, c->depth_score);
+    }
+    depth_attention_variant_phase2(h, dec->phase_o + i * B * d, dec->phase_max + i * B * K,
+                                   dec->phase_sumexp + i * B * K,
+                                   i == 0 ? NULL : a->sub[l - 1].partial, own.query, own.norm,
+                                   B, d, K, c->depth_score);
+}
+
+// The same for the mixings: coefficient rows in place of queries. Sub-layer l's partial sum is
+// the last of its count_sources(l) sources, so its coefficient is entry count_sources(l) - 1.
+static void mixing_depth_step(Decoder* dec, int l, float* h) {
+    const ModelConfig* c = &dec->model->config;
+    const ModelDims* z = &dec->model->dims;
+    const Activations* a = &dec->acts;
+    size_t B = dec->B, d = z->d, S = z->S, i = (size_t)l % S, first = (size_t)l - i;
+    int normalise = c->mixing == 1;
+    if (i == 0) {
+        const float* blocks[z->n_sub + 2];
+        size_t n = gather_sources(a, c, B, l, blocks, NULL);
+        depth_mixing_phase1(dec->phase_o, dec->phase_max, dec->phase_sumexp, blocks,
+                            residual_rows(dec->model, first).mix, z->n_res, n, S, B, d, normalise);
+    }
+    const float* coefficients = residual_rows(dec->model, (size_t)l).mix;
+    float partial_coefficient = i == 0 ? 0.0f : coefficients[count_sources(c, l) - 1];
+    depth_mixing_phase2(h, dec->phase_o + i * B * d, dec->phase_max[i], dec->phase_sumexp[i],
+                        i == 0 ? NULL : a->sub[l - 1].partial, partial_coefficient, B, d,
+                        normalise);
+}
+
+// out (B,d) = depth attention l over all its sources in one call, as model.c's depth_forward:
+// the output aggregation in every configuration, and every depth attention with
+// --depth-query input, whose query needs V_last (inference.h)
+static void depth_sequential(Decoder* dec, int l, float* out) {
+    const ModelConfig* c = &dec->model->config;
+    Activations* a = &dec->acts;
+    size_t B = dec->B, d = dec->model->dims.d;
+    const float* src[dec->model->dims.n_sub + 2];
+    size_t n = gather_sources(a, c, B, l, src, NULL);
+    SubLayer* s = &a->sub[l];
+    ResidualRows r = residual_rows(dec->model, (size_t)l);
+    if (c->mixing) {
+        depth_mixing_forward(out, s->alpha, src, r.mix, n, B, d, c->mixing == 1);
+    } else if (depth_variant(c)) {
+        if (r.qproj != NULL) {  // q = w_l + U_l rmsnorm(V_last), that rmsnorm without gain
+            rmsnorm_forward(s->qn, s->q_rstd, src[n - 1], NULL, B, d);
+            linear_forward(s->qrows, s->qn, r.qproj, B, d, d);
+        }
+        depth_attention_variant_forward(out, s->alpha, s->key_rstd, src, r.query,
+                                        r.qproj != NULL ? s->qrows : NULL, r.norm, n, B, d,
+                                        dec->model->dims.K, c->depth_score);
+    } else {
+        depth_attention_forward(out, s->alpha, s->key_rstd, src, r.query, r.norm, n, B, d);
+    }
+}
+
+// h_l of an AttnRes sub-layer: each kind of depth attention by its own two phases, but the
+// input-dependent query, which runs sequentially
+static void depth_step(Decoder* dec, int l, float* h) {
+    const ModelConfig* c = &dec->model->config;
+    if (c->depth_query) { depth_sequential(dec, l, h); }
+    else if (c->mixing) { mixing_depth_step(dec, l, h); }
+    else if (depth_variant(c)) { variant_depth_step(dec, l, h); }
+    else { default_depth_step(dec, l, h); }
 }
 
 void decoder_step(Decoder* dec, const int* tokens, float* logits) {
@@ -121,14 +217,7 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
         else { mlp_sublayer_forward(m, s, l, B); }
         residual_update(m, a, l, B);
     }
-    if (attnres) {  // the output aggregation over b_0 .. b_{n_blocks}
-        SubLayer* s = &a->sub[n_sub];
-        const float* blocks[n_sub + 2];
-        size_t n = gather_sources(a, &m->config, B, n_sub, blocks, NULL);
-        depth_attention_forward(a->out, s->alpha, s->key_rstd, blocks,
-                                p->res_query + (size_t)n_sub * d, p->res_norm + (size_t)n_sub * d,
-                                n, B, d);
-    }
+    if (attnres) { depth_sequential(dec, n_sub, a->out); }  // DA_out(b_0 .. b_{n_blocks})
     rmsnorm_forward(a->xf, a->rstd_f, a->out, p->final_norm, B, d);
     linear_forward(logits, a->xf, p->lm_head, B, d, m->dims.V);
     dec->T++;

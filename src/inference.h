@@ -14,6 +14,18 @@
 //     plus the running partial sum of the current block are what each depth attention
 //     reads. The next step overwrites them. Everything from earlier positions that a step
 //     needs reaches it through the KV cache.
+// Variants (SPEC "Variants"): each decodes with the same caches. Sigmoid scores, the key norm
+// off and K heads keep the two phases, per head; static and DenseFormer mixing too, with their
+// coefficients in place of scores. With a depth window (full mode, so S = 1 and no partial
+// sum), phase 1 of a sub-layer is its attention over gather_sources' windowed list.
+// The input-dependent query (--depth-query input) is the exception. The query of sub-layer l
+// is w_l + U_l rmsnorm(V_last), and V_last of a sub-layer that is not first in its block is
+// the partial sum p, which exists only once the sub-layers before it have run: phase 1
+// cannot score that query. What it could share without the query, each block's key rstd, is
+// one square root per block and row against the 2 n_blocks d multiply-adds that need the
+// query, so with this variant every depth attention runs at its sub-layer's own turn by the
+// sequential definition (depth_attention_variant_forward over gather_sources' list), as
+// model_forward does.
 // The result equals model_forward over the whole sequence to float rounding (tested).
 #ifndef ATTNRES_INFERENCE_H
 #define ATTNRES_INFERENCE_H
@@ -48,6 +60,37 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
                             const float* sumexp1, const float* partial, const float* query,
                             const float* norm_weight, size_t N, size_t C);
 
+// The variants (SPEC "Variants"; depth_variants.c is their sequential definition).
+// Attention with `heads` groups of C/heads channels, each with its own scores; norm_weights
+// NULL: the key norm off (r = 1, no gain); sigmoid: alpha_i = sigmoid(s_i), no normaliser.
+// Phase 1 as above, per head: max and sumexp are (S,N,heads). With sigmoid there is nothing to
+// normalise: o1 = sum_i sigmoid(s_i) b_i, and phase 1 writes m1 = 0, l1 = 1.
+void depth_attention_variant_phase1(float* o, float* max, float* sumexp,
+                                    const float* const* blocks, const float* queries,
+                                    const float* norm_weights, size_t n_blocks, size_t S,
+                                    size_t N, size_t C, size_t heads, int sigmoid);
+// Phase 2 per head: softmax merges the partial's score s_p as above; sigmoid adds its term,
+// out = o1 + sigmoid(s_p) p. partial NULL: out = o1 / l1. max1, sumexp1 (N,heads).
+void depth_attention_variant_phase2(float* out, const float* o1, const float* max1,
+                                    const float* sumexp1, const float* partial,
+                                    const float* query, const float* norm_weight, size_t N,
+                                    size_t C, size_t heads, int sigmoid);
+// The mixings: one weight per source, the same for every row, from the coefficient row of
+// the sub-layer (res_logits or res_scalars; S rows `stride` floats apart, the first n_blocks
+// entries of row j weigh the blocks). normalise (static mixing, softmax over the logits c):
+// per query max m1 = max_i c_i and sumexp l1 = sum_i e^{c_i - m1} over the blocks, (S) each,
+// and o1 = sum_i e^{c_i - m1} b_i (S,N,C). Dense (DenseFormer scalars beta): o1 = sum_i
+// beta_i b_i, with m1 = 0 and l1 = 1.
+void depth_mixing_phase1(float* o, float* max, float* sumexp, const float* const* blocks,
+                         const float* coefficients, size_t stride, size_t n_blocks, size_t S,
+                         size_t N, size_t C, int normalise);
+// Phase 2 with the partial's coefficient (its logit c_p, or beta_p): static merges c_p by the
+// online-softmax rule (o2 = p, m2 = c_p, l2 = 1); dense adds out = o1 + beta_p p. partial
+// NULL: out = o1 / l1. max1, sumexp1 are phase 1's for this query.
+void depth_mixing_phase2(float* out, const float* o1, float max1, float sumexp1,
+                         const float* partial, float coefficient, size_t N, size_t C,
+                         int normalise);
+
 // ---- inference.c -------------------------------------------------------------------------
 typedef struct {
     const Model* model;    // parameters are read from here at every step (not copied)
@@ -59,8 +102,8 @@ typedef struct {
     float* acts_memory;    // for B rows (B x 1), without the backward's; logits are acts.logits
     float* att;            // (B,H,max_T) attention weights of the current position
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
-    float* phase_max;      // (S, B) phase 1: max scores
-    float* phase_sumexp;   // (S, B) phase 1: sums of exponentials
+    float* phase_max;      // (S, B, K) phase 1: max scores per head ((S) with --mixing)
+    float* phase_sumexp;   // (S, B, K) phase 1: sums of exponentials, likewise
 } Decoder;
 
 // Allocates caches and buffers for B sequences of up to max_T positions; starts empty.

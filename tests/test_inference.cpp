@@ -25,12 +25,16 @@ typedef std::vector<float> Vec;
 // Decoder logits against the full forward: max over positions of max_v |diff| / max_v |full|.
 // Linear maps, RoPE and attention run the same arithmetic in the same order in both paths
 // (bit-identical: none mode measures exactly 0); only the depth attention sums in another
-// order (phase 1 + merge instead of one softmax), a few float roundings: measured 8.6e-7
-// (full), 1.0e-6 (S=2), 5.2e-7 (S=3), 5.5e-7 (S=4), 1.1e-6 (S=6). Set GRADCHECK_VERBOSE=1 to
-// print them.
+// order (phase 1 + merge instead of one softmax), a few float roundings: measured 6.7e-7
+// (full), 1.1e-6 (S=2), 5.6e-7 (S=3), 6.7e-7 (S=4), 7.0e-7 (S=6). The variants: softmax ones
+// at most 2.7e-6 (key norm off, S=3), 1.2e-6 (window 2), static mixing 1.1e-6; exactly 0
+// for sigmoid scores and DenseFormer, whose two phases sum in the sequential order, and for
+// the input-dependent query, which decodes by the sequential definition. Set
+// GRADCHECK_VERBOSE=1 to print them.
 static const double DECODER_LOGITS_RTOL = 1e-5;
 // Two-phase against the sequential definition, outputs up to ~8 (huge scores included):
-// measured max error 9.5e-7, at most 0.19 of this tolerance.
+// measured max error 9.5e-7, at most 0.22 of this tolerance; the same for the softmax
+// variants and static mixing (9.5e-7, at most 0.19); exactly 0 for sigmoid and DenseFormer.
 static const Tolerance TWO_PHASE_TOL = {1e-6, 1e-6};
 
 static ModelConfig small_config(int n_layers, int block_size) {
@@ -38,19 +42,23 @@ static ModelConfig small_config(int n_layers, int block_size) {
     return ModelConfig{11, 16, n_layers, 4, 2, 24, block_size};
 }
 
-// Random parameters of unit-scale activations: matrices U(-a, a) with variance 1/d, embeddings
-// U(-1, 1), gains U(0.5, 1.5) and pseudo-queries U(-1, 1), so every depth attention has
-// uneven weights (not the zero-query average of the init).
+// Random parameters of unit-scale activations: matrices U(-a, a) with variance 1/d (U_l of
+// the input-dependent query too), embeddings U(-1, 1), gains and DenseFormer scalars
+// U(0.5, 1.5), pseudo-queries and static mixing logits U(-1, 1), so every depth attention
+// has uneven weights (not the zero-query average, or the ones, of the init).
 static void randomize_params(Model* m, uint64_t seed) {
     Rng rng(seed);
     float a = std::sqrt(3.0f / (float)m->config.d_model);
     float* p = m->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
-            if (i == PARAM_wte) p[j] = rng.uniform(-1.0f, 1.0f);
-            else if (i == PARAM_res_query) p[j] = rng.uniform(-1.0f, 1.0f);
-            else if (PARAM_INFO[i].decayed) p[j] = rng.uniform(-a, a);
-            else p[j] = rng.uniform(0.5f, 1.5f);
+            if (i == PARAM_wte || i == PARAM_res_query || i == PARAM_res_logits) {
+                p[j] = rng.uniform(-1.0f, 1.0f);
+            } else if (PARAM_INFO[i].decayed || i == PARAM_res_qproj) {
+                p[j] = rng.uniform(-a, a);
+            } else {
+                p[j] = rng.uniform(0.5f, 1.5f);
+            }
         }
         p += m->param_sizes[i];
     }
@@ -76,56 +84,124 @@ static const ModeCase MODES[] = {
     {"block S=4", 2, 4}, {"block S=6 (L=3)", 3, 6},
 };
 
+// Decodes B = 2 sequences of T = 9 tokens with caches, after a first pair of sequences that
+// the reset must forget, and compares the logits with model_forward's over the whole
+// sequences at every position. Returns the largest max_v |diff| / max_v |full| over
+// positions; each position past DECODER_LOGITS_RTOL fails.
+static double decoding_error(const ModelConfig& c, uint64_t seed) {
+    const size_t B = 2, T = 9;
+    size_t V = c.vocab_size;
+    Model m;
+    model_build(&m, &c, B, T);
+    randomize_params(&m, seed);
+    std::vector<int> tokens = random_tokens(B * T, c.vocab_size, seed + 4);
+    model_forward(&m, tokens.data(), nullptr, B, T);
+    const float* full = model_logits(&m);
+
+    Decoder dec;
+    decoder_build(&dec, &m, B, T);
+    // a first sequence fills the caches, so the reset must really forget it
+    std::vector<int> other = random_tokens(B * T, c.vocab_size, seed + 5), step_tokens(B);
+    Vec logits(B * V);
+    for (size_t t = 0; t < T; t++) {
+        for (size_t b = 0; b < B; b++) step_tokens[b] = other[b * T + t];
+        decoder_step(&dec, step_tokens.data(), logits.data());
+    }
+    decoder_reset(&dec);
+    double max_rel = 0.0;
+    for (size_t t = 0; t < T; t++) {
+        for (size_t b = 0; b < B; b++) step_tokens[b] = tokens[b * T + t];
+        decoder_step(&dec, step_tokens.data(), logits.data());
+        for (size_t b = 0; b < B; b++) {
+            const float* want = full + (b * T + t) * V;
+            const float* got = logits.data() + b * V;
+            double scale = 0.0, diff = 0.0;
+            for (size_t v = 0; v < V; v++) {
+                scale = std::max(scale, (double)std::fabs(want[v]));
+                diff = std::max(diff, std::fabs((double)got[v] - want[v]));
+            }
+            double rel = diff / scale;
+            if (!(rel <= DECODER_LOGITS_RTOL)) {
+                FAIL_CHECK("b=" << b << " t=" << t << ": max |diff| " << diff << " relative "
+                                << rel);
+            }
+            max_rel = std::max(max_rel, rel);
+        }
+    }
+    CHECK(dec.T == T);
+    decoder_free(&dec);
+    model_free(&m);
+    return max_rel;
+}
+
 TEST_CASE("decoding with caches gives the logits of a full forward at every position") {
     for (const ModeCase& mode : MODES) {
         SUBCASE(mode.name) {
-            const size_t B = 2, T = 9;
-            ModelConfig c = small_config(mode.n_layers, mode.block_size);
-            size_t V = c.vocab_size;
-            Model m;
-            model_build(&m, &c, B, T);
-            randomize_params(&m, 7);
-            std::vector<int> tokens = random_tokens(B * T, c.vocab_size, 11);
-            model_forward(&m, tokens.data(), nullptr, B, T);
-            const float* full = model_logits(&m);
-
-            Decoder dec;
-            decoder_build(&dec, &m, B, T);
-            // a first sequence fills the caches, so the reset must really forget it
-            std::vector<int> other = random_tokens(B * T, c.vocab_size, 12), step_tokens(B);
-            Vec logits(B * V);
-            for (size_t t = 0; t < T; t++) {
-                for (size_t b = 0; b < B; b++) step_tokens[b] = other[b * T + t];
-                decoder_step(&dec, step_tokens.data(), logits.data());
-            }
-            decoder_reset(&dec);
-            double max_rel = 0.0;
-            for (size_t t = 0; t < T; t++) {
-                for (size_t b = 0; b < B; b++) step_tokens[b] = tokens[b * T + t];
-                decoder_step(&dec, step_tokens.data(), logits.data());
-                for (size_t b = 0; b < B; b++) {
-                    const float* want = full + (b * T + t) * V;
-                    const float* got = logits.data() + b * V;
-                    double scale = 0.0, diff = 0.0;
-                    for (size_t v = 0; v < V; v++) {
-                        scale = std::max(scale, (double)std::fabs(want[v]));
-                        diff = std::max(diff, std::fabs((double)got[v] - want[v]));
-                    }
-                    double rel = diff / scale;
-                    if (!(rel <= DECODER_LOGITS_RTOL)) {
-                        FAIL_CHECK("b=" << b << " t=" << t << ": max |diff| " << diff
-                                        << " relative " << rel);
-                    }
-                    max_rel = std::max(max_rel, rel);
-                }
-            }
-            CHECK(dec.T == T);
+            double max_rel = decoding_error(small_config(mode.n_layers, mode.block_size), 7);
             if (gradcheck::verbose()) {
                 MESSAGE(std::string(mode.name) << ": max relative logit difference " << max_rel);
             }
             CHECK(max_rel <= DECODER_LOGITS_RTOL);
-            decoder_free(&dec);
-            model_free(&m);
+        }
+    }
+}
+
+// A variant (SPEC "Variants") in one mode: the switches of ModelConfig after block_size.
+struct VariantDecoding {
+    const char* name;
+    int n_layers, block_size;
+    int depth_score, key_norm_off, depth_query, depth_heads, depth_window, mixing;
+};
+static const VariantDecoding VARIANTS[] = {
+    // name                                 L  S  sig off inp K  W  mix
+    {"sigmoid, full",                       2, 1, 1,  0,  0,  0, 0, 0},
+    {"sigmoid, block S=2",                  2, 2, 1,  0,  0,  0, 0, 0},
+    {"sigmoid, block S=4",                  2, 4, 1,  0,  0,  0, 0, 0},
+    {"key norm off, full",                  2, 1, 0,  1,  0,  0, 0, 0},
+    {"key norm off, block S=2",             2, 2, 0,  1,  0,  0, 0, 0},
+    {"key norm off, block S=3 (L=3)",       3, 3, 0,  1,  0,  0, 0, 0},
+    {"input query, full",                   2, 1, 0,  0,  1,  0, 0, 0},
+    {"input query, block S=2",              2, 2, 0,  0,  1,  0, 0, 0},
+    {"input query, block S=4",              2, 4, 0,  0,  1,  0, 0, 0},
+    {"2 heads, full",                       2, 1, 0,  0,  0,  2, 0, 0},
+    {"2 heads, block S=2",                  2, 2, 0,  0,  0,  2, 0, 0},
+    {"4 heads, full",                       2, 1, 0,  0,  0,  4, 0, 0},
+    {"4 heads, block S=4",                  2, 4, 0,  0,  0,  4, 0, 0},
+    {"window 2, full (L=3)",                3, 1, 0,  0,  0,  0, 2, 0},
+    {"static mixing, full",                 2, 1, 0,  0,  0,  0, 0, 1},
+    {"static mixing, block S=2",            2, 2, 0,  0,  0,  0, 0, 1},
+    {"static mixing, block S=3 (L=3)",      3, 3, 0,  0,  0,  0, 0, 1},
+    {"dense mixing, full",                  2, 1, 0,  0,  0,  0, 0, 2},
+    {"dense mixing, block S=2",             2, 2, 0,  0,  0,  0, 0, 2},
+    {"dense mixing, block S=6 (L=3)",       3, 6, 0,  0,  0,  0, 0, 2},
+    {"window 2 + static mixing, full (L=3)", 3, 1, 0, 0,  0,  0, 2, 1},
+    {"window 2 + dense mixing, full (L=3)", 3, 1, 0,  0,  0,  0, 2, 2},
+    {"sigmoid + 4 heads + key norm off, full",        2, 1, 1, 1, 0, 4, 0, 0},
+    {"sigmoid + 4 heads + key norm off, block S=2",   2, 2, 1, 1, 0, 4, 0, 0},
+    {"input query + sigmoid, block S=4",              2, 4, 1, 0, 1, 0, 0, 0},
+    {"input query + 2 heads + key norm off, block S=3 (L=3)", 3, 3, 0, 1, 1, 2, 0, 0},
+    {"every attention switch, block S=2",             2, 2, 1, 1, 1, 2, 0, 0},
+    {"sigmoid + 2 heads + window 2, full (L=3)",      3, 1, 1, 0, 0, 2, 2, 0},
+    {"input query + window 2, full (L=3)",            3, 1, 0, 0, 1, 0, 2, 0},
+};
+
+TEST_CASE("decoding every variant with caches gives the logits of a full forward at every position") {
+    for (const VariantDecoding& v : VARIANTS) {
+        SUBCASE(v.name) {
+            ModelConfig c = small_config(v.n_layers, v.block_size);
+            c.depth_score = v.depth_score;
+            c.key_norm_off = v.key_norm_off;
+            c.depth_query = v.depth_query;
+            c.depth_heads = v.depth_heads;
+            c.depth_window = v.depth_window;
+            c.mixing = v.mixing;
+            char err[256];
+            REQUIRE_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);
+            double max_rel = decoding_error(c, 31);
+            if (gradcheck::verbose()) {
+                MESSAGE(std::string(v.name) << ": max relative logit difference " << max_rel);
+            }
+            CHECK(max_rel <= DECODER_LOGITS_RTOL);
         }
     }
 }
@@ -193,24 +269,34 @@ TEST_CASE("past the trained context, greedy decoding reads the window of the las
     check_greedy_decoding(6, 9, 4, 23);
 }
 
-TEST_CASE("two-phase depth attention equals the sequential definition, every block size") {
-    const size_t N = 3, C = 16;
-    // sources = scale * (u + spread * noise) with a random scale per source and u shared by
-    // the sources of a row; spread 1: sources differ by O(1). With spread 1e-4 the normalised
-    // keys nearly coincide, so huge queries give scores of thousands (e^s overflows a float
-    // past 88) that differ by O(1): the softmax stays spread out, not one-hot.
-    // Huge queries on unrelated sources give scores thousands apart: one-hot softmaxes, where
-    // the phase that holds the max must not be rescaled by e^{+thousands}.
-    float query_scale = 1.0f, spread = 1.0f;
+// The scores of a two-phase test, one subcase each. Sources are scale * (u + spread * noise)
+// with a random scale per source and row and u shared by the sources of a row; spread 1:
+// sources differ by O(1). With spread 1e-4 the normalised keys nearly coincide, so huge
+// queries give scores of thousands (e^s overflows a float past 88) that differ by O(1): the
+// softmax stays spread out, not one-hot. Huge queries on unrelated sources give scores
+// thousands apart: one-hot softmaxes, where the phase that holds the max must not be
+// rescaled by e^{+thousands}.
+struct ScoreScale {
+    float query_scale, spread;
+};
+static ScoreScale score_scale_subcases() {
+    ScoreScale scale = {1.0f, 1.0f};
     SUBCASE("scores of order 1") {}
-    SUBCASE("huge scores, O(1) apart: nothing overflows") {
-        query_scale = 1000.0f;
-        spread = 1e-4f;
-    }
-    SUBCASE("huge scores, thousands apart: nothing overflows") { query_scale = 1000.0f; }
-    Rng rng(99);
-    Vec shared = rng.uniform_vector(N * C, -2.0f, 2.0f);
-    auto draw_source = [&]() {
+    SUBCASE("huge scores, O(1) apart: nothing overflows") { scale = {1000.0f, 1e-4f}; }
+    SUBCASE("huge scores, thousands apart: nothing overflows") { scale = {1000.0f, 1.0f}; }
+    return scale;
+}
+
+// Draws the (N,C) sources of ScoreScale: the u shared by a row's sources is drawn first.
+struct SourceDrawer {
+    Rng& rng;
+    size_t N, C;
+    float spread;
+    Vec shared;
+    SourceDrawer(Rng& rng_, size_t N_, size_t C_, float spread_)
+        : rng(rng_), N(N_), C(C_), spread(spread_),
+          shared(rng_.uniform_vector(N_ * C_, -2.0f, 2.0f)) {}
+    Vec operator()() {
         Vec v(N * C);
         for (size_t n = 0; n < N; n++) {
             float scale = rng.uniform(0.5f, 2.0f);
@@ -219,46 +305,87 @@ TEST_CASE("two-phase depth attention equals the sequential definition, every blo
             }
         }
         return v;
-    };
+    }
+};
+
+// The sources of one block of S sub-layers: the completed blocks b_0 .. b_{n-1}, then the
+// partial sums p_1 .. p_{S-1} (p_0 is drawn, never used). Sub-layer i reads the blocks, then
+// p_i when i > 0.
+struct BlockSources {
+    std::vector<Vec> blocks, partials;
+    std::vector<const float*> block_ptrs;
+    BlockSources(SourceDrawer& draw, size_t n, size_t S) : blocks(n), partials(S) {
+        for (Vec& b : blocks) b = draw();
+        for (Vec& p : partials) p = draw();
+        for (const Vec& b : blocks) block_ptrs.push_back(b.data());
+    }
+    const float* partial(size_t i) const { return i == 0 ? nullptr : partials[i].data(); }
+    std::vector<const float*> sources(size_t i) const {
+        std::vector<const float*> list = block_ptrs;
+        if (i > 0) list.push_back(partials[i].data());
+        return list;
+    }
+};
+
+// Two-phase against the sequential output within TWO_PHASE_TOL; max_err keeps the largest
+// |difference|.
+static void check_two_phase(const std::string& name, const Vec& two_phase, const Vec& sequential,
+                            double& max_err) {
+    compare_within(name, two_phase.data(), sequential.data(), two_phase.size(), TWO_PHASE_TOL);
+    for (size_t j = 0; j < two_phase.size(); j++) {
+        max_err = std::max(max_err, (double)std::fabs(two_phase[j] - sequential[j]));
+    }
+}
+
+// The smallest, over rows and heads, of the largest softmax weight alpha (rows, n_sources,
+// heads): below ~0.6, some softmax is far from one-hot, so a merge really mixes. 1 for a
+// single source.
+static double smallest_top_weight(const Vec& alpha, size_t rows, size_t n_sources, size_t heads) {
+    double smallest = 1.0;
+    for (size_t r = 0; r < rows && n_sources > 1; r++) {
+        for (size_t k = 0; k < heads; k++) {
+            double top = 0.0;
+            for (size_t i = 0; i < n_sources; i++) {
+                top = std::max(top, (double)alpha[(r * n_sources + i) * heads + k]);
+            }
+            smallest = std::min(smallest, top);
+        }
+    }
+    return smallest;
+}
+
+static std::string block_case(size_t S, size_t n, size_t i) {
+    return "S=" + std::to_string(S) + " n=" + std::to_string(n) + " i=" + std::to_string(i);
+}
+
+TEST_CASE("two-phase depth attention equals the sequential definition, every block size") {
+    const size_t N = 3, C = 16;
+    ScoreScale scale = score_scale_subcases();
+    Rng rng(99);
+    SourceDrawer draw_source(rng, N, C, scale.spread);
     double max_err = 0.0, min_top_alpha = 1.0, max_score = 0.0;
     for (size_t S = 1; S <= 6; S++) {
         for (size_t n : {1, 2, 3, 5}) {
-            // completed blocks b_0 .. b_{n-1}, and the partial sums p_1 .. p_{S-1}
-            std::vector<Vec> blocks(n), partials(S);
-            for (Vec& b : blocks) b = draw_source();
-            for (Vec& p : partials) p = draw_source();
-            Vec queries = rng.uniform_vector(S * C, -query_scale, query_scale);
+            BlockSources src(draw_source, n, S);
+            Vec queries = rng.uniform_vector(S * C, -scale.query_scale, scale.query_scale);
             Vec gains = rng.uniform_vector(S * C, 0.5f, 1.5f);
-            std::vector<const float*> block_ptrs;
-            for (const Vec& b : blocks) block_ptrs.push_back(b.data());
-
             Vec o(S * N * C), max(S * N), sumexp(S * N);
-            depth_attention_phase1(o.data(), max.data(), sumexp.data(), block_ptrs.data(),
+            depth_attention_phase1(o.data(), max.data(), sumexp.data(), src.block_ptrs.data(),
                                    queries.data(), gains.data(), n, S, N, C);
             for (float m : max) max_score = std::max(max_score, (double)std::fabs(m));
             for (size_t i = 0; i < S; i++) {
-                Vec two_phase(N * C), sequential(N * C), alpha(N * (n + 1)), rstd(N * (n + 1));
-                depth_attention_phase2(two_phase.data(), o.data() + i * N * C,
-                                       max.data() + i * N, sumexp.data() + i * N,
-                                       i == 0 ? nullptr : partials[i].data(),
-                                       queries.data() + i * C, gains.data() + i * C, N, C);
-                std::vector<const float*> sources = block_ptrs;
-                if (i > 0) sources.push_back(partials[i].data());
+                std::vector<const float*> sources = src.sources(i);
                 size_t n_sources = sources.size();
+                Vec two_phase(N * C), sequential(N * C), alpha(N * n_sources), rstd(N * n_sources);
+                depth_attention_phase2(two_phase.data(), o.data() + i * N * C,
+                                       max.data() + i * N, sumexp.data() + i * N, src.partial(i),
+                                       queries.data() + i * C, gains.data() + i * C, N, C);
                 depth_attention_forward(sequential.data(), alpha.data(), rstd.data(),
                                         sources.data(), queries.data() + i * C,
                                         gains.data() + i * C, n_sources, N, C);
-                std::string name = "S=" + std::to_string(S) + " n=" + std::to_string(n) +
-                                   " i=" + std::to_string(i);
-                compare_within(name, two_phase.data(), sequential.data(), N * C, TWO_PHASE_TOL);
-                for (size_t j = 0; j < N * C; j++) {
-                    max_err = std::max(max_err, (double)std::fabs(two_phase[j] - sequential[j]));
-                }
-                for (size_t r = 0; r < N && n_sources > 1; r++) {
-                    const float* a = &alpha[r * n_sources];
-                    double top = *std::max_element(a, a + n_sources);
-                    min_top_alpha = std::min(min_top_alpha, top);
-                }
+                check_two_phase(block_case(S, n, i), two_phase, sequential, max_err);
+                min_top_alpha =
+                    std::min(min_top_alpha, smallest_top_weight(alpha, N, n_sources, 1));
             }
         }
     }
@@ -266,10 +393,124 @@ TEST_CASE("two-phase depth attention equals the sequential definition, every blo
         MESSAGE("two-phase max |error| " << max_err << ", smallest top weight " << min_top_alpha
                                          << ", largest |score| " << max_score);
     }
-    if (spread < 1.0f || query_scale == 1.0f) {
-        CHECK(min_top_alpha < 0.6);  // some softmax is far from one-hot: the merge really mixes
+    if (scale.spread < 1.0f || scale.query_scale == 1.0f) CHECK(min_top_alpha < 0.6);
+    if (scale.query_scale > 1.0f) CHECK(max_score > 1000.0);
+}
+
+// The switches of a two-phase variant case.
+struct AttentionSwitches {
+    size_t heads;
+    int sigmoid, key_norm;
+    std::string name() const {
+        return std::string(sigmoid ? "sigmoid" : "softmax") + (key_norm ? "" : " no key norm") +
+               " heads=" + std::to_string(heads) + " ";
     }
-    if (query_scale > 1.0f) CHECK(max_score > 1000.0);
+};
+
+TEST_CASE("two-phase variant depth attention equals the sequential definition, every block size and switch") {
+    const size_t N = 3, C = 16;
+    ScoreScale scale = score_scale_subcases();
+    Rng rng(101);
+    SourceDrawer draw_source(rng, N, C, scale.spread);
+    std::vector<AttentionSwitches> every_switch;
+    for (size_t heads : {1, 2, 4})
+        for (int sigmoid = 0; sigmoid < 2; sigmoid++)
+            for (int key_norm = 0; key_norm < 2; key_norm++)
+                every_switch.push_back({heads, sigmoid, key_norm});
+    double max_err[2] = {0.0, 0.0}, min_top_alpha = 1.0;  // max_err by score: softmax, sigmoid
+    for (const AttentionSwitches& sw : every_switch) {
+        size_t K = sw.heads;
+        for (size_t S = 1; S <= 6; S++) {
+            for (size_t n : {1, 2, 3, 5}) {
+                BlockSources src(draw_source, n, S);
+                Vec queries = rng.uniform_vector(S * C, -scale.query_scale, scale.query_scale);
+                Vec gains = rng.uniform_vector(S * C, 0.5f, 1.5f);
+                const float* norm = sw.key_norm ? gains.data() : nullptr;
+                Vec o(S * N * C), max(S * N * K), sumexp(S * N * K);
+                depth_attention_variant_phase1(o.data(), max.data(), sumexp.data(),
+                                               src.block_ptrs.data(), queries.data(), norm, n, S,
+                                               N, C, K, sw.sigmoid);
+                for (size_t i = 0; i < S; i++) {
+                    std::vector<const float*> sources = src.sources(i);
+                    size_t n_sources = sources.size();
+                    const float* query = queries.data() + i * C;
+                    const float* gain = norm != nullptr ? norm + i * C : nullptr;
+                    Vec two_phase(N * C), sequential(N * C);
+                    Vec alpha(N * n_sources * K), rstd(N * n_sources * K);
+                    depth_attention_variant_phase2(two_phase.data(), o.data() + i * N * C,
+                                                   max.data() + i * N * K,
+                                                   sumexp.data() + i * N * K, src.partial(i),
+                                                   query, gain, N, C, K, sw.sigmoid);
+                    depth_attention_variant_forward(sequential.data(), alpha.data(), rstd.data(),
+                                                    sources.data(), query, nullptr, gain,
+                                                    n_sources, N, C, K, sw.sigmoid);
+                    check_two_phase(sw.name() + block_case(S, n, i), two_phase, sequential,
+                                    max_err[sw.sigmoid]);
+                    if (!sw.sigmoid) {
+                        min_top_alpha = std::min(min_top_alpha,
+                                                 smallest_top_weight(alpha, N, n_sources, K));
+                    }
+                }
+            }
+        }
+    }
+    if (gradcheck::verbose()) {
+        MESSAGE("two-phase variants: max |error| softmax " << max_err[0] << ", sigmoid "
+                << max_err[1] << ", smallest top softmax weight " << min_top_alpha);
+    }
+    if (scale.spread < 1.0f || scale.query_scale == 1.0f) CHECK(min_top_alpha < 0.6);
+}
+
+TEST_CASE("two-phase static mixing and DenseFormer equal the sequential definition, every block size") {
+    const size_t N = 3, C = 16;
+    // static logits of order 1 (uneven softmaxes) or thousands (one-hot: e^{c - m} must not
+    // overflow); DenseFormer scalars of either sign
+    float logit_scale = 2.0f;
+    SUBCASE("logits of order 1") {}
+    SUBCASE("huge logits: nothing overflows") { logit_scale = 1000.0f; }
+    Rng rng(103);
+    SourceDrawer draw_source(rng, N, C, 1.0f);
+    double max_err[2] = {0.0, 0.0}, min_top_weight = 1.0;  // max_err: dense, static
+    for (int normalise = 0; normalise < 2; normalise++) {
+        float range = normalise ? logit_scale : 1.5f;
+        for (size_t S = 1; S <= 6; S++) {
+            for (size_t n : {1, 2, 3, 5}) {
+                BlockSources src(draw_source, n, S);
+                // S rows of n + 3 coefficients: the first n weigh the blocks, entry n the partial
+                // sum; the last two belong to no source and are NaN, so reading them fails
+                const size_t stride = n + 3;
+                Vec coefficients = rng.uniform_vector(S * stride, -range, range);
+                for (size_t j = 0; j < S; j++) {
+                    coefficients[j * stride + n + 1] = coefficients[j * stride + n + 2] = NAN;
+                }
+                Vec o(S * N * C), max(S), sumexp(S);
+                depth_mixing_phase1(o.data(), max.data(), sumexp.data(), src.block_ptrs.data(),
+                                    coefficients.data(), stride, n, S, N, C, normalise);
+                for (size_t i = 0; i < S; i++) {
+                    const float* row = coefficients.data() + i * stride;
+                    std::vector<const float*> sources = src.sources(i);
+                    size_t n_sources = sources.size();
+                    Vec two_phase(N * C), sequential(N * C), weights(n_sources);
+                    depth_mixing_phase2(two_phase.data(), o.data() + i * N * C, max[i], sumexp[i],
+                                        src.partial(i), i == 0 ? 0.0f : row[n], N, C, normalise);
+                    depth_mixing_forward(sequential.data(), weights.data(), sources.data(), row,
+                                         n_sources, N, C, normalise);
+                    check_two_phase(std::string(normalise ? "static " : "dense ") +
+                                        block_case(S, n, i),
+                                    two_phase, sequential, max_err[normalise]);
+                    if (normalise) {
+                        min_top_weight = std::min(min_top_weight,
+                                                  smallest_top_weight(weights, 1, n_sources, 1));
+                    }
+                }
+            }
+        }
+    }
+    if (gradcheck::verbose()) {
+        MESSAGE("two-phase mixing: max |error| static " << max_err[1] << ", dense "
+                << max_err[0] << ", smallest top weight " << min_top_weight);
+    }
+    if (logit_scale < 10.0f) CHECK(min_top_weight < 0.6);  // the static merge really mixes
 }
 
 TEST_CASE("sampling: greedy limits, a fixed seed, top-k support and the softmax frequencies") {
