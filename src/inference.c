@@ -88,21 +88,9 @@ static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
     linear_forward(s->f, s->y, p->wo + layer * d * q_dim, B, q_dim, d);
 }
 
-// The residual rows of depth attention l: the query w_l, the key norm's gain g_l (NULL with
-// --key-norm off), U_l (--depth-query input) and the mixing coefficients (--mixing); each
-// NULL where the variant has no such tensor
-typedef struct { const float *query, *norm, *qproj, *mix; } ResidualRows;
-static ResidualRows residual_rows(const Model* m, size_t l) {
-    const ModelDims* z = &m->dims;
-    const ParameterTensors* p = &m->params;
-    ResidualRows r = {NULL, NULL, NULL, NULL};
-    if (z->n_query_rows > 0) { r.query = p->res_query + l * z->d; }
-    if (z->n_norm_rows > 0) { r.norm = p->res_norm + l * z->d; }
-    if (z->n_qproj_rows > 0) { r.qproj = p->res_qproj + l * z->d * z->d; }
-    if (z->n_logit_rows > 0) { r.mix = p->res_logits + l * z->n_res; }
-    if (z->n_scalar_rows > 0) { r.mix = p->res_scalars + l * z->n_res; }
-    return r;
-}
+// The residual rows of depth attention l (model.h): the query w_l, the key norm's gain g_l,
+// U_l and the mixing coefficients, NULL where the variant has no such tensor
+static DepthRows residual_rows(const Model* m, size_t l) { return model_depth_rows(m, &m->params, l); }
 
 // h (B,d) = the depth attention of sub-layer l, in two phases (SPEC "Two-phase inference")
 static void default_depth_step(Decoder* dec, int l, float* h) {
@@ -127,8 +115,8 @@ static void variant_depth_step(Decoder* dec, int l, float* h) {
     const ModelDims* z = &dec->model->dims;
     const Activations* a = &dec->acts;
     size_t B = dec->B, d = z->d, S = z->S, K = z->K, i = (size_t)l % S, first = (size_t)l - i;
-    ResidualRows block = residual_rows(dec->model, first);  // rows first .. first + S - 1
-    ResidualRows own = residual_rows(dec->model, (size_t)l);
+    DepthRows block = residual_rows(dec->model, first);  // rows first .. first + S - 1
+    DepthRows own = residual_rows(dec->model, (size_t)l);
     if (i == 0) {
         const float* blocks[z->n_sub + 2];
         size_t n = gather_sources(a, c, B, l, blocks, NULL);
@@ -162,30 +150,11 @@ static void mixing_depth_step(Decoder* dec, int l, float* h) {
                         normalise);
 }
 
-// out (B,d) = depth attention l over all its sources in one call, as model.c's depth_forward:
-// the output aggregation in every configuration, and every depth attention with
-// --depth-query input, whose query needs V_last (inference.h)
+// out (B,d) = depth attention l over all its sources in one call, model.c's sequential
+// definition on the decoder's buffers: the output aggregation in every configuration, and
+// every depth attention with --depth-query input, whose query needs V_last (inference.h)
 static void depth_sequential(Decoder* dec, int l, float* out) {
-    const ModelConfig* c = &dec->model->config;
-    Activations* a = &dec->acts;
-    size_t B = dec->B, d = dec->model->dims.d;
-    const float* src[dec->model->dims.n_sub + 2];
-    size_t n = gather_sources(a, c, B, l, src, NULL);
-    SubLayer* s = &a->sub[l];
-    ResidualRows r = residual_rows(dec->model, (size_t)l);
-    if (c->mixing) {
-        depth_mixing_forward(out, s->alpha, src, r.mix, n, B, d, c->mixing == 1);
-    } else if (depth_variant(c)) {
-        if (r.qproj != NULL) {  // q = w_l + U_l rmsnorm(V_last), that rmsnorm without gain
-            rmsnorm_forward(s->qn, s->q_rstd, src[n - 1], NULL, B, d);
-            linear_forward(s->qrows, s->qn, r.qproj, B, d, d);
-        }
-        depth_attention_variant_forward(out, s->alpha, s->key_rstd, src, r.query,
-                                        r.qproj != NULL ? s->qrows : NULL, r.norm, n, B, d,
-                                        dec->model->dims.K, c->depth_score);
-    } else {
-        depth_attention_forward(out, s->alpha, s->key_rstd, src, r.query, r.norm, n, B, d);
-    }
+    depth_forward_rows(dec->model, &dec->acts, dec->B, l, out);
 }
 
 // h_l of an AttnRes sub-layer: each kind of depth attention by its own two phases, but the

@@ -441,10 +441,7 @@ static void sublayer_backward(Model* m, int l, const float* df, float* dh) {
     else { mlp_sublayer_backward(m, l, df, dh); }
 }
 
-// The residual tensors' rows of depth attention l in t (params or grads): the query w_l, the
-// key norm's gain g_l (NULL with --key-norm off), U_l, and the mixing coefficients
-typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
-static DepthRows depth_rows(const Model* m, const ParameterTensors* t, size_t l) {
+DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &m->dims;
     DepthRows r = {NULL, NULL, NULL, NULL};
     if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
@@ -455,16 +452,14 @@ static DepthRows depth_rows(const Model* m, const ParameterTensors* t, size_t l)
     return r;
 }
 
-// depth attention of sub-layer l (l = 2L: output aggregation) into out: the default operator,
-// a variant (depth_variants.c), or a mixing
-static void depth_forward(Model* m, int l, float* out) {
+void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out) {
     const Kernels* K = m->kernels;
     const ModelConfig* c = &m->config;
     const float* src[m->dims.n_sub + 2];
-    size_t N = m->B * m->T, d = m->dims.d;
-    size_t n = gather_sources(&m->acts, c, N, l, src, NULL);
-    SubLayer* s = &m->acts.sub[l];
-    DepthRows p = depth_rows(m, &m->params, (size_t)l);
+    size_t d = m->dims.d;
+    size_t n = gather_sources(a, c, N, l, src, NULL);
+    SubLayer* s = &a->sub[l];
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
     if (c->mixing) {
         K->depth_mixing_forward(out, s->alpha, src, p.mix, n, N, d, c->mixing == 1);
     } else if (depth_variant(c)) {
@@ -490,7 +485,8 @@ static void depth_backward(Model* m, int l, const float* dout) {
     size_t N = m->B * m->T, d = m->dims.d;
     size_t n = gather_sources(a, c, N, l, src, dsrc);
     const SubLayer* s = &a->sub[l];
-    DepthRows p = depth_rows(m, &m->params, (size_t)l), g = depth_rows(m, &m->grads, (size_t)l);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
     if (c->mixing) {
         K->depth_mixing_backward(dsrc, g.mix, dout, s->alpha, src, n, N, d, c->mixing == 1);
     } else if (depth_variant(c)) {
@@ -551,11 +547,11 @@ void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t 
 
     if (!attnres) { K->copy(a->sub[0].h, a->x0, N * d); }  // none: h_0 = x0
     for (int l = 0; l < n_sub; l++) {
-        if (attnres) { depth_forward(m, l, a->sub[l].h); }  // h_l = DA_l(sources)
+        if (attnres) { depth_forward_rows(m, a, N, l, a->sub[l].h); }  // h_l = DA_l(sources)
         sublayer_forward(m, l);                              // f_l = f_l(h_l)
         residual_update(m, a, l, N);                         // h_{l+1}, or partial[l]
     }
-    if (attnres) { depth_forward(m, n_sub, a->out); }       // out = DA_out(blocks)
+    if (attnres) { depth_forward_rows(m, a, N, n_sub, a->out); }  // out = DA_out(blocks)
 
     K->rmsnorm_forward(a->xf, a->rstd_f, a->out, m->params.final_norm, N, d);
     K->linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);

@@ -251,6 +251,15 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
 void residual_update(const Model* m, Activations* a, int l, size_t N);
 // s->f = MLP(rmsnorm(s->h)) of sub-layer l (odd), on the buffers of s, N rows.
 void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N);
+// The residual tensors' rows of depth attention l in t (the model's params or grads): the
+// query w_l, the key norm's gain g_l, U_l, the mixing coefficients; NULL where the variant
+// has no such tensor.
+typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
+DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l);
+// out (N,d) = the depth attention of sub-layer l (l = 2L: output aggregation) over its sources
+// in a, N rows, by the sequential definition: the default operator, a variant
+// (depth_variants.c) or a mixing; saves what the backward needs in a->sub[l].
+void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out);
 
 #ifdef __cplusplus
 }

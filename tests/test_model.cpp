@@ -285,57 +285,50 @@ std::string variant_name(const ModelConfig& c) {
 
 // ---- the backward ------------------------------------------------------------------------
 
+namespace {
+
+// Every element of every parameter tensor of config c (randomised from seed) against finite
+// differences of the mean loss, B=2 T=5 with two ignored targets
+void check_model_gradients(const ModelConfig& c, uint64_t seed, const std::string& name) {
+    const size_t B = 2, T = 5;
+    ScopedModel scoped(c, B, T);
+    Model& m = scoped.m;
+    randomise_params(m, seed);
+    Batch batch = random_batch(c.vocab_size, B, T, 77, {0, 7});
+    forward_backward(m, batch);
+    CHECK(std::fabs(m.loss - mean_loss_in_double(m, batch)) < 1e-5);
+    Vec analytic(m.grads_memory, m.grads_memory + m.num_params);
+    auto loss = [&]() {
+        model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
+        return mean_loss_in_double(m, batch);
+    };
+    size_t offset = 0;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        check_gradient(name + ": " + PARAM_INFO[i].name, m.params_memory + offset,
+                       analytic.data() + offset, m.param_sizes[i], loss, MODEL_FD_EPS,
+                       MODEL_GRAD_TOL);
+        offset += m.param_sizes[i];
+    }
+}
+
+}  // namespace
+
+TEST_CASE("whole-model gradients match finite differences for every element of every tensor, in every mode") {
+    ScopedThreads one_thread(1);
+    for (const ModelConfig& c : tiny_configs()) {
+        INFO("mode ", mode_name(c), ", G=", c.n_kv_heads);
+        check_model_gradients(c, 1000 + (uint64_t)c.block_size, mode_name(c));
+    }
+}
+
 TEST_CASE("whole-model gradients match finite differences for every element of every tensor, every variant") {
     ScopedThreads one_thread(1);
-    const size_t B = 2, T = 5;
     uint64_t seed = 3000;
     for (const ModelConfig& c : variant_configs()) {
         INFO(variant_name(c));
         char err[256];
         REQUIRE_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);
-        ScopedModel scoped(c, B, T);
-        Model& m = scoped.m;
-        randomise_params(m, seed++);
-        Batch batch = random_batch(c.vocab_size, B, T, 77, {0, 7});
-        forward_backward(m, batch);
-        Vec analytic(m.grads_memory, m.grads_memory + m.num_params);
-        auto loss = [&]() {
-            model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
-            return mean_loss_in_double(m, batch);
-        };
-        size_t offset = 0;
-        for (int i = 0; i < N_PARAM_TENSORS; i++) {
-            check_gradient(variant_name(c) + ": " + PARAM_INFO[i].name, m.params_memory + offset,
-                           analytic.data() + offset, m.param_sizes[i], loss, MODEL_FD_EPS,
-                           MODEL_GRAD_TOL);
-            offset += m.param_sizes[i];
-        }
-    }
-}
-
-TEST_CASE("whole-model gradients match finite differences for every element of every tensor, in every mode") {
-    ScopedThreads one_thread(1);
-    const size_t B = 2, T = 5;
-    for (const ModelConfig& c : tiny_configs()) {
-        INFO("mode ", mode_name(c), ", G=", c.n_kv_heads);
-        ScopedModel scoped(c, B, T);
-        Model& m = scoped.m;
-        randomise_params(m, 1000 + (uint64_t)c.block_size);
-        Batch batch = random_batch(c.vocab_size, B, T, 77, {0, 7});
-        forward_backward(m, batch);
-        CHECK(std::fabs(m.loss - mean_loss_in_double(m, batch)) < 1e-5);
-        Vec analytic(m.grads_memory, m.grads_memory + m.num_params);
-        auto loss = [&]() {
-            model_forward(&m, batch.tokens.data(), batch.targets.data(), B, T);
-            return mean_loss_in_double(m, batch);
-        };
-        size_t offset = 0;
-        for (int i = 0; i < N_PARAM_TENSORS; i++) {
-            std::string name = mode_name(c) + ": " + PARAM_INFO[i].name;
-            check_gradient(name, m.params_memory + offset, analytic.data() + offset,
-                           m.param_sizes[i], loss, MODEL_FD_EPS, MODEL_GRAD_TOL);
-            offset += m.param_sizes[i];
-        }
+        check_model_gradients(c, seed++, variant_name(c));
     }
 }
 
