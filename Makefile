@@ -169,7 +169,7 @@ CUDA_LIBS  = -lcublas -Xlinker -rpath=$(abspath $(dir $(NVCC))../lib64)
 CUDA_SRC   = $(wildcard cuda/*.cu)
 CUDA_DEPS  = $(wildcard cuda/*.cuh) src/layers.h src/model.h src/util.h
 CUDA_OBJ   = $(patsubst %.cu,build/%.o,$(CUDA_SRC))
-EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -Itests -Icuda -Isrc -Idata
+EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-missing-field-initializers -Itests -Icuda -Isrc -Idata
 EMU_TESTS  = $(wildcard tests/cuda_test_*.cpp)
 EMU_OBJ    = $(patsubst %,build/emu/%.o,$(CUDA_SRC) $(EMU_TESTS))
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all

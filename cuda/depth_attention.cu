@@ -4,15 +4,8 @@
 #include <math.h>
 
 #include "common.cuh"
+#include "depth_sources.cuh"
 #include "layers.cuh"
-
-// The pointers to the sources travel to the kernels by value, inside the launch parameters.
-struct SourceList {
-    const float* source[DEPTH_ATTENTION_MAX_SOURCES];
-};
-struct GradList {
-    float* source[DEPTH_ATTENTION_MAX_SOURCES];
-};
 
 // Every kernel below gives one block of DEPTH_BLOCK threads to one row n: first its warps
 // share out the sources (warp w takes sources w, w + 8, ...: the sums over c of each), then
@@ -154,17 +147,6 @@ __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dn
     }
 }
 
-static SourceList source_list(const float* const* sources, size_t n_sources) {
-    if (n_sources < 1 || n_sources > DEPTH_ATTENTION_MAX_SOURCES) {
-        fprintf(stderr, "depth attention: %zu sources, not 1 to %d\n", n_sources,
-                DEPTH_ATTENTION_MAX_SOURCES);
-        exit(EXIT_FAILURE);
-    }
-    SourceList list = {};
-    for (size_t i = 0; i < n_sources; i++) list.source[i] = sources[i];
-    return list;
-}
-
 void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
@@ -183,10 +165,8 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
     // the workspace holds dscore (N,n_sources), then acc_rows (N,C)
     float* dscore = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
     float* acc_rows = dscore + N * n_sources;
-    GradList grad_pointers = {};
-    for (size_t i = 0; i < n_sources; i++) grad_pointers.source[i] = dsources[i];
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)N, DEPTH_BLOCK,
-                  grad_pointers, dscore, acc_rows, dout, alpha, key_rstd,
+                  grad_list(dsources, n_sources), dscore, acc_rows, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
     launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
                   SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, acc_rows, query, norm_weight,

@@ -75,6 +75,33 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
 // The most floats of the workspace (common.cuh) one depth attention backward borrows.
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C);
 
+// ---- depth_variants.cu -------------------------------------------------------------------
+// SPEC's variants, as layers.h's depth_variants.c functions: sources and dsources as for the
+// depth attention above; query_rows and dquery_rows (N,C), norm_weight and dnorm_weight (C)
+// may be NULL (no row part of the query, no key norm); alpha and key_rstd (N,n_sources,heads).
+void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_rstd,
+                                          const float* const* sources, const float* query,
+                                          const float* query_rows, const float* norm_weight,
+                                          size_t n_sources, size_t N, size_t C, size_t heads,
+                                          int sigmoid);
+void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
+                                           float* dquery_rows, float* dnorm_weight,
+                                           const float* dout, const float* alpha,
+                                           const float* key_rstd, const float* const* sources,
+                                           const float* query, const float* query_rows,
+                                           const float* norm_weight, size_t n_sources, size_t N,
+                                           size_t C, size_t heads, int sigmoid);
+// The mixings: weights (n_sources, device) = softmax(coefficients) when normalise, else the
+// coefficients, computed on the device; out (N,C) = sum_i weight_i V_i.
+void depth_mixing_forward_cuda(float* out, float* weights, const float* const* sources,
+                               const float* coefficients, size_t n_sources, size_t N, size_t C,
+                               int normalise);
+void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, const float* dout,
+                                const float* weights, const float* const* sources,
+                                size_t n_sources, size_t N, size_t C, int normalise);
+// The most floats of the workspace (common.cuh) one variant or mixing backward borrows.
+size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads);
+
 // ---- crossentropy.cu ---------------------------------------------------------------------
 // Counting the targets is the caller's, on the host (crossentropy_count): no copy, no sync.
 void crossentropy_forward_cuda(float* losses, float* probs, const float* logits,

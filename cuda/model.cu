@@ -54,7 +54,9 @@ static const Kernels cuda_kernels = {
     embedding_forward_cuda, embedding_backward_cuda, rmsnorm_forward_cuda, rmsnorm_backward_cuda,
     linear_forward_cuda, linear_backward_cuda, rope_forward_cuda, rope_backward_cuda,
     attention_forward_cuda, attention_backward_cuda, swiglu_forward_cuda, swiglu_backward_cuda,
-    depth_attention_forward_cuda, depth_attention_backward_cuda, crossentropy_forward_cuda,
+    depth_attention_forward_cuda, depth_attention_backward_cuda,
+    depth_attention_variant_forward_cuda, depth_attention_variant_backward_cuda,
+    depth_mixing_forward_cuda, depth_mixing_backward_cuda, crossentropy_forward_cuda,
     crossentropy_backward_cuda, adamw_update_cuda,
     alloc_zeroed_cuda, release_cuda, zero_cuda, copy_cuda, add_cuda, sum_cuda,
 };
@@ -104,6 +106,7 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     size_t most_sources = z->S > 0 ? count_sources(c, (int)z->n_sub) : 0;
     size_t needs[] = {max_B * z->H * max_T * max_T,               // attention: dscore
                       depth_attention_workspace_floats_cuda(most_sources, N, z->d),
+                      depth_variants_workspace_floats_cuda(most_sources, N, z->d, z->K),
                       parts * z->d,                                 // rmsnorm
                       linear_workspace_floats_cuda(), 64};          // matmul, global norm
     size_t most = 0;

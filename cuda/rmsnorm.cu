@@ -2,8 +2,8 @@
 #include "common.cuh"
 #include "layers.cuh"
 
-// out = weight * x * rstd, rstd = 1/sqrt(mean(x^2) + eps); inp, out (N,C), rstd (N).
-// One warp per row.
+// out = weight * x * rstd, rstd = 1/sqrt(mean(x^2) + eps); inp, out (N,C), rstd (N); weight
+// (C), or NULL for none (all ones: the input-dependent depth query's norm). One warp per row.
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
                                        const float* weight, size_t N, size_t C) {
     size_t row = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
@@ -14,12 +14,13 @@ __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp
     for (size_t c = lane; c < C; c += WARP_SIZE) sum_sq += x[c] * x[c];
     sum_sq = warp_sum(sum_sq);
     float s = 1.0f / sqrtf(sum_sq / (float)C + RMSNORM_EPS);
-    for (size_t c = lane; c < C; c += WARP_SIZE) out[row * C + c] = weight[c] * x[c] * s;
+    for (size_t c = lane; c < C; c += WARP_SIZE)
+        out[row * C + c] = weight != NULL ? weight[c] * (x[c] * s) : x[c] * s;
     if (lane == 0) rstd[row] = s;
 }
 
 // forward was: y = w * x * rstd, so with dot = sum_c dy_c w_c x_c:
-// dx = rstd * (w * dy - x * rstd^2 * dot / C). One warp per row.
+// dx = rstd * (w * dy - x * rstd^2 * dot / C), w = 1 when weight is NULL. One warp per row.
 __global__ void rmsnorm_backward_inp_kernel(float* dinp, const float* dout, const float* inp,
                                             const float* weight, const float* rstd,
                                             size_t N, size_t C) {
@@ -29,11 +30,14 @@ __global__ void rmsnorm_backward_inp_kernel(float* dinp, const float* dout, cons
     const float* x = inp + row * C;
     const float* dy = dout + row * C;
     float dot = 0.0f;
-    for (size_t c = lane; c < C; c += WARP_SIZE) dot += dy[c] * weight[c] * x[c];
+    for (size_t c = lane; c < C; c += WARP_SIZE)
+        dot += dy[c] * (weight != NULL ? weight[c] : 1.0f) * x[c];
     dot = warp_sum(dot);
     float s = rstd[row];
-    for (size_t c = lane; c < C; c += WARP_SIZE)
-        dinp[row * C + c] += s * (weight[c] * dy[c] - x[c] * s * s * dot / (float)C);
+    for (size_t c = lane; c < C; c += WARP_SIZE) {
+        float w = weight != NULL ? weight[c] : 1.0f;
+        dinp[row * C + c] += s * (w * dy[c] - x[c] * s * s * dot / (float)C);
+    }
 }
 
 // dweight_c += sum_n dy_nc x_nc rstd_n, in two deterministic steps (one thread per column
@@ -64,6 +68,7 @@ void rmsnorm_backward_cuda(float* dinp, float* dweight, const float* dout, const
     const size_t block_size = 128;
     launch_kernel(rmsnorm_backward_inp_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
                   dinp, dout, inp, weight, rstd, N, C);
+    if (dweight == NULL) return;  // no gain (weight NULL): nothing to learn
     unsigned int parts = ceil_div(N, ROWS_PER_PART);
     float* partial = cuda_workspace((size_t)parts * C);
     launch_kernel(rmsnorm_backward_weight_kernel, dim3(ceil_div(C, block_size), parts),

@@ -18,6 +18,8 @@
 //   attention         1e-5   1e-5   scores over hs, softmax over T, sums over T and heads
 //   swiglu            1e-6   1e-5   elementwise, expf
 //   depth attention   1e-5   1e-5   reductions over C per source and over N for dw, dg
+//   depth variants    1e-5   1e-5   the same per head, and for the query's row part
+//   depth mixing      1e-5   1e-5   sums over sources; over N*C for the coefficients
 //   crossentropy      1e-6   1e-5   softmax over V; the count is exact
 //   adamw             1e-7   1e-5   elementwise, same formula
 //   global norm       0      1e-5   float partial sums against one sum in double
@@ -152,7 +154,7 @@ TEST_CASE("embedding forward and backward on the GPU match the CPU, with repeate
 }
 
 // ---- rmsnorm -----------------------------------------------------------------------------
-TEST_CASE("rmsnorm forward and backward on the GPU match the CPU") {
+TEST_CASE("rmsnorm forward and backward on the GPU match the CPU, with a gain and without (NULL)") {
     Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;
     SUBCASE("N=1 C=4") { N = 1; C = 4; }
@@ -167,25 +169,32 @@ TEST_CASE("rmsnorm forward and backward on the GPU match the CPU") {
     Floats dout = rng.uniform_vector(N * C, -1, 1);
     Floats dinp0 = rng.uniform_vector(N * C, -1, 1), dweight0 = rng.uniform_vector(C, -1, 1);
 
-    Floats out(N * C), rstd(N), dinp = dinp0, dweight = dweight0;
-    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C);
-    rmsnorm_backward(dinp.data(), dweight.data(), dout.data(), inp.data(), weight.data(),
-                     rstd.data(), N, C);
+    // without a gain (the input-dependent depth query's norm): weight and dweight NULL
+    for (bool gain : {true, false}) {
+        CAPTURE(gain);
+        Floats out(N * C), rstd(N), dinp = dinp0, dweight = dweight0;
+        const float* cpu_weight = gain ? weight.data() : nullptr;
+        rmsnorm_forward(out.data(), rstd.data(), inp.data(), cpu_weight, N, C);
+        rmsnorm_backward(dinp.data(), gain ? dweight.data() : nullptr, dout.data(), inp.data(),
+                         cpu_weight, rstd.data(), N, C);
 
-    Outputs cuda = run_cuda([&] {
-        Device d;
-        float *d_out = d.zeros(N * C), *d_rstd = d.zeros(N);
-        float *d_dinp = d.upload(dinp0), *d_dweight = d.upload(dweight0);
-        float *d_inp = d.upload(inp), *d_weight = d.upload(weight);
-        rmsnorm_forward_cuda(d_out, d_rstd, d_inp, d_weight, N, C);
-        rmsnorm_backward_cuda(d_dinp, d_dweight, d.upload(dout), d_inp, d_weight, d_rstd, N, C);
-        return Outputs{{"out", download(d_out, N * C)}, {"rstd", download(d_rstd, N)},
-                       {"dinp", download(d_dinp, N * C)}, {"dweight", download(d_dweight, C)}};
-    });
-    check(cuda[0], out, tol);
-    check(cuda[1], rstd, tol);
-    check(cuda[2], dinp, tol);
-    check(cuda[3], dweight, tol);
+        Outputs cuda = run_cuda([&] {
+            Device d;
+            float *d_out = d.zeros(N * C), *d_rstd = d.zeros(N);
+            float *d_dinp = d.upload(dinp0), *d_dweight = d.upload(dweight0);
+            float *d_inp = d.upload(inp), *d_weight = gain ? d.upload(weight) : nullptr;
+            rmsnorm_forward_cuda(d_out, d_rstd, d_inp, d_weight, N, C);
+            rmsnorm_backward_cuda(d_dinp, gain ? d_dweight : nullptr, d.upload(dout), d_inp,
+                                  d_weight, d_rstd, N, C);
+            return Outputs{{"out", download(d_out, N * C)}, {"rstd", download(d_rstd, N)},
+                           {"dinp", download(d_dinp, N * C)}, {"dweight", download(d_dweight, C)}};
+        });
+        check(cuda[0], out, tol);
+        check(cuda[1], rstd, tol);
+        check(cuda[2], dinp, tol);
+        if (gain) check(cuda[3], dweight, tol);
+        else compare_exact("dweight, no gain: untouched", cuda[3].values.data(), dweight0.data(), C);
+    }
 }
 
 // ---- linear ------------------------------------------------------------------------------
@@ -474,6 +483,224 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
         compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
         compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);
     }
+}
+
+// ---- depth variants ----------------------------------------------------------------------
+// The sources of a variant or mixing case: source i of the list is tensor uses[i], so a
+// tensor listed twice is one pointer passed twice, and its gradient must sum both uses. The
+// gradients start from random contents on both sides (the backward adds into them).
+struct DepthSources {
+    std::vector<size_t> uses;
+    std::vector<Floats> tensors, dtensors0;
+    DepthSources(size_t N, size_t C, const std::vector<size_t>& uses_, Rng& rng) : uses(uses_) {
+        size_t n_tensors = *std::max_element(uses.begin(), uses.end()) + 1;
+        for (size_t t = 0; t < n_tensors; t++) {
+            float scale = 0.5f + (float)t / (float)n_tensors;  // sources of different sizes
+            tensors.push_back(rng.uniform_vector(N * C, -scale, scale));
+            dtensors0.push_back(rng.uniform_vector(N * C, -1, 1));
+        }
+    }
+    size_t n() const { return uses.size(); }
+    // the lists of pointers to the sources and to their gradients, on the host (gradients
+    // starting as dtensors0, ending as the CPU's results) or in the device memory of d
+    struct Lists {
+        std::vector<const float*> src;
+        std::vector<float*> dsrc;
+        std::vector<Floats> dtensors;           // host: the gradient tensors
+        std::vector<float*> device_dtensors;    // device: the gradient tensors
+    };
+    Lists host_lists() const {
+        Lists lists;
+        lists.dtensors = dtensors0;
+        for (size_t t : uses) {
+            lists.src.push_back(tensors[t].data());
+            lists.dsrc.push_back(lists.dtensors[t].data());
+        }
+        return lists;
+    }
+    Lists device_lists(Device& d) const {
+        Lists lists;
+        std::vector<const float*> device_tensors;
+        for (size_t t = 0; t < tensors.size(); t++) {
+            device_tensors.push_back(d.upload(tensors[t]));
+            lists.device_dtensors.push_back(d.upload(dtensors0[t]));
+        }
+        for (size_t t : uses) {
+            lists.src.push_back(device_tensors[t]);
+            lists.dsrc.push_back(lists.device_dtensors[t]);
+        }
+        return lists;
+    }
+};
+
+// the source tensors' gradients (device) as outputs, and their check against the CPU's
+void add_source_gradients(Outputs& result, const std::vector<float*>& d_dtensors, size_t n) {
+    for (size_t t = 0; t < d_dtensors.size(); t++)
+        result.push_back({"dsource tensor " + std::to_string(t), download(d_dtensors[t], n)});
+}
+void check_source_gradients(const Outputs& cuda, size_t first, const std::vector<Floats>& dtensors,
+                            Tolerance tol) {
+    for (size_t t = 0; t < dtensors.size(); t++) check(cuda[first + t], dtensors[t], tol);
+}
+
+TEST_CASE("depth attention variants on the GPU match the CPU, every combination of switches") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;
+    SUBCASE("1 source") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("3 sources, the first tensor passed twice") { N = 5; C = 12; uses = {0, 1, 0}; }
+    SUBCASE("4 sources, N=37 C=72: three tiles of rows, a head over a warp") {
+        N = 37; C = 72; uses = {0, 1, 2, 3};
+    }
+    SUBCASE("37 sources: more (source, head) pairs than warps") {
+        N = 3; C = 8;
+        for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(uses.size());
+    for (size_t heads : {(size_t)1, (size_t)2, (size_t)4})
+    for (int sigmoid = 0; sigmoid < 2; sigmoid++)
+    for (int key_norm = 0; key_norm < 2; key_norm++)
+    for (int rows = 0; rows < 2; rows++) {
+        CAPTURE(heads);
+        CAPTURE(sigmoid);
+        CAPTURE(key_norm);
+        CAPTURE(rows);
+        Rng rng(11);
+        DepthSources ds(N, C, uses, rng);
+        size_t n = ds.n(), NSK = N * n * heads;
+        Floats query = rng.uniform_vector(C, -1, 1), query_rows = rng.uniform_vector(N * C, -0.7f, 0.7f);
+        Floats norm_weight = rng.uniform_vector(C, 0.5, 1.5), dout = rng.uniform_vector(N * C, -1, 1);
+        Floats dquery0 = rng.uniform_vector(C, -1, 1), dquery_rows0 = rng.uniform_vector(N * C, -1, 1);
+        Floats dnorm_weight0 = rng.uniform_vector(C, -1, 1);
+        // what out, alpha and key_rstd hold before: overwritten
+        Floats stale_out = rng.uniform_vector(N * C, -1, 1), stale_alpha = rng.uniform_vector(NSK, -1, 1);
+
+        Floats out(N * C), alpha(NSK), key_rstd(NSK);
+        Floats dquery = dquery0, dquery_rows = dquery_rows0, dnorm_weight = dnorm_weight0;
+        DepthSources::Lists host = ds.host_lists();
+        const float* cpu_rows = rows ? query_rows.data() : nullptr;
+        const float* cpu_gain = key_norm ? norm_weight.data() : nullptr;
+        depth_attention_variant_forward(out.data(), alpha.data(), key_rstd.data(),
+                                        host.src.data(), query.data(), cpu_rows, cpu_gain, n, N,
+                                        C, heads, sigmoid);
+        depth_attention_variant_backward(host.dsrc.data(), dquery.data(),
+                                         rows ? dquery_rows.data() : nullptr,
+                                         key_norm ? dnorm_weight.data() : nullptr, dout.data(),
+                                         alpha.data(), key_rstd.data(), host.src.data(),
+                                         query.data(), cpu_rows, cpu_gain, n, N, C, heads, sigmoid);
+
+        Outputs cuda = run_cuda([&] {
+            Device d;
+            DepthSources::Lists dev = ds.device_lists(d);
+            float *d_out = d.upload(stale_out), *d_alpha = d.upload(stale_alpha);
+            float* d_key_rstd = d.upload(stale_alpha);
+            float *d_query = d.upload(query), *d_dquery = d.upload(dquery0);
+            float* d_rows = rows ? d.upload(query_rows) : nullptr;
+            float* d_drows = rows ? d.upload(dquery_rows0) : nullptr;
+            float* d_gain = key_norm ? d.upload(norm_weight) : nullptr;
+            float* d_dgain = key_norm ? d.upload(dnorm_weight0) : nullptr;
+            depth_attention_variant_forward_cuda(d_out, d_alpha, d_key_rstd, dev.src.data(),
+                                                 d_query, d_rows, d_gain, n, N, C, heads, sigmoid);
+            depth_attention_variant_backward_cuda(dev.dsrc.data(), d_dquery, d_drows, d_dgain,
+                                                  d.upload(dout), d_alpha, d_key_rstd,
+                                                  dev.src.data(), d_query, d_rows, d_gain, n, N, C,
+                                                  heads, sigmoid);
+            Outputs result{{"out", download(d_out, N * C)}, {"alpha", download(d_alpha, NSK)},
+                           {"key_rstd", download(d_key_rstd, NSK)},
+                           {"dquery", download(d_dquery, C)},
+                           {"dquery_rows", rows ? download(d_drows, N * C) : dquery_rows0},
+                           {"dnorm_weight", key_norm ? download(d_dgain, C) : dnorm_weight0}};
+            add_source_gradients(result, dev.device_dtensors, N * C);
+            return result;
+        });
+        check(cuda[0], out, tol);
+        check(cuda[1], alpha, tol);
+        check(cuda[2], key_rstd, tol);
+        check(cuda[3], dquery, tol);
+        check(cuda[4], dquery_rows, tol);
+        check(cuda[5], dnorm_weight, tol);
+        check_source_gradients(cuda, 6, host.dtensors, tol);
+        if (n == 1 && !sigmoid) {  // one softmax weight, exactly 1: no gradient to the query, gain
+            compare_exact("alpha, one source", cuda[1].values.data(), Floats(NSK, 1.0f).data(), NSK);
+            compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
+            compare_exact("dquery_rows, one source", cuda[4].values.data(), dquery_rows0.data(), N * C);
+            compare_exact("dnorm_weight, one source", cuda[5].values.data(), dnorm_weight0.data(), C);
+        }
+    }
+}
+
+TEST_CASE("static mixing and DenseFormer on the GPU match the CPU") {
+    const Tolerance tol{1e-5, 1e-5};
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;
+    SUBCASE("1 source") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("4 sources, the second tensor passed twice") { N = 5; C = 7; uses = {0, 1, 2, 1}; }
+    SUBCASE("3 sources, N=70 C=20: five tiles of rows, the forward in six blocks") {
+        N = 70; C = 20; uses = {0, 1, 2};
+    }
+    SUBCASE("37 sources, more than the warps of a block") {
+        N = 3; C = 33;
+        for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    CAPTURE(N);
+    CAPTURE(uses.size());
+    for (int normalise = 0; normalise < 2; normalise++) {
+        CAPTURE(normalise);
+        Rng rng(12);
+        DepthSources ds(N, C, uses, rng);
+        size_t n = ds.n();
+        Floats coefficients = rng.uniform_vector(n, -1.5f, 1.5f), dout = rng.uniform_vector(N * C, -1, 1);
+        Floats dcoefficients0 = rng.uniform_vector(n, -1, 1);
+        // what out and weights hold before: overwritten
+        Floats stale_out = rng.uniform_vector(N * C, -1, 1), stale_weights = rng.uniform_vector(n, -1, 1);
+
+        Floats out(N * C), weights(n), dcoefficients = dcoefficients0;
+        DepthSources::Lists host = ds.host_lists();
+        depth_mixing_forward(out.data(), weights.data(), host.src.data(), coefficients.data(), n,
+                             N, C, normalise);
+        depth_mixing_backward(host.dsrc.data(), dcoefficients.data(), dout.data(), weights.data(),
+                              host.src.data(), n, N, C, normalise);
+
+        Outputs cuda = run_cuda([&] {
+            Device d;
+            DepthSources::Lists dev = ds.device_lists(d);
+            float *d_out = d.upload(stale_out), *d_weights = d.upload(stale_weights);
+            float* d_dcoefficients = d.upload(dcoefficients0);
+            depth_mixing_forward_cuda(d_out, d_weights, dev.src.data(), d.upload(coefficients), n,
+                                      N, C, normalise);
+            depth_mixing_backward_cuda(dev.dsrc.data(), d_dcoefficients, d.upload(dout), d_weights,
+                                       dev.src.data(), n, N, C, normalise);
+            Outputs result{{"out", download(d_out, N * C)}, {"weights", download(d_weights, n)},
+                           {"dcoefficients", download(d_dcoefficients, n)}};
+            add_source_gradients(result, dev.device_dtensors, N * C);
+            return result;
+        });
+        check(cuda[0], out, tol);
+        check(cuda[1], weights, tol);
+        check(cuda[2], dcoefficients, tol);
+        check_source_gradients(cuda, 3, host.dtensors, tol);
+        if (n == 1 && normalise)  // softmax of one logit: weight 1, no gradient
+            compare_exact("dcoefficients, one source", cuda[2].values.data(), dcoefficients0.data(), 1);
+    }
+}
+
+TEST_CASE("DenseFormer on the GPU at scalars 1 is the sum of the sources in order, exactly") {
+    const size_t N = 5, C = 9;
+    Rng rng(13);
+    DepthSources ds(N, C, {0, 1, 2, 3}, rng);
+    Floats running(N * C, 0.0f), ones(ds.n(), 1.0f);
+    for (size_t t : ds.uses)
+        for (size_t j = 0; j < N * C; j++) running[j] += ds.tensors[t][j];
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        DepthSources::Lists dev = ds.device_lists(d);
+        float *d_out = d.zeros(N * C), *d_weights = d.zeros(ds.n());
+        depth_mixing_forward_cuda(d_out, d_weights, dev.src.data(), d.upload(ones), ds.n(), N, C, 0);
+        return Outputs{{"out", download(d_out, N * C)}};
+    });
+    compare_exact("DenseFormer at ones", cuda[0].values.data(), running.data(), N * C);
 }
 
 // ---- crossentropy ------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 // cuda_test_model.cpp — the whole model on the GPU (cuda/model.cu) against the CPU model
-// (src/model.c), in every residual mode: logits, probabilities, loss, every gradient tensor,
-// then three AdamW steps with gradient clipping (losses, norms, parameters, m and v).
+// (src/model.c), in every residual mode and in SPEC's variants: logits, probabilities, loss,
+// every gradient tensor, then three AdamW steps with gradient clipping (losses, norms,
+// parameters, m and v).
 // Built by g++ with tests/cuda_emu.h (no GPU needed), `make test` runs it in both thread
 // orders and under AddressSanitizer; built by nvcc (build/test_cuda_gpu) it runs on a GPU.
 //
@@ -48,6 +49,11 @@ static Floats download(const float* device, size_t n) {
 }
 
 // Random parameters of every kind: matrices O(1/sqrt(d)), gains around 1, pseudo-queries O(1).
+// The query projection U of --depth-query input is half the other matrices: its row part of
+// the query (RMS ~0.5 at d = 16) then varies the depth attention from position to position,
+// where at 0.4 the queries (w + U rmsnorm(V), RMS ~1.1) made softmaxes so nearly one-hot that
+// moving every parameter by 2^-23 moved the CPU's own gradients by up to 1.1x grad_tol
+// (--depth-query input, full) and 12x (block S=3, L=3, 2 heads); at 0.2, 0.06x and 0.23x.
 static void randomise_params(Model* m, uint64_t seed) {
     Rng rng(seed);
     float* p = m->params_memory;
@@ -58,6 +64,7 @@ static void randomise_params(Model* m, uint64_t seed) {
             p[j] = is_gain ? rng.uniform(0.5f, 1.5f)
                    : is_query ? rng.uniform(-1.0f, 1.0f)
                    : i == PARAM_wte ? rng.uniform(-1.0f, 1.0f)   // wte: O(1) embeddings
+                   : i == PARAM_res_qproj ? rng.uniform(-0.2f, 0.2f)
                             : rng.uniform(-0.4f, 0.4f);
         }
         p += m->param_sizes[i];
@@ -102,18 +109,41 @@ static void compare_tensors(const std::string& what, const float* cuda, const fl
     }
 }
 
-TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, AdamW steps") {
+// Row 0 of each residual tensor the model has (the rows sub-layer 0 uses), as a place in the
+// flat parameter (or gradient) buffer
+struct TensorRow {
+    std::string name;
+    size_t offset, size;
+};
+static std::vector<TensorRow> first_rows(const Model* m) {
+    const ModelDims* z = &m->dims;
+    const int tensors[] = {PARAM_res_logits, PARAM_res_scalars, PARAM_res_query, PARAM_res_norm,
+                           PARAM_res_qproj};
+    const size_t row_sizes[] = {z->n_res, z->n_res, z->d, z->d, z->d * z->d};
+    std::vector<TensorRow> rows;
+    for (size_t j = 0; j < 5; j++) {
+        size_t offset = 0;
+        for (int i = 0; i < tensors[j]; i++) offset += m->param_sizes[i];
+        if (m->param_sizes[tensors[j]] > 0)
+            rows.push_back({std::string(PARAM_INFO[tensors[j]].name) + " row 0", offset, row_sizes[j]});
+    }
+    return rows;
+}
+
+// How the three AdamW steps compare. independent: each side steps with its own gradients, so
+// the test follows two trajectories, which stay together while no gradient is rounding noise.
+// same_gradients: at each step the gradients are compared, then the CPU steps with the GPU's
+// (as the bench-size test below does): AdamW's first steps move a weight by about lr times the
+// SIGN of its gradient, so a gradient that is rounding noise on both machines would step either
+// way and the steps after would compare two different models.
+enum class Steps { independent, same_gradients };
+
+// The model of config c on the GPU against the CPU: logits, loss, every gradient, then three
+// AdamW steps with clipping (the tolerances of this file's header).
+static void check_gpu_model(const ModelConfig& c, Steps steps) {
     const Tolerance forward_tol{1e-5, 1e-5}, grad_tol{1e-5, 1e-4};
     const Tolerance param_tol{1e-5, 1e-4}, m_tol{1e-6, 1e-4}, v_tol{1e-8, 1e-4};
     gradcheck::SingleThreaded one_thread;  // the CPU model on tiny tensors: no OpenMP spinning
-    //                V   d  L  H  G  F  S
-    ModelConfig c = {11, 16, 2, 4, 2, 24, 0};
-    SUBCASE("none (PreNorm)") { c.block_size = 0; }
-    SUBCASE("full (S=1)") { c.block_size = 1; }
-    SUBCASE("block S=2") { c.block_size = 2; }
-    SUBCASE("block S=4") { c.block_size = 4; }
-    SUBCASE("block S=3, L=3, multi-query") { c.n_layers = 3; c.block_size = 3; c.n_kv_heads = 1; }
-    CAPTURE(c.block_size);
     const size_t max_B = 3, max_T = 6, B = 2, T = 5, N = B * T, V = c.vocab_size;
     std::vector<int> tokens, targets;
     random_batch(tokens, targets, N, V, 42, 4);
@@ -143,12 +173,14 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
                    N * V, forward_tol);
     Floats grads = download(gpu.model.grads_memory, P);
     compare_tensors("grad", grads.data(), cpu.grads_memory, cpu.param_sizes, grad_tol);
-    if (c.block_size > 0) {  // w_0 and g_0 see a single source: exactly zero gradient
-        size_t d = c.d_model, offset = 0;
-        for (int i = 0; i < PARAM_res_query; i++) offset += cpu.param_sizes[i];
-        Floats zeros(d, 0.0f);
-        compare_exact("grad w_0", grads.data() + offset, zeros.data(), d);
-        compare_exact("grad g_0", grads.data() + offset + cpu.param_sizes[PARAM_res_query], zeros.data(), d);
+    // Sub-layer 0 sees a single source: with softmax attention or static mixing its one weight
+    // is exactly 1, so its rows (w_0, g_0, U_0, the logits' row 0) get exactly zero gradient
+    // (SPEC); sigmoid and DenseFormer weights are not normalised.
+    if (c.block_size > 0 && !c.depth_score && c.mixing != 2) {
+        for (const TensorRow& row : first_rows(&cpu)) {
+            Floats zeros(row.size, 0.0f);
+            compare_exact("grad " + row.name, grads.data() + row.offset, zeros.data(), row.size);
+        }
     }
 
     // a forward without targets gives the same probabilities and no loss
@@ -161,17 +193,23 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     for (int t = 1; t <= 3; t++) {
         CAPTURE(t);
         float step_loss = forward_backward(&cpu, tokens, targets, B, T);
-        float norm = model_grad_norm(&cpu), max_norm = 0.5f * norm;
-        for (size_t i = 0; i < P; i++) cpu.grads_memory[i] *= max_norm / norm;
-        model_update(&cpu, lr, beta1, beta2, eps, weight_decay, t);
-
         float step_loss_cuda = forward_backward_cuda(&gpu, tokens, targets, B, T);
+        CHECK(step_loss_cuda == doctest::Approx(step_loss).epsilon(1e-5));
+        float norm = model_grad_norm(&cpu), max_norm = 0.5f * norm;
         float norm_cuda = model_grad_norm_cuda(&gpu);
+        CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-5));
+        float cpu_norm = norm;  // what the CPU's clipping divides by
+        if (steps == Steps::same_gradients) {
+            Floats step_grads = download(gpu.model.grads_memory, P);
+            compare_tensors("step grad", step_grads.data(), cpu.grads_memory, cpu.param_sizes,
+                            grad_tol);
+            std::copy(step_grads.begin(), step_grads.end(), cpu.grads_memory);
+            cpu_norm = norm_cuda;
+        }
+        for (size_t i = 0; i < P; i++) cpu.grads_memory[i] *= max_norm / cpu_norm;
+        model_update(&cpu, lr, beta1, beta2, eps, weight_decay, t);
         model_clip_gradients_cuda(&gpu, norm_cuda, max_norm);
         model_update_cuda(&gpu, lr, beta1, beta2, eps, weight_decay, t);
-
-        CHECK(step_loss_cuda == doctest::Approx(step_loss).epsilon(1e-5));
-        CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-5));
     }
     model_to_host_cuda(&back, &gpu);
     compare_tensors("after 3 steps: param", back.params_memory, cpu.params_memory,
@@ -182,6 +220,57 @@ TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, 
     model_free(&back);
     model_free_cuda(&gpu);
     model_free(&cpu);
+}
+
+TEST_CASE("the whole model on the GPU matches the CPU: logits, loss, gradients, AdamW steps") {
+    //                V   d  L  H  G  F  S
+    ModelConfig c = {11, 16, 2, 4, 2, 24, 0};
+    SUBCASE("none (PreNorm)") { c.block_size = 0; }
+    SUBCASE("full (S=1)") { c.block_size = 1; }
+    SUBCASE("block S=2") { c.block_size = 2; }
+    SUBCASE("block S=4") { c.block_size = 4; }
+    SUBCASE("block S=3, L=3, multi-query") { c.n_layers = 3; c.block_size = 3; c.n_kv_heads = 1; }
+    CAPTURE(c.block_size);
+    check_gpu_model(c, Steps::independent);
+}
+
+// SPEC's variants (depth_variants.cu, rmsnorm without a gain for the input-dependent query),
+// each switch alone in full and block mode where SPEC allows it, then combinations. The steps
+// use the GPU's gradients on both sides (Steps::same_gradients): with DenseFormer, beta_{0,0}
+// scales x0 just before sub-layer 0's RMSNorm, which takes the scale out again, so its
+// gradient is rounding noise (1e-7; only the norm's eps sees it). Stepped their own ways, the
+// two models differed beyond param_tol after 3 steps in block DenseFormer (beta_{0,0}: 1.6x)
+// and in full --depth-query input (m and v of most tensors), with every gradient in tolerance.
+TEST_CASE("the whole model on the GPU matches the CPU in SPEC's variants") {
+    //                V   d  L  H  G  F  S  score key_off query heads window mixing
+    ModelConfig c = {11, 16, 2, 4, 2, 24, 1, 0,    0,      0,    0,    0,     0};
+    SUBCASE("full, sigmoid scores") { c.depth_score = 1; }
+    SUBCASE("block S=2, sigmoid scores") { c.block_size = 2; c.depth_score = 1; }
+    SUBCASE("full, no key norm") { c.key_norm_off = 1; }
+    SUBCASE("block S=2, no key norm") { c.block_size = 2; c.key_norm_off = 1; }
+    SUBCASE("full, input-dependent query") { c.depth_query = 1; }
+    SUBCASE("block S=2, input-dependent query") { c.block_size = 2; c.depth_query = 1; }
+    SUBCASE("full, 2 heads") { c.depth_heads = 2; }
+    SUBCASE("block S=2, 4 heads") { c.block_size = 2; c.depth_heads = 4; }
+    SUBCASE("full, window W=2") { c.depth_window = 2; }
+    SUBCASE("full, static mixing") { c.mixing = 1; }
+    SUBCASE("block S=2, static mixing") { c.block_size = 2; c.mixing = 1; }
+    SUBCASE("full, DenseFormer") { c.mixing = 2; }
+    SUBCASE("block S=2, DenseFormer") { c.block_size = 2; c.mixing = 2; }
+    SUBCASE("full, window W=2, static mixing") { c.depth_window = 2; c.mixing = 1; }
+    SUBCASE("full, window W=2, every attention switch, 4 heads") {
+        c.depth_window = 2; c.depth_score = 1; c.key_norm_off = 1; c.depth_query = 1; c.depth_heads = 4;
+    }
+    SUBCASE("block S=2, L=3, softmax, input-dependent query, 2 heads") {
+        c.n_layers = 3; c.block_size = 2; c.depth_query = 1; c.depth_heads = 2;
+    }
+    char problem[256];
+    REQUIRE_MESSAGE(model_config_check(&c, problem, sizeof problem) == 0, problem);
+    char variant[256];
+    variant_describe(&c, variant, sizeof variant);
+    CAPTURE(c.block_size);
+    CAPTURE(std::string(variant));
+    check_gpu_model(c, Steps::same_gradients);
 }
 
 // ./train_cuda's step reads the loss and the gradient norm back once, after the backward
