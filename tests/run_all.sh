@@ -132,6 +132,10 @@ if [ -x build/emu/train_cuda ]; then
     echo "== ./train_cuda's training step with the emulated kernels, against ./train"
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
     single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
+    single "train_cuda (emulated) matches train, block S=2 sigmoid + 2 heads + input query" \
+        train_cuda_emu_matches_train --mode block --block-size 2 --depth-score sigmoid --depth-heads 2 --depth-query input
+    single "train_cuda (emulated) matches train, full window 2 + static mixing" \
+        train_cuda_emu_matches_train --mode full --depth-window 2 --mixing static
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
