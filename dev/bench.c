@@ -1,14 +1,16 @@
 // bench.c — `make bench`: ms/step and tokens/s of one full training step (forward, backward,
 // AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead; then
-// the depth attention alone as full mode calls it.
+// the same for each of SPEC's variants (the paper's ablation rows); then the depth attention
+// alone as full mode calls it.
 //
 // ./bench [--rounds N] [--threads N]
 //
-// The machine is shared, so its speed drifts from one second to the next. To compare modes
-// under the same conditions the modes take turns: each round times one step of none, then
-// of full, then of block (after two warm-up steps each), and each overhead is the median
-// over rounds of the paired ratio mode / none of the same round, printed with the range
-// between its 25th and 75th percentiles.
+// The machine is shared, so its speed drifts from one second to the next. To compare configs
+// under the same conditions they take turns: each round times one step of none, then of
+// full, then of block, then of each variant (after two warm-up steps each), and each
+// overhead is the median over rounds of the paired ratio config / none of the same round,
+// printed with the range between its 25th and 75th percentiles; a variant's line adds the
+// median paired ratio to the mode it varies.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,7 +83,7 @@ static void time_depth_attention(size_t n_calls, size_t N, size_t d, int rounds)
 }
 
 typedef struct {
-    Model* models;  // one per mode
+    Model* models;  // one per config
     int *x, *y;         // the batch
     size_t B, T;
 } Bench;
@@ -101,23 +103,31 @@ int main(int argc, char** argv) {
     if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }
     const size_t B = BENCH_B, T = BENCH_T;
     printf("bench: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, %d threads, %d rounds of one "
-           "step per mode, modes interleaved\n", B, T, omp_get_max_threads(), rounds);
+           "step per config (3 modes, %d variants), configs interleaved\n", B, T,
+           omp_get_max_threads(), rounds, N_VARIANTS);
 
-    Model models[N_MODES];
-    for (int i = 0; i < N_MODES; i++) {
-        ModelConfig c = bench_config(i);
+    // the configs: the modes, then the variants, each variant's parent the mode it varies
+    enum { N_CONFIGS = N_MODES + N_VARIANTS };
+    const char* names[N_CONFIGS];
+    int parent[N_CONFIGS];
+    Model models[N_CONFIGS];
+    for (int i = 0; i < N_CONFIGS; i++) {
+        int variant = i - N_MODES;
+        ModelConfig c = variant < 0 ? bench_config(i) : bench_variant_config(variant);
+        names[i] = variant < 0 ? BENCH_MODE_NAMES[i] : BENCH_VARIANT_NAMES[variant];
+        parent[i] = variant < 0 ? 0 : BENCH_VARIANT_MODES[variant];
         model_build(&models[i], &c, B, T);
         model_init_params(&models[i], 1);
     }
     Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
     bench_batch(bench.x, bench.y, B * T);
-    double* ms[N_MODES];
-    for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
-    time_rounds(ms, N_MODES, rounds, 2, bench_step, &bench);
-    print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T);
+    double* ms[N_CONFIGS];
+    for (int i = 0; i < N_CONFIGS; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
+    time_rounds(ms, N_CONFIGS, rounds, 2, bench_step, &bench);
+    print_rounds(names, N_CONFIGS, ms, rounds, B * T, parent);
     ModelConfig full = bench_config(1);
     time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
-    for (int i = 0; i < N_MODES; i++) {
+    for (int i = 0; i < N_CONFIGS; i++) {
         free(ms[i]);
         model_free(&models[i]);
     }

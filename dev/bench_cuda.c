@@ -66,7 +66,7 @@ int main(int argc, char** argv) {
     double* ms[N_MODES];
     for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, N_MODES, rounds, 3, bench_step, &bench);
-    print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T);
+    print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T, NULL);
     for (int i = 0; i < N_MODES; i++) {
         free(ms[i]);
         model_free_cuda(&models[i]);

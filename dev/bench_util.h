@@ -1,12 +1,14 @@
-// bench_util.h — what dev/bench.c and dev/bench_cuda.c share: the bench model, a clock,
-// quantiles, and the report of interleaved rounds (each mode's median ms/step; each overhead the median of the
-// paired ratios mode / none of the same round, with the middle half of the rounds).
+// bench_util.h — what dev/bench.c and dev/bench_cuda.c share: the bench model and its
+// variants, a clock, quantiles, and the report of interleaved rounds (each config's median
+// ms/step; each overhead the median of the paired ratios config / none of the same round,
+// with the middle half of the rounds).
 #ifndef ATTNRES_BENCH_UTIL_H
 #define ATTNRES_BENCH_UTIL_H
 
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include "model.h"
 #include "rng.h"
@@ -20,6 +22,27 @@ static inline ModelConfig bench_config(int mode) {
     const int block_sizes[N_MODES] = {0, 1, 4};
     ModelConfig c = {256, 256, 8, 8, 4, 704, block_sizes[mode]};
     return c;
+}
+
+// SPEC's variants on the bench model (the paper's ablation rows), each with the mode it varies
+#define N_VARIANTS 8
+static const char* const BENCH_VARIANT_NAMES[N_VARIANTS] = {
+    "full sigmoid", "full key norm off", "full input query", "full heads 16", "full window 8",
+    "full static", "full dense", "block S=4 heads 16"};
+static const int BENCH_VARIANT_MODES[N_VARIANTS] = {1, 1, 1, 1, 1, 1, 1, 2};
+static inline ModelConfig bench_variant_config(int variant) {
+    static const ModelConfig variants[N_VARIANTS] = {
+        //  V    d  L  H  G    F  S  score key_norm_off query heads window mixing
+        {256, 256, 8, 8, 4, 704, 1, 1, 0, 0, 0, 0, 0},   // sigmoid scores
+        {256, 256, 8, 8, 4, 704, 1, 0, 1, 0, 0, 0, 0},   // no RMSNorm on the keys
+        {256, 256, 8, 8, 4, 704, 1, 0, 0, 1, 0, 0, 0},   // input-dependent query
+        {256, 256, 8, 8, 4, 704, 1, 0, 0, 0, 16, 0, 0},  // 16 heads of 16 channels
+        {256, 256, 8, 8, 4, 704, 1, 0, 0, 0, 0, 8, 0},   // window: x0 + the 8 latest outputs
+        {256, 256, 8, 8, 4, 704, 1, 0, 0, 0, 0, 0, 1},   // static mixing
+        {256, 256, 8, 8, 4, 704, 1, 0, 0, 0, 0, 0, 2},   // DenseFormer
+        {256, 256, 8, 8, 4, 704, 4, 0, 0, 0, 16, 0, 0},  // block S=4, 16 heads
+    };
+    return variants[variant];
 }
 
 static inline double now_seconds(void) {
@@ -61,30 +84,42 @@ static inline void time_rounds(double** ms, int n_modes, int rounds, int warmup,
     }
 }
 
-// ms[i][r]: mode i's step in round r (at most 8 modes), mode 0 the baseline; sorts ms
-static inline void print_rounds(const char* const* names, int n_modes, double** ms, int rounds,
-                                size_t tokens_per_step) {
-    double overhead[8][3];  // per mode: median, 25th and 75th percentile of the ratios
+// ms[i][r]: config i's step in round r, config 0 the baseline (none); sorts ms. parent[i] >= 1:
+// config i varies config parent[i], whose paired overhead is printed too (parent NULL: none).
+static inline void print_rounds(const char* const* names, int n_configs, double** ms, int rounds,
+                                size_t tokens_per_step, const int* parent) {
+    // per config: median, 25th and 75th percentile of the ratios to none, median of the ratios
+    // to its parent
+    double* overhead = malloc((size_t)n_configs * 4 * sizeof(double));
     double* ratio = malloc((size_t)rounds * sizeof(double));
-    if (ratio == NULL || n_modes > 8) { fprintf(stderr, "error: print_rounds\n"); exit(1); }
-    for (int i = 0; i < n_modes; i++) {  // the ratios first, while the rounds are in order
+    if (ratio == NULL || overhead == NULL) { fprintf(stderr, "error: print_rounds: out of memory\n"); exit(1); }
+    int width = 10;  // the names' column
+    for (int i = 0; i < n_configs; i++) {  // the ratios first, while the rounds are in order
         for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[0][r]; }
-        overhead[i][0] = quantile(ratio, rounds, 0.5);
-        overhead[i][1] = quantile(ratio, rounds, 0.25);
-        overhead[i][2] = quantile(ratio, rounds, 0.75);
+        overhead[4 * i] = quantile(ratio, rounds, 0.5);
+        overhead[4 * i + 1] = quantile(ratio, rounds, 0.25);
+        overhead[4 * i + 2] = quantile(ratio, rounds, 0.75);
+        int p = parent != NULL ? parent[i] : 0;
+        for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[p][r]; }
+        overhead[4 * i + 3] = quantile(ratio, rounds, 0.5);
+        if ((int)strlen(names[i]) > width) { width = (int)strlen(names[i]); }
     }
-    for (int i = 0; i < n_modes; i++) {
+    for (int i = 0; i < n_configs; i++) {
         double median = quantile(ms[i], rounds, 0.5);
-        printf("%-10s %9.3f ms/step %10.0f tokens/s", names[i], median,
+        printf("%-*s %9.3f ms/step %10.0f tokens/s", width, names[i], median,
                (double)tokens_per_step / (median / 1000.0));
         if (i > 0) {
             printf("   overhead vs none %+6.1f%% (middle half of rounds %+.1f%% .. %+.1f%%)",
-                   100.0 * (overhead[i][0] - 1.0), 100.0 * (overhead[i][1] - 1.0),
-                   100.0 * (overhead[i][2] - 1.0));
+                   100.0 * (overhead[4 * i] - 1.0), 100.0 * (overhead[4 * i + 1] - 1.0),
+                   100.0 * (overhead[4 * i + 2] - 1.0));
+        }
+        if (parent != NULL && parent[i] > 0) {
+            printf("   vs %s %+6.1f%%", names[parent[i]], 100.0 * (overhead[4 * i + 3] - 1.0));
         }
         printf("\n");
     }
     free(ratio);
+    free(overhead);
 }
 
 #endif
