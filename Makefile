@@ -137,7 +137,10 @@ test:
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
 # `./train --diagnostics DIR` (dev/plots.sh). `make compare`: none, full and block AttnRes
 # on one task with one budget over 3 seeds, a table and the charts (dev/compare.sh).
-.PHONY: plots compare
+# `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation table (Table 4) at toy scale, on
+# English text (Debian's fortunes, installed when missing, or TEXT) and on reversal
+# (dev/ablate.sh; about 14 min on 2 cores).
+.PHONY: plots compare ablate
 plots:
 	@dev/ensure_deps.sh gnuplot
 	@test -n "$(RUN)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir]' >&2; exit 1; }
@@ -146,6 +149,10 @@ plots:
 compare: all
 	@dev/ensure_deps.sh gnuplot
 	dev/compare.sh $(OUT)
+
+ablate: all
+	@dev/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
+	TEXT="$(TEXT)" dev/ablate.sh $(OUT)
 
 clean:
 	rm -rf build train check_state test_attnres train_cuda test_cuda_emu test_cuda_emu_asan

@@ -12,16 +12,92 @@
 #   JOBS     runs at once (2), each with THREADS OpenMP threads (1): on a 2-core machine
 #            two single-threaded runs use the cores best, and every run sees the same load
 #   TRAIN    the trainer (./train)
+#
+# dev/ablate.sh sources this file for the helpers below (runs in a pool, the per-seed
+# statistics); sourced, it defines them and returns before the experiment.
 set -euo pipefail
+
+JOBS=${JOBS:-2}
+THREADS=${THREADS:-1}
+TRAIN=${TRAIN:-./train}
+
+# train_run RUN FLAG...: $TRAIN FLAG... on THREADS threads with RUN as its --diagnostics
+# directory; its stdout (with the text heatmap) goes to RUN/run.log
+train_run() {
+    local run=$1
+    shift
+    rm -rf "$run"
+    mkdir -p "$run"
+    if ! OMP_WAIT_POLICY=PASSIVE "$TRAIN" "$@" --threads "$THREADS" --diagnostics "$run" \
+            > "$run/run.log" 2>&1; then
+        echo "error: $run failed, see $run/run.log" >&2
+        return 1
+    fi
+}
+
+# pool_run COMMAND...: COMMAND in the background as soon as fewer than JOBS are running;
+# pool_wait: waits for every one of them, and fails if one failed
+pool_pids=()
+pool_run() {
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+    "$@" &
+    pool_pids+=($!)
+}
+pool_wait() {
+    local pid failed=0
+    for pid in "${pool_pids[@]}"; do wait "$pid" || failed=1; done
+    pool_pids=()
+    return "$failed"
+}
+
+# last_eval RUN COLUMN: eval.csv's COLUMN at the last evaluation (2: val loss, 4: exact match)
+last_eval() { awk -F, -v column="$2" 'NR > 1 { value = $column } END { print value }' "$1/eval.csv"; }
+
+# first_step_at RUN PERCENT: the first evaluated step with exact match >= PERCENT, or -
+first_step_at() {
+    awk -F, -v percent="$2" 'NR > 1 && first == "" && $4 >= percent { first = $1 }
+                             END { print first == "" ? "-" : first }' "$1/eval.csv"
+}
+
+# mean_sd: the mean and the sample sd (0 for one value) of the numbers on stdin, one a line
+mean_sd() {
+    awk '{ x[++n] = $1 }
+         END {
+             for (i = 1; i <= n; i++) s += x[i]
+             m = s / n
+             for (i = 1; i <= n; i++) v += (x[i] - m) ^ 2
+             printf "%.17g %.17g\n", m, n < 2 ? 0 : sqrt(v / (n - 1))
+         }'
+}
+
+# steps_summary: first_step_at's answers on stdin, one a line, as "283 ± 76" (every seed got
+# there), "475 (2 of 3 seeds)" (the mean over those that did) or "—" (none did)
+steps_summary() {
+    awk '{ n++; if ($1 != "-") { k++; x[k] = $1; s += $1 } }
+         END {
+             if (k == 0) { print "—"; exit }
+             m = s / k
+             for (i = 1; i <= k; i++) v += (x[i] - m) ^ 2
+             if (k < n) printf "%.0f (%d of %d seeds)\n", m, k, n
+             else if (n > 1) printf "%.0f ± %.0f\n", m, sqrt(v / (n - 1))
+             else printf "%.0f\n", m
+         }'
+}
+
+# median_ms_per_step RUN...: the median of the ms/step of every log window of these runs
+median_ms_per_step() {
+    local run
+    for run in "$@"; do awk -F, 'NR > 1 { print $5 }' "$run/train.csv"; done | sort -g |
+        awk '{ x[NR] = $1 } END { print NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }'
+}
+
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0
 
 out=${1:-runs/compare}
 SETTING=${SETTING:-"--task reverse --length 12 --symbols 16 --L 8 --d 64 --H 4 --G 2 --F 176 \
 --batch 32 --steps 500 --warmup 50 --lr 3e-3 --eval-every 50 --log-every 25 --eval-examples 200"}
 BLOCK_SIZE=${BLOCK_SIZE:-4}  # block mode's S (the other modes refuse --block-size)
 SEEDS=${SEEDS:-"1 2 3"}
-JOBS=${JOBS:-2}
-THREADS=${THREADS:-1}
-TRAIN=${TRAIN:-./train}
 MODES="none full block"
 
 [ -x "$TRAIN" ] || { echo "error: $TRAIN not found: run make first" >&2; exit 1; }
@@ -29,64 +105,36 @@ mkdir -p "$out"
 echo "compare: $MODES x seeds $SEEDS, $JOBS at a time with $THREADS thread(s) each, into $out"
 echo "setting: $SETTING"
 
-# train one run; its stdout (with the text heatmap) goes to OUT/RUN.log
+# train one run: the shared setting, its mode and seed
 train_one() {
-    local mode=$1 seed=$2 run="$out/${1}_seed$2"
-    rm -rf "$run"
-    # shellcheck disable=SC2086  # SETTING is a list of flags
-    local block=()
+    local mode=$1 seed=$2 block=()
     [ "$mode" = block ] && block=(--block-size "$BLOCK_SIZE")
-    if ! OMP_WAIT_POLICY=PASSIVE "$TRAIN" $SETTING --mode "$mode" "${block[@]}" --seed "$seed" \
-            --threads "$THREADS" --diagnostics "$run" > "$run.log" 2>&1; then
-        echo "error: $mode seed $seed failed, see $run.log" >&2
-        return 1
-    fi
-    echo "  done $mode seed $seed: $(grep '^final' "$run.log")"
+    # shellcheck disable=SC2086  # SETTING is a list of flags
+    train_run "$out/${mode}_seed$seed" $SETTING --mode "$mode" "${block[@]}" --seed "$seed" || return 1
+    echo "  done $mode seed $seed: $(grep '^final' "$out/${mode}_seed$seed/run.log")"
 }
 
 start=$(date +%s)
-pids=()
 for seed in $SEEDS; do
-    for mode in $MODES; do
-        while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
-        train_one "$mode" "$seed" &
-        pids+=($!)
-    done
+    for mode in $MODES; do pool_run train_one "$mode" "$seed"; done
 done
-failed=0
-for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
-[ "$failed" -eq 0 ] || exit 1
+pool_wait
 echo "trained in $(( $(date +%s) - start )) s"
 
 # the table: one row per mode, from the runs' eval.csv and train.csv
 table() {
+    local mode seed run runs loss loss_sd match match_sd
     echo "| mode | final val loss | exact match (%) | steps to 99 % exact match | ms/step |"
     echo "|---|---|---|---|---|"
     for mode in $MODES; do
-        median=$(for seed in $SEEDS; do
-                     awk -F, 'NR > 1 { print $5 }' "$out/${mode}_seed$seed/train.csv"
-                 done | sort -g | awk '{ x[NR] = $1 }
-                     END { print NR % 2 ? x[(NR + 1) / 2] : (x[NR / 2] + x[NR / 2 + 1]) / 2 }')
-        # per seed: final val loss, final exact match, first step at >= 99 % (or -)
-        for seed in $SEEDS; do
-            awk -F, 'NR > 1 { loss = $2; match_ = $4; if (first == "" && $4 >= 99) first = $1 }
-                     END { print loss, match_, (first == "" ? "-" : first) }' \
-                "$out/${mode}_seed$seed/eval.csv"
-        done | awk -v mode="$mode" -v median="$median" '
-            function mean(x, n,   i, s) { for (i = 1; i <= n; i++) s += x[i]; return s / n }
-            function sd(x, n,   i, m, s) {
-                if (n < 2) return 0
-                m = mean(x, n); for (i = 1; i <= n; i++) s += (x[i] - m) ^ 2
-                return sqrt(s / (n - 1))
-            }
-            { n++; loss[n] = $1; em[n] = $2; if ($3 != "-") { k++; reach[k] = $3 } }
-            END {
-                steps = k == 0 ? "—" : sprintf("%.0f", mean(reach, k))
-                if (k > 0 && k < n) steps = steps sprintf(" (%d of %d seeds)", k, n)
-                if (k == n && n > 1) steps = steps sprintf(" ± %.0f", sd(reach, k))
-                printf "| %s | %.4f ± %.4f | %.1f ± %.1f | %s | %.1f |\n", mode, mean(loss, n),
-                       sd(loss, n), mean(em, n), sd(em, n), steps, median
-            }'
+        runs=()
+        for seed in $SEEDS; do runs+=("$out/${mode}_seed$seed"); done
+        read -r loss loss_sd < <(for run in "${runs[@]}"; do last_eval "$run" 2; done | mean_sd)
+        read -r match match_sd < <(for run in "${runs[@]}"; do last_eval "$run" 4; done | mean_sd)
+        printf "| %s | %.4f ± %.4f | %.1f ± %.1f | %s | %.1f |\n" "$mode" "$loss" "$loss_sd" \
+            "$match" "$match_sd" \
+            "$(for run in "${runs[@]}"; do first_step_at "$run" 99; done | steps_summary)" \
+            "$(median_ms_per_step "${runs[@]}")"
     done
 }
 table | tee "$out/table.md"

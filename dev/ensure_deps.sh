@@ -3,6 +3,8 @@
 #   dev/ensure_deps.sh           what `make test` needs (doctest, boost.context)
 #   dev/ensure_deps.sh gnuplot   what `make plots` and `make compare` need (gnuplot-nox)
 #   dev/ensure_deps.sh mpi       what `make train-mpi` needs (OpenMPI: mpicc, mpirun)
+#   dev/ensure_deps.sh fortunes  the English text `make ablate` trains on (fortunes:
+#                                /usr/share/games/fortunes, ~2.5 MB)
 # As root it installs what is missing (apt-get update, then apt-get install -y ...);
 # otherwise it prints the exact command to run and fails.
 set -u
@@ -19,7 +21,8 @@ for need in "${@:-test}"; do
         mpi) command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 \
                  || missing+=(libopenmpi-dev openmpi-bin) ;;
         gnuplot) command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox) ;;
-        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot, mpi)" >&2; exit 1 ;;
+        fortunes) [ -f /usr/share/games/fortunes/wisdom ] || missing+=(fortunes) ;;
+        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot, mpi, fortunes)" >&2; exit 1 ;;
     esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

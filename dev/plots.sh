@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # plots.sh — PNG charts of training runs written by `./train --diagnostics DIR` (gnuplot).
 #
-# usage: dev/plots.sh [-o OUT] RUN...            (make plots RUN="dir1 dir2" [OUT=dir])
+# usage: dev/plots.sh [-o OUT] [-g] RUN...       (make plots RUN="dir1 dir2" [OUT=dir])
 #   OUT/loss.png      training loss, validation loss and exact match against steps, every
 #                     run on one chart
 #   OUT/depth.png     by depth: RMS of the hidden state fed to each sub-layer and of the
@@ -14,13 +14,21 @@
 #   RUN/heatmap_h<k>.png  runs with K >= 2 depth heads: head k's weights (alpha.csv's
 #                     alpha_h<k> column), one chart per head
 # OUT defaults to the first RUN. Colour tells the mode (none, full, block); runs of one mode
-# differ by dash pattern; a run's label is its directory's name.
+# differ by dash pattern; a run's label is its directory's name. With -g colour tells the
+# group instead: runs whose names differ only in a _seed<k> suffix (dev/ablate.sh's rows).
 set -euo pipefail
 
 out=""
-if [ "${1:-}" = "-o" ]; then out=$2; shift 2; fi
+by_group=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -o) out=$2; shift 2 ;;
+        -g) by_group=1; shift ;;
+        *) break ;;
+    esac
+done
 if [ $# -eq 0 ]; then
-    echo "usage: dev/plots.sh [-o OUT] RUN...   (RUN: a directory of ./train --diagnostics)" >&2
+    echo "usage: dev/plots.sh [-o OUT] [-g] RUN...   (RUN: a directory of ./train --diagnostics)" >&2
     exit 1
 fi
 for run in "$@"; do
@@ -43,14 +51,25 @@ trap 'rm -rf "$work"' EXIT
 meta() { awk -F, -v k="$2" '$1 == k { print $2 }' "$1/meta.csv"; }
 runs=("$@")
 
-# one plot clause per run: colour by mode, dash by how many runs of that mode came before
-declare -A seen=()
+# one plot clause per run: colour by mode (-g: by group, the groups taking the palette's
+# colours in order), dash by how many runs of that mode (group) came before
+palette=("#555555" "#1f77b4" "#d62728" "#2ca02c" "#ff7f0e" "#9467bd" "#8c564b" "#e377c2"
+         "#17becf" "#bcbd22" "#000000")
+declare -A seen=() group_colour=()
 styles=()
 for run in "${runs[@]}"; do
     mode=$(meta "$run" mode)
     case "$mode" in none) colour="#555555" ;; full) colour="#1f77b4" ;; *) colour="#d62728" ;; esac
-    seen[$mode]=$(( ${seen[$mode]:-0} + 1 ))
-    styles+=("lc rgb '$colour' dt ${seen[$mode]} lw 1.6 title '$(basename "$run")' noenhanced")
+    key=$mode
+    if [ "$by_group" = 1 ]; then
+        key=$(basename "$run")
+        key=${key%_seed*}
+        [ -n "${group_colour[$key]:-}" ] \
+            || group_colour[$key]=${palette[$(( ${#group_colour[@]} % ${#palette[@]} ))]}
+        colour=${group_colour[$key]}
+    fi
+    seen[$key]=$(( ${seen[$key]:-0} + 1 ))
+    styles+=("lc rgb '$colour' dt ${seen[$key]} lw 1.6 title '$(basename "$run")' noenhanced")
 done
 
 # $1: file name inside each run, $2: "using" columns; one clause per run, joined by commas
