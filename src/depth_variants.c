@@ -151,7 +151,7 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
                             float dq = key_scale * g * v[c];
                             if (dquery_rows != NULL) { dquery_rows[n * C + c0 + c] += dq; }
                             pq[c0 + c] += dq;
-                            pg[c0 + c] += key_scale * q[c0 + c] * v[c];
+                            if (norm_weight != NULL) { pg[c0 + c] += key_scale * q[c0 + c] * v[c]; }
                         }
                     }
                 }
