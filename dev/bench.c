@@ -3,7 +3,7 @@
 // the same for each of SPEC's variants (the paper's ablation rows); then the depth attention
 // alone as full mode calls it.
 //
-// ./bench [--rounds N] [--threads N]
+// ./bench [--rounds N] [--threads N] [--modes]     (--modes: the three modes only, no variants)
 //
 // The machine is shared, so its speed drifts from one second to the next. To compare configs
 // under the same conditions they take turns: each round times one step of none, then of
@@ -94,24 +94,25 @@ static double bench_step(void* context, int mode, int t) {
 }
 
 int main(int argc, char** argv) {
-    int rounds = 15;
+    int rounds = 15, n_configs = N_MODES + N_VARIANTS;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) { omp_set_num_threads(atoi(argv[++i])); }
-        else { fprintf(stderr, "error: unknown argument '%s' (usage: ./bench [--rounds N] [--threads N])\n", argv[i]); return 1; }
+        else if (strcmp(argv[i], "--modes") == 0) { n_configs = N_MODES; }
+        else { fprintf(stderr, "error: unknown argument '%s' (usage: ./bench [--rounds N] [--threads N] [--modes])\n", argv[i]); return 1; }
     }
     if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }
     const size_t B = BENCH_B, T = BENCH_T;
     printf("bench: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, %d threads, %d rounds of one "
            "step per config (3 modes, %d variants), configs interleaved\n", B, T,
-           omp_get_max_threads(), rounds, N_VARIANTS);
+           omp_get_max_threads(), rounds, n_configs - N_MODES);
 
     // the configs: the modes, then the variants, each variant's parent the mode it varies
     enum { N_CONFIGS = N_MODES + N_VARIANTS };
     const char* names[N_CONFIGS];
     int parent[N_CONFIGS];
     Model models[N_CONFIGS];
-    for (int i = 0; i < N_CONFIGS; i++) {
+    for (int i = 0; i < n_configs; i++) {
         int variant = i - N_MODES;
         ModelConfig c = variant < 0 ? bench_config(i) : bench_variant_config(variant);
         names[i] = variant < 0 ? BENCH_MODE_NAMES[i] : BENCH_VARIANT_NAMES[variant];
@@ -122,12 +123,12 @@ int main(int argc, char** argv) {
     Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
     bench_batch(bench.x, bench.y, B * T);
     double* ms[N_CONFIGS];
-    for (int i = 0; i < N_CONFIGS; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
-    time_rounds(ms, N_CONFIGS, rounds, 2, bench_step, &bench);
-    print_rounds(names, N_CONFIGS, ms, rounds, B * T, parent);
+    for (int i = 0; i < n_configs; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
+    time_rounds(ms, n_configs, rounds, 2, bench_step, &bench);
+    print_rounds(names, n_configs, ms, rounds, B * T, parent);
     ModelConfig full = bench_config(1);
     time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
-    for (int i = 0; i < N_CONFIGS; i++) {
+    for (int i = 0; i < n_configs; i++) {
         free(ms[i]);
         model_free(&models[i]);
     }
