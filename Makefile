@@ -266,20 +266,22 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 
 # `make gpu-check`: on a machine with a GPU (and no network: nothing is installed), build
 # everything with nvcc, then dev/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
-# against ./train_cuda, and the speed benchmarks, and prints a summary (OUT=DIR keeps the
-# logs). Without a GPU it builds, says so in one line and exits 0. `make carry` first, on a
-# machine with doctest, copies its header into .carry/ to take along to one without it.
+# against ./train_cuda, the NCCL path on one GPU, and the speed benchmarks, and prints a
+# summary (OUT=DIR keeps the logs). Without a GPU it builds, says so in one line and exits 0.
+# `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
+# header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
+# OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun).
 .PHONY: gpu-check carry
 gpu-check:
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }
-	@$(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm \
-		$(if $(shell command -v $(MPICC)),build/train_cuda_mpi)
-	@GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh
+	@bash -c 'if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
+	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
+	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
+	              build/bench_gemm $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
+	          && GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh'
 
 carry:
-	@dev/ensure_deps.sh
-	@mkdir -p .carry && cp -r /usr/include/doctest .carry/
-	@echo "carry: .carry/doctest ready (name .carry in the device run's carry list)"
+	@dev/carry.sh
 
 build/bench_cuda.o: dev/bench_cuda.c dev/bench_util.h cuda/model.cuh $(wildcard src/*.h)
 	@mkdir -p $(dir $@)

@@ -6,7 +6,8 @@
 #   1. the kernel and whole-model agreement tests on the GPU (build/test_cuda_gpu)
 #   2. ./train against ./train_cuda, loss by loss: a tiny model in every mode (within 1e-4)
 #      and the bench model (within 2e-3, see below); the data-parallel NCCL path on one GPU
-#      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed
+#      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
+#      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode with our matmul and with cuBLAS; our matmul
 #      against cuBLAS SGEMM on the bench shapes; PyTorch eager on the same GPU when the
 #      machine's python3 has a CUDA-enabled torch (a line saying it was skipped otherwise)
@@ -90,17 +91,19 @@ check "./train_cuda = ./train, bench model, block S=4, 10 steps (2e-3)" losses.l
     same_losses "$out/gpu_bench" "$out/cpu_bench" 2e-3
 tail -1 "$out/losses.log"
 
-# The NCCL path (build/train_cuda_mpi, when MPI is installed here): one process under
-# mpirun takes the sharded step (NCCL reduce and broadcast on one rank), against ./train_cuda
+# The NCCL path (build/train_cuda_mpi, when MPI is installed here or carried in .carry/openmpi
+# by `make carry`): one process under mpirun takes the sharded step (NCCL reduce and
+# broadcast on one rank), against ./train_cuda
 if [ -x build/train_cuda_mpi ] && command -v mpirun >/dev/null 2>&1; then
     root=(); [ "$(id -u)" -eq 0 ] && root=(--allow-run-as-root)
-    mpirun "${root[@]}" -np 1 build/train_cuda_mpi "${tiny_flags[@]}" --mode full \
+    echo "mpirun: $(command -v mpirun)" >>"$out/losses.log"
+    timeout 120 mpirun "${root[@]}" -np 1 build/train_cuda_mpi "${tiny_flags[@]}" --mode full \
         --diagnostics "$out/nccl_full" >>"$out/losses.log" 2>&1
     check "NCCL path: mpirun -np 1 ./train_cuda_mpi = ./train_cuda, tiny model, full (1e-5)" \
         losses.log 60 same_losses "$out/nccl_full" "$out/gpu_full" 1e-5
     tail -1 "$out/losses.log"
 else
-    summary+=("skip  NCCL path: no build/train_cuda_mpi or no mpirun here (make train-mpi needs OpenMPI)")
+    summary+=("skip  NCCL path: no build/train_cuda_mpi or no mpirun here (OpenMPI: install it, or run make carry where it is and take .carry along)")
 fi
 
 # ---- 3. speed ------------------------------------------------------------------------------
