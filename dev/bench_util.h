@@ -1,10 +1,11 @@
 // bench_util.h — what dev/bench.c and dev/bench_cuda.c share: the bench model and its
 // variants, a clock, quantiles, and the report of interleaved rounds (each config's median
 // ms/step; each overhead the median of the paired ratios config / none of the same round,
-// with the middle half of the rounds).
+// with the middle half of the rounds and a 95 % confidence interval for the median).
 #ifndef ATTNRES_BENCH_UTIL_H
 #define ATTNRES_BENCH_UTIL_H
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +63,19 @@ static inline double quantile(double* values, int n, double q) {
     return values[(int)(q * (n - 1) + 0.5)];
 }
 
+// A 95 % confidence interval for the median of the distribution n values were drawn from
+// (sorted in place): between the order statistics n/2 -+ 0.98 sqrt(n), since the number of
+// values below the median is Binomial(n, 1/2), whose standard deviation is sqrt(n)/2. It
+// assumes nothing about the distribution (the machine's noise is far from normal) and
+// narrows as 1/sqrt(n): how many rounds it takes to tell a 4 % overhead from a 5 % one.
+static inline void median_interval(double* values, int n, double* lo, double* hi) {
+    qsort(values, (size_t)n, sizeof(double), compare_doubles);
+    double half_width = 0.98 * sqrt((double)n);
+    int a = (int)floor(0.5 * n - half_width), b = (int)ceil(0.5 * n + half_width) - 1;
+    *lo = values[a < 0 ? 0 : a];
+    *hi = values[b > n - 1 ? n - 1 : b];
+}
+
 // the bench batch: n random tokens and targets in [0, 256), the same for every mode and run
 static inline void bench_batch(int* x, int* y, size_t n) {
     uint64_t state = 7;
@@ -89,32 +103,36 @@ static inline void time_rounds(double** ms, int n_modes, int rounds, int warmup,
 static inline void print_rounds(const char* const* names, int n_configs, double** ms, int rounds,
                                 size_t tokens_per_step, const int* parent) {
     // per config: median, 25th and 75th percentile of the ratios to none, median of the ratios
-    // to its parent
-    double* overhead = malloc((size_t)n_configs * 4 * sizeof(double));
-    double* ratio = malloc((size_t)rounds * sizeof(double));
+    // to its parent, the median's 95 % confidence interval
+    double* overhead = (double*)malloc((size_t)n_configs * 6 * sizeof(double));
+    double* ratio = (double*)malloc((size_t)rounds * sizeof(double));
     if (ratio == NULL || overhead == NULL) { fprintf(stderr, "error: print_rounds: out of memory\n"); exit(1); }
     int width = 10;  // the names' column
     for (int i = 0; i < n_configs; i++) {  // the ratios first, while the rounds are in order
+        double* o = overhead + 6 * i;
         for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[0][r]; }
-        overhead[4 * i] = quantile(ratio, rounds, 0.5);
-        overhead[4 * i + 1] = quantile(ratio, rounds, 0.25);
-        overhead[4 * i + 2] = quantile(ratio, rounds, 0.75);
+        o[0] = quantile(ratio, rounds, 0.5);
+        o[1] = quantile(ratio, rounds, 0.25);
+        o[2] = quantile(ratio, rounds, 0.75);
+        median_interval(ratio, rounds, &o[4], &o[5]);
         int p = parent != NULL ? parent[i] : 0;
         for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[p][r]; }
-        overhead[4 * i + 3] = quantile(ratio, rounds, 0.5);
+        o[3] = quantile(ratio, rounds, 0.5);
         if ((int)strlen(names[i]) > width) { width = (int)strlen(names[i]); }
     }
     for (int i = 0; i < n_configs; i++) {
         double median = quantile(ms[i], rounds, 0.5);
         printf("%-*s %9.3f ms/step %10.0f tokens/s", width, names[i], median,
                (double)tokens_per_step / (median / 1000.0));
+        const double* o = overhead + 6 * i;
         if (i > 0) {
-            printf("   overhead vs none %+6.1f%% (middle half of rounds %+.1f%% .. %+.1f%%)",
-                   100.0 * (overhead[4 * i] - 1.0), 100.0 * (overhead[4 * i + 1] - 1.0),
-                   100.0 * (overhead[4 * i + 2] - 1.0));
+            printf("   overhead vs none %+6.1f%% (middle half of rounds %+.1f%% .. %+.1f%%; "
+                   "the median's 95%% interval %+.1f%% .. %+.1f%%)", 100.0 * (o[0] - 1.0),
+                   100.0 * (o[1] - 1.0), 100.0 * (o[2] - 1.0), 100.0 * (o[4] - 1.0),
+                   100.0 * (o[5] - 1.0));
         }
         if (parent != NULL && parent[i] > 0) {
-            printf("   vs %s %+6.1f%%", names[parent[i]], 100.0 * (overhead[4 * i + 3] - 1.0));
+            printf("   vs %s %+6.1f%%", names[parent[i]], 100.0 * (o[3] - 1.0));
         }
         printf("\n");
     }
