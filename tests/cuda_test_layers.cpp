@@ -544,9 +544,9 @@ void check_source_gradients(const Outputs& cuda, size_t first, const std::vector
 }
 
 TEST_CASE("depth attention variants on the GPU match the CPU, every combination of switches") {
-    const Tolerance tol{1e-5, 1e-5};
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;
-    std::vector<size_t> uses;
+    std::vector<size_t> uses, head_counts = {1, 2, 4};
     SUBCASE("1 source") { N = 3; C = 8; uses = {0}; }
     SUBCASE("3 sources, the first tensor passed twice") { N = 5; C = 12; uses = {0, 1, 0}; }
     SUBCASE("4 sources, N=37 C=72: three tiles of rows, a head over a warp") {
@@ -556,10 +556,19 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         N = 3; C = 8;
         for (size_t i = 0; i < 37; i++) uses.push_back(i);
     }
+    if (ON_GPU) {  // the bench model's shapes (its 16-head row), and odd ones
+        SUBCASE("GPU: 17 sources, N=1024 C=256, up to 16 heads") {
+            N = 1024; C = 256; tol = {1e-4, 1e-4}; head_counts = {1, 4, 16};
+            for (size_t i = 0; i < 17; i++) uses.push_back(i);
+        }
+        SUBCASE("GPU: 5 sources, N=1021 C=260, odd sizes") {
+            N = 1021; C = 260; tol = {1e-4, 1e-4}; uses = {0, 1, 2, 3, 4};
+        }
+    }
     CAPTURE(N);
     CAPTURE(C);
     CAPTURE(uses.size());
-    for (size_t heads : {(size_t)1, (size_t)2, (size_t)4})
+    for (size_t heads : head_counts)
     for (int sigmoid = 0; sigmoid < 2; sigmoid++)
     for (int key_norm = 0; key_norm < 2; key_norm++)
     for (int rows = 0; rows < 2; rows++) {
@@ -632,7 +641,7 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
 }
 
 TEST_CASE("static mixing and DenseFormer on the GPU match the CPU") {
-    const Tolerance tol{1e-5, 1e-5};
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;
     std::vector<size_t> uses;
     SUBCASE("1 source") { N = 3; C = 8; uses = {0}; }
@@ -643,6 +652,12 @@ TEST_CASE("static mixing and DenseFormer on the GPU match the CPU") {
     SUBCASE("37 sources, more than the warps of a block") {
         N = 3; C = 33;
         for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    if (ON_GPU) {
+        SUBCASE("GPU: 17 sources, N=1024 C=256") {
+            N = 1024; C = 256; tol = {1e-4, 1e-4};
+            for (size_t i = 0; i < 17; i++) uses.push_back(i);
+        }
     }
     CAPTURE(N);
     CAPTURE(uses.size());

@@ -360,8 +360,9 @@ static Tolerance conditioned(Tolerance tol, double sensitivity) {
 }
 
 // On a GPU (build/test_cuda_gpu, make gpu-check): the bench configuration of dev/bench.c,
-// d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128 (B*T = 1024 rows), in every mode, SPEC's init with
-// gains and pseudo-queries randomised. Sums run over up to 1024 rows and 704 columns here,
+// d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128 (B*T = 1024 rows), in every mode and five of
+// SPEC's variants, SPEC's init with gains and pseudo-queries randomised. Sums run over up to
+// 1024 rows and 704 columns here,
 // ~10x longer than in the small test above, so each tolerance is 10x the small test's.
 // Random pseudo-queries of size ~1 against keys of 256 unit-RMS entries give depth scores of
 // size ~10, near one-hot softmaxes that turn rounding into differences: moving every
@@ -375,6 +376,14 @@ TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradien
     SUBCASE("none") { c.block_size = 0; }
     SUBCASE("full") { c.block_size = 1; }
     SUBCASE("block S=4") { c.block_size = 4; }
+    // SPEC's variants as `make bench` runs them (their kernels at the bench shapes)
+    SUBCASE("full, 16 heads") { c.block_size = 1; c.depth_heads = 16; }
+    SUBCASE("block S=4, 16 heads") { c.block_size = 4; c.depth_heads = 16; }
+    SUBCASE("full, sigmoid, no key norm, input-dependent query") {
+        c.block_size = 1; c.depth_score = 1; c.key_norm_off = 1; c.depth_query = 1;
+    }
+    SUBCASE("full, window 8, DenseFormer") { c.block_size = 1; c.depth_window = 8; c.mixing = 2; }
+    SUBCASE("block S=4, static mixing") { c.block_size = 4; c.mixing = 1; }
     CAPTURE(c.block_size);
     const size_t B = 8, T = 128, N = B * T, V = c.vocab_size;
     std::vector<int> tokens, targets;
