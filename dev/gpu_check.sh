@@ -135,7 +135,10 @@ cat "$out/speed.log" | grep -vE "^\s*$"
 # ---- 4. compute-sanitizer ---------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 # a first run on a tiny program tells whether this machine lets the tool attach at all
-if "$sanitizer" --tool memcheck build/test_cuda_gpu -tc="embedding*" >"$out/sanitizer_probe.log" 2>&1 ||
+if [ ! -x "$sanitizer" ]; then
+    summary+=("skip  compute-sanitizer: not installed here (no $sanitizer)")
+    echo "${summary[-1]}"
+elif "$sanitizer" --tool memcheck build/test_cuda_gpu -tc="embedding*" >"$out/sanitizer_probe.log" 2>&1 ||
    ! grep -qiE "not supported|error 999|unable to|failed to initialize" "$out/sanitizer_probe.log"; then
     for tool in memcheck racecheck synccheck initcheck; do
         check "compute-sanitizer $tool: the whole-model test" sanitizer.log 180 \
@@ -149,7 +152,7 @@ else
     summary+=("skip  compute-sanitizer: this machine refuses it: $(grep -iE 'not supported|error 999|unable to|failed to initialize' "$out/sanitizer_probe.log" | head -1)")
     echo "${summary[-1]}"
 fi
-grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" | sort | uniq -c
+grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" 2>/dev/null | sort | uniq -c
 
 echo
 echo "gpu-check summary ($gpu; logs in $out):"
