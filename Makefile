@@ -23,7 +23,7 @@ build/%.o: %.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-build/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h)
+build/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h) dev/bench_util.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
@@ -95,7 +95,7 @@ SAN_TEST_OBJ = $(patsubst %.cpp,build/asan/%.o,$(TEST_CPP))
 build/asan/%.o: %.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) -c $< -o $@
-build/asan/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h)
+build/asan/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h) dev/bench_util.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) -c $< -o $@
 build/asan/train: train.c $(SAN_OBJ)
