@@ -57,23 +57,25 @@ static inline int compare_doubles(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-// the q-quantile (0 .. 1) of n values, sorted in place
-static inline double quantile(double* values, int n, double q) {
+static inline void sort_values(double* values, int n) {
     qsort(values, (size_t)n, sizeof(double), compare_doubles);
-    return values[(int)(q * (n - 1) + 0.5)];
+}
+
+// the q-quantile (0 .. 1) of n values sorted by sort_values
+static inline double quantile(const double* sorted, int n, double q) {
+    return sorted[(int)(q * (n - 1) + 0.5)];
 }
 
 // A 95 % confidence interval for the median of the distribution n values were drawn from
-// (sorted in place): between the order statistics n/2 -+ 0.98 sqrt(n), since the number of
-// values below the median is Binomial(n, 1/2), whose standard deviation is sqrt(n)/2. It
+// (sorted by sort_values): between the order statistics n/2 -+ 0.98 sqrt(n), since the number
+// of values below the median is Binomial(n, 1/2), whose standard deviation is sqrt(n)/2. It
 // assumes nothing about the distribution (the machine's noise is far from normal) and
 // narrows as 1/sqrt(n): how many rounds it takes to tell a 4 % overhead from a 5 % one.
-static inline void median_interval(double* values, int n, double* lo, double* hi) {
-    qsort(values, (size_t)n, sizeof(double), compare_doubles);
+static inline void median_interval(const double* sorted, int n, double* lo, double* hi) {
     double half_width = 0.98 * sqrt((double)n);
     int a = (int)floor(0.5 * n - half_width), b = (int)ceil(0.5 * n + half_width) - 1;
-    *lo = values[a < 0 ? 0 : a];
-    *hi = values[b > n - 1 ? n - 1 : b];
+    *lo = sorted[a < 0 ? 0 : a];
+    *hi = sorted[b > n - 1 ? n - 1 : b];
 }
 
 // the bench batch: n random tokens and targets in [0, 256), the same for every mode and run
@@ -111,16 +113,19 @@ static inline void print_rounds(const char* const* names, int n_configs, double*
     for (int i = 0; i < n_configs; i++) {  // the ratios first, while the rounds are in order
         double* o = overhead + 6 * i;
         for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[0][r]; }
+        sort_values(ratio, rounds);
         o[0] = quantile(ratio, rounds, 0.5);
         o[1] = quantile(ratio, rounds, 0.25);
         o[2] = quantile(ratio, rounds, 0.75);
         median_interval(ratio, rounds, &o[4], &o[5]);
         int p = parent != NULL ? parent[i] : 0;
         for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[p][r]; }
+        sort_values(ratio, rounds);
         o[3] = quantile(ratio, rounds, 0.5);
         if ((int)strlen(names[i]) > width) { width = (int)strlen(names[i]); }
     }
     for (int i = 0; i < n_configs; i++) {
+        sort_values(ms[i], rounds);
         double median = quantile(ms[i], rounds, 0.5);
         printf("%-*s %9.3f ms/step %10.0f tokens/s", width, names[i], median,
                (double)tokens_per_step / (median / 1000.0));

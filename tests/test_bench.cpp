@@ -10,6 +10,7 @@
 
 TEST_CASE("quantile picks the nearest order statistic of the sorted values") {
     std::vector<double> v = {5, 1, 4, 2, 3};
+    sort_values(v.data(), 5);
     CHECK(quantile(v.data(), 5, 0.5) == 3);
     CHECK(quantile(v.data(), 5, 0.25) == 2);
     CHECK(quantile(v.data(), 5, 0.75) == 4);
@@ -23,10 +24,12 @@ TEST_CASE("the median's 95% interval is the binomial table's order statistics") 
     std::vector<double> v(301);
     for (int i = 0; i < 301; i++) v[(size_t)i] = (double)((i * 37) % 301) + 1;  // 1 .. 301 shuffled
     double lo, hi;
-    median_interval(v.data(), 25, &lo, &hi);
-    std::vector<double> first(v.begin(), v.begin() + 25);  // sorted by the call: v[0..24]
+    std::vector<double> first(v.begin(), v.begin() + 25);
+    sort_values(first.data(), 25);
+    median_interval(first.data(), 25, &lo, &hi);
     CHECK(lo == first[7]);
     CHECK(hi == first[17]);
+    sort_values(v.data(), 301);
     median_interval(v.data(), 301, &lo, &hi);
     CHECK(lo == 134);
     CHECK(hi == 168);
@@ -44,11 +47,13 @@ TEST_CASE("the median's interval covers the true median in about 95% of samples,
     for (int t = 0; t < trials; t++) {
         for (double& x : sample) x = -std::log(1.0 - rng_uniform(&state));
         double lo, hi;
+        sort_values(sample.data(), 25);
         median_interval(sample.data(), 25, &lo, &hi);
         covered += lo <= std::log(2.0) && std::log(2.0) <= hi;
     }
     double coverage = (double)covered / trials;
     INFO("coverage " << coverage);
-    CHECK(coverage > 0.94);  // exact: 95.7 %; one standard error over 4000 trials is 0.3 %
-    CHECK(coverage < 0.975);
+    // exact: 95.7 %; one standard error over 4000 trials is 0.32 %: within three of them
+    CHECK(coverage > 0.947);
+    CHECK(coverage < 0.967);
 }
