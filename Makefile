@@ -130,7 +130,7 @@ TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan bu
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
-		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm \
+		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
 		                         build/train_cuda_mpi)
 	@tests/run_all.sh
 
@@ -277,7 +277,7 @@ gpu-check:
 	@bash -c 'if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
 	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
 	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
-	              build/bench_gemm $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
+	              build/bench_gemm build/bench_depth $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
 	          && GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh'
 
 carry:
@@ -290,8 +290,11 @@ build/bench_cuda.o: dev/bench_cuda.c dev/bench_util.h cuda/model.cuh $(wildcard 
 build/bench_cuda: build/bench_cuda.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/bench_gemm: dev/bench_gemm.cu $(CUDA_OBJ) $(CUDA_DEPS)
-	$(NVCC) $(NVCCFLAGS) $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+build/bench_gemm: dev/bench_gemm.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+
+build/bench_depth: dev/bench_depth.cu dev/bench_util.h dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # nvcc proves the kernels compile for the GPU wherever it is installed
 test_cuda: test_cuda_emu test_cuda_emu_asan $(if $(wildcard $(NVCC)),cuda_check)

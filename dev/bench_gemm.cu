@@ -14,22 +14,7 @@
 
 #include "common.cuh"
 #include "layers.cuh"
-#include "model.cuh"  // cuda_device_problem
-
-static std::vector<float> random_floats(size_t n, unsigned seed) {
-    std::vector<float> v(n);
-    for (size_t i = 0; i < n; i++) {
-        seed = seed * 1664525u + 1013904223u;
-        v[i] = (float)(seed >> 8) / (float)(1u << 24) * 2.0f - 1.0f;
-    }
-    return v;
-}
-
-static float* upload(const std::vector<float>& host) {
-    float* device = cuda_malloc_floats(host.size());
-    cudaCheck(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
-    return device;
-}
+#include "bench_gpu.h"
 
 static std::vector<float> download(const float* device, size_t n) {
     std::vector<float> host(n);
@@ -47,51 +32,8 @@ static double relative_difference(const std::vector<float>& a, const std::vector
     return scale > 0.0 ? diff / scale : diff;
 }
 
-struct Timing {
-    double forward_ms, backward_ms;
-};
-
-// median milliseconds of the forward and of the backward over `repeats` runs
-static Timing time_linear(float* out, float* dinp, float* dweight, const float* inp,
-                          const float* weight, const float* dout, size_t N, size_t IN,
-                          size_t OUT, int repeats) {
-    cudaEvent_t start, middle, stop;
-    cudaCheck(cudaEventCreate(&start));
-    cudaCheck(cudaEventCreate(&middle));
-    cudaCheck(cudaEventCreate(&stop));
-    std::vector<float> forward, backward;
-    for (int r = -3; r < repeats; r++) {  // 3 warm-up runs
-        cudaCheck(cudaEventRecord(start, cuda_stream));
-        linear_forward_cuda(out, inp, weight, N, IN, OUT);
-        cudaCheck(cudaEventRecord(middle, cuda_stream));
-        linear_backward_cuda(dinp, dweight, dout, inp, weight, N, IN, OUT);
-        cudaCheck(cudaEventRecord(stop, cuda_stream));
-        cudaCheck(cudaEventSynchronize(stop));
-        float f = 0.0f, b = 0.0f;
-        cudaCheck(cudaEventElapsedTime(&f, start, middle));
-        cudaCheck(cudaEventElapsedTime(&b, middle, stop));
-        if (r >= 0) {
-            forward.push_back(f);
-            backward.push_back(b);
-        }
-    }
-    std::sort(forward.begin(), forward.end());
-    std::sort(backward.begin(), backward.end());
-    cudaCheck(cudaEventDestroy(start));
-    cudaCheck(cudaEventDestroy(middle));
-    cudaCheck(cudaEventDestroy(stop));
-    return Timing{forward[forward.size() / 2], backward[backward.size() / 2]};
-}
-
 int main(int argc, char** argv) {
-    int repeats = 200;
-    for (int i = 1; i < argc; i++) {
-        if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) repeats = std::atoi(argv[++i]);
-        else { std::fprintf(stderr, "error: unknown argument '%s'\n", argv[i]); return 1; }
-    }
-    if (repeats < 1) { std::fprintf(stderr, "error: --repeats must be positive\n"); return 1; }
-    const char* problem = cuda_device_problem();
-    if (problem != NULL) { std::fprintf(stderr, "error: %s\n", problem); return 1; }
+    int repeats = bench_repeats(argc, argv, "bench_gemm", 200);
     // (N, IN, OUT) of the bench model (B*T = 1024 rows): q/k/v/o (d -> d; k, v: d -> d/2),
     // MLP up (d -> F), MLP down (F -> d), lm_head (d -> V)
     const size_t shapes[][3] = {{1024, 256, 256}, {1024, 256, 128}, {1024, 256, 704},
@@ -121,8 +63,10 @@ int main(int argc, char** argv) {
             results[cublas][0] = download(d_out, N * OUT);
             results[cublas][1] = download(d_dinp, N * IN);
             results[cublas][2] = download(d_dweight, OUT * IN);
-            timing[cublas] = time_linear(d_out, d_dinp, d_dweight, d_inp, d_weight, d_dout, N,
-                                         IN, OUT, repeats);
+            timing[cublas] = time_forward_backward(
+                [&] { linear_forward_cuda(d_out, d_inp, d_weight, N, IN, OUT); },
+                [&] { linear_backward_cuda(d_dinp, d_dweight, d_dout, d_inp, d_weight, N, IN, OUT); },
+                repeats);
             cudaCheck(cudaFree(d_out));
             cudaCheck(cudaFree(d_dinp));
             cudaCheck(cudaFree(d_dweight));

@@ -119,6 +119,8 @@ check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log
     build/bench_cuda --cublas
 check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed.log 120 \
     build/bench_gemm
+check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
+    build/bench_depth
 python3 dev/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
 status=$?
 if [ $status -eq 3 ]; then

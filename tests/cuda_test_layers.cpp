@@ -375,11 +375,15 @@ TEST_CASE("swiglu forward and backward on the GPU match the CPU") {
 TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t n_sources = 0, N = 0, C = 0;
+    bool last_is_first = false;  // source n-1 is source 0's tensor (layers.h allows it)
     SUBCASE("1 source (its query gets exactly zero gradient)") { n_sources = 1; N = 3; C = 8; }
     SUBCASE("2 sources, N=5 C=7") { n_sources = 2; N = 5; C = 7; }
     SUBCASE("5 sources, N=9 C=70") { n_sources = 5; N = 9; C = 70; }
     SUBCASE("37 sources, more than a warp") { n_sources = 37; N = 3; C = 33; }
-    SUBCASE("3 sources, N=70: dw and dg summed in three parts of rows") { n_sources = 3; N = 70; C = 12; }
+    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
+        n_sources = 6; N = 9; C = 70; last_is_first = true;
+    }
+    SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") { n_sources = 3; N = 301; C = 12; }
     if (ON_GPU) {
         SUBCASE("GPU: 17 sources, N=1024 C=256") { n_sources = 17; N = 1024; C = 256; tol = {1e-4, 1e-4}; }
     }
@@ -400,8 +404,9 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     std::vector<const float*> source_ptrs;
     std::vector<float*> dsource_ptrs;
     for (size_t i = 0; i < n_sources; i++) {
-        source_ptrs.push_back(sources[i].data());
-        dsource_ptrs.push_back(dsources[i].data());
+        size_t tensor = last_is_first && i == n_sources - 1 ? 0 : i;
+        source_ptrs.push_back(sources[tensor].data());
+        dsource_ptrs.push_back(dsources[tensor].data());
     }
     depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), source_ptrs.data(),
                             query.data(), norm_weight.data(), n_sources, N, C);
@@ -414,8 +419,9 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
         std::vector<const float*> d_sources;
         std::vector<float*> d_dsources;
         for (size_t i = 0; i < n_sources; i++) {
-            d_sources.push_back(d.upload(sources[i]));
-            d_dsources.push_back(d.upload(dsources0[i]));
+            bool again = last_is_first && i == n_sources - 1;
+            d_sources.push_back(again ? d_sources[0] : d.upload(sources[i]));
+            d_dsources.push_back(again ? d_dsources[0] : d.upload(dsources0[i]));
         }
         float *d_out = d.zeros(N * C), *d_alpha = d.zeros(N * n_sources);
         float *d_key_rstd = d.zeros(N * n_sources);
@@ -477,8 +483,8 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     CAPTURE(spread);
     check(cuda[3], dquery, reduction_tol);
     check(cuda[4], dnorm_weight, reduction_tol);
-    for (size_t i = 0; i < n_sources; i++)
-        check(cuda[5 + i], dsources[i], tol);
+    for (size_t i = 0; i < n_sources; i++)  // a tensor passed twice: both are its gradient
+        check(cuda[5 + i], dsources[last_is_first && i == n_sources - 1 ? 0 : i], tol);
     if (n_sources == 1) {
         compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
         compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);

@@ -1,0 +1,65 @@
+// bench_depth.cu — the depth attention's kernels (cuda/depth_attention.cu) as a training step
+// of the bench model calls them: in `full` and `block S=4` (d = 256, L = 8, B*T = 1024 rows),
+// the 2L + 1 = 17 forward calls of one step, each over the sources model.c hands it (1 to 17
+// in full, 1 to 5 in block), then the 17 backward calls; timed with CUDA events, median of
+// --repeats after warm-up. What the AttnRes modes add to a step over `none` is mostly these
+// calls, so this is the number to move when the overhead is too large. Built by
+// `make gpu-check`, which runs it.
+//
+// ./build/bench_depth [--repeats N]
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "common.cuh"
+#include "layers.cuh"
+#include "bench_util.h"
+#include "bench_gpu.h"
+
+int main(int argc, char** argv) {
+    int repeats = bench_repeats(argc, argv, "bench_depth", 100);
+    const size_t N = BENCH_B * BENCH_T, C = 256, most = 17;
+    // the sources (and their gradients) of the largest call; a call over n takes the first n
+    std::vector<const float*> sources;
+    std::vector<float*> dsources;
+    for (size_t i = 0; i < most; i++) {
+        sources.push_back(upload(random_floats(N * C, 10 + (unsigned)i)));
+        dsources.push_back(upload(random_floats(N * C, 40 + (unsigned)i)));
+    }
+    float *out = cuda_malloc_floats(N * C), *dout = upload(random_floats(N * C, 1));
+    float *alpha = cuda_malloc_floats(N * most), *key_rstd = cuda_malloc_floats(N * most);
+    float *query = upload(random_floats(C, 2)), *norm_weight = upload(random_floats(C, 3));
+    float *dquery = upload(random_floats(C, 4)), *dnorm_weight = upload(random_floats(C, 5));
+    cuda_workspace(depth_attention_workspace_floats_cuda(most, N, C));
+    std::printf("bench_depth: the depth attention's calls of one training step, bench model "
+                "(N=%zu rows, C=%zu), median of %d runs\n", N, C, repeats);
+    std::printf("%-10s %-22s %12s %12s %14s\n", "mode", "sources per call", "forward us",
+                "backward us", "us per call");
+    for (int mode = 1; mode < N_MODES; mode++) {  // full, block
+        ModelConfig c = bench_config(mode);
+        std::vector<size_t> counts;
+        for (int l = 0; l <= 2 * c.n_layers; l++) counts.push_back(count_sources(&c, l));
+        Timing timing = time_forward_backward(
+            [&] {
+                for (size_t n : counts)
+                    depth_attention_forward_cuda(out, alpha, key_rstd, sources.data(), query,
+                                                 norm_weight, n, N, C);
+            },
+            [&] {
+                for (size_t n : counts)
+                    depth_attention_backward_cuda(dsources.data(), dquery, dnorm_weight, dout,
+                                                  alpha, key_rstd, sources.data(), query,
+                                                  norm_weight, n, N, C);
+            },
+            repeats);
+        double f = 1000.0 * timing.forward_ms, b = 1000.0 * timing.backward_ms;
+        char range[64];
+        std::snprintf(range, sizeof(range), "%zu calls of %zu..%zu", counts.size(),
+                      *std::min_element(counts.begin(), counts.end()),
+                      *std::max_element(counts.begin(), counts.end()));
+        std::printf("%-10s %-22s %12.1f %12.1f %14.1f\n", mode == 1 ? "full" : "block S=4", range,
+                    f, b, (f + b) / counts.size());
+    }
+    return 0;
+}
