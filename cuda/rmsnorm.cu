@@ -2,25 +2,67 @@
 #include "common.cuh"
 #include "layers.cuh"
 
+// One warp per row; lane l takes the columns c = l, l + 32, l + 64, ... A lane loads
+// ROW_CHUNK of its columns at once (the whole row at C = 256: 8 per lane), all loads issued
+// before any arithmetic waits on them. With B*T = 1024 rows the GPU has one warp per row, 8
+// per multiprocessor, too few to hide a memory latency behind another: a lane that loaded
+// one column, used it and only then loaded the next waited out a latency per column (16 in
+// the forward at C = 256). Out-of-range columns load as 0, which leaves every sum as it was.
+#define ROW_CHUNK 8
+
+// v[k] = row[first + lane + 32 k] for the k whose column is below C, else 0
+__device__ __forceinline__ void load_lane_columns(float v[ROW_CHUNK], const float* row,
+                                                  size_t first, size_t C, unsigned int lane) {
+#pragma unroll
+    for (int k = 0; k < ROW_CHUNK; k++) {
+        size_t c = first + lane + (size_t)k * WARP_SIZE;
+        v[k] = c < C ? row[c] : 0.0f;
+    }
+}
+
+// the weight at those columns: 1 when weight is NULL (no gain)
+__device__ __forceinline__ void load_lane_weights(float w[ROW_CHUNK], const float* weight,
+                                                  size_t first, size_t C, unsigned int lane) {
+    if (weight != NULL) {
+        load_lane_columns(w, weight, first, C, lane);
+    } else {
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++) w[k] = 1.0f;
+    }
+}
+
 // out = weight * x * rstd, rstd = 1/sqrt(mean(x^2) + eps); inp, out (N,C), rstd (N); weight
-// (C), or NULL for none (all ones: the input-dependent depth query's norm). One warp per row.
+// (C), or NULL for none (all ones: the input-dependent depth query's norm).
 __global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* inp,
                                        const float* weight, size_t N, size_t C) {
     size_t row = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
     unsigned int lane = threadIdx.x % WARP_SIZE;
     if (row >= N) return;  // the whole warp leaves together
     const float* x = inp + row * C;
-    float sum_sq = 0.0f;
-    for (size_t c = lane; c < C; c += WARP_SIZE) sum_sq += x[c] * x[c];
+    const size_t step = (size_t)WARP_SIZE * ROW_CHUNK;
+    float sum_sq = 0.0f, v[ROW_CHUNK], w[ROW_CHUNK];
+    for (size_t first = 0; first < C; first += step) {
+        load_lane_columns(v, x, first, C, lane);
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++) sum_sq += v[k] * v[k];
+    }
     sum_sq = warp_sum(sum_sq);
     float s = 1.0f / sqrtf(sum_sq / (float)C + RMSNORM_EPS);
-    for (size_t c = lane; c < C; c += WARP_SIZE)
-        out[row * C + c] = weight != NULL ? weight[c] * (x[c] * s) : x[c] * s;
+    for (size_t first = 0; first < C; first += step) {
+        load_lane_columns(v, x, first, C, lane);
+        load_lane_weights(w, weight, first, C, lane);
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++) {
+            size_t c = first + lane + (size_t)k * WARP_SIZE;
+            if (c < C) out[row * C + c] = weight != NULL ? w[k] * (v[k] * s) : v[k] * s;
+        }
+    }
     if (lane == 0) rstd[row] = s;
 }
 
 // forward was: y = w * x * rstd, so with dot = sum_c dy_c w_c x_c:
-// dx = rstd * (w * dy - x * rstd^2 * dot / C), w = 1 when weight is NULL. One warp per row.
+// dx = rstd * (w * dy - x * rstd^2 * dot / C), w = 1 when weight is NULL. One warp per row,
+// columns as in the forward; a chunk's dinp is read before any of it is written.
 __global__ void rmsnorm_backward_inp_kernel(float* dinp, const float* dout, const float* inp,
                                             const float* weight, const float* rstd,
                                             size_t N, size_t C) {
@@ -29,14 +71,29 @@ __global__ void rmsnorm_backward_inp_kernel(float* dinp, const float* dout, cons
     if (row >= N) return;
     const float* x = inp + row * C;
     const float* dy = dout + row * C;
+    float* dx = dinp + row * C;
+    const size_t step = (size_t)WARP_SIZE * ROW_CHUNK;
+    float v[ROW_CHUNK], d[ROW_CHUNK], w[ROW_CHUNK], g[ROW_CHUNK];
     float dot = 0.0f;
-    for (size_t c = lane; c < C; c += WARP_SIZE)
-        dot += dy[c] * (weight != NULL ? weight[c] : 1.0f) * x[c];
+    for (size_t first = 0; first < C; first += step) {
+        load_lane_columns(v, x, first, C, lane);
+        load_lane_columns(d, dy, first, C, lane);
+        load_lane_weights(w, weight, first, C, lane);
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++) dot += d[k] * w[k] * v[k];
+    }
     dot = warp_sum(dot);
     float s = rstd[row];
-    for (size_t c = lane; c < C; c += WARP_SIZE) {
-        float w = weight != NULL ? weight[c] : 1.0f;
-        dinp[row * C + c] += s * (w * dy[c] - x[c] * s * s * dot / (float)C);
+    for (size_t first = 0; first < C; first += step) {
+        load_lane_columns(v, x, first, C, lane);
+        load_lane_columns(d, dy, first, C, lane);
+        load_lane_weights(w, weight, first, C, lane);
+        load_lane_columns(g, dx, first, C, lane);
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++) {
+            size_t c = first + lane + (size_t)k * WARP_SIZE;
+            if (c < C) dx[c] = g[k] + s * (w[k] * d[k] - v[k] * s * s * dot / (float)C);
+        }
     }
 }
 
