@@ -270,7 +270,8 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 # summary (OUT=DIR keeps the logs). Without a GPU it builds, says so in one line and exits 0.
 # `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
 # header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
-# OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun).
+# OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make carry
+# AB=commit` also keeps cuda/ as at that commit, and gpu-check times both (before/after).
 .PHONY: gpu-check carry
 gpu-check:
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }
@@ -281,7 +282,7 @@ gpu-check:
 	          && GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh'
 
 carry:
-	@dev/carry.sh
+	@dev/carry.sh $(AB)
 
 build/bench_cuda.o: dev/bench_cuda.c dev/bench_util.h cuda/model.cuh $(wildcard src/*.h)
 	@mkdir -p $(dir $@)

@@ -8,10 +8,32 @@
 #                            `mpirun -np 1 build/train_cuda_mpi` runs there (the NCCL path)
 #   .carry/openmpi/env.sh    sourced there: points PATH, LD_LIBRARY_PATH and OpenMPI's and
 #                            PMIx's relocation variables at the copy, wherever it lands
+#   .carry/ab/               only with a commit (make carry AB=commit): the files of cuda/ as
+#                            they were at that commit, those that differ from now; gpu-check
+#                            then also times the step and the depth attention built with them,
+#                            a before/after on one GPU (its time is scarce, and the numbers of
+#                            two different machines do not compare)
 # Then name .carry in the device run's carry list. Installs what is missing here first
 # (dev/ensure_deps.sh: doctest, OpenMPI).
 set -eu
 cd "$(dirname "$0")/.."
+ab_commit=${1:-}
+rm -rf .carry/ab
+if [ -n "$ab_commit" ]; then
+    if ! git rev-parse --verify --quiet "$ab_commit^{commit}" >/dev/null; then
+        echo "error: carry: AB=$ab_commit is not a commit of this repository" >&2
+        exit 1
+    fi
+    mkdir -p .carry/ab
+    git diff --name-only "$ab_commit" -- cuda | while read -r f; do
+        if git cat-file -e "$ab_commit:$f" 2>/dev/null; then  # not a file added since
+            mkdir -p ".carry/ab/$(dirname "$f")"
+            git show "$ab_commit:$f" >".carry/ab/$f"
+        fi
+    done
+    git log -1 --format='%h %s' "$ab_commit" >.carry/ab/COMMIT
+    echo "carry: .carry/ab: $(find .carry/ab/cuda -type f 2>/dev/null | wc -l) files of cuda/ as at $(cut -c1-60 .carry/ab/COMMIT)"
+fi
 dev/ensure_deps.sh test mpi
 rm -rf .carry/doctest .carry/openmpi
 mkdir -p .carry/openmpi
