@@ -31,7 +31,15 @@ if __name__ == "__main__":  # OpenBLAS reads its thread count when torch loads i
     _t = next((sys.argv[i + 1] for i in range(1, len(sys.argv) - 1) if sys.argv[i] == "--threads"),
               "2")
     os.environ.setdefault("OPENBLAS_NUM_THREADS", _t)
-import torch  # noqa: E402
+try:
+    import torch  # noqa: E402
+except ImportError:  # --device cuda: a skip (exit 3), as for a torch without CUDA
+    if "--device=cuda" in sys.argv or any(a == "--device" and b == "cuda"
+                                          for a, b in zip(sys.argv, sys.argv[1:])):
+        print(f"bench_pytorch: skipped: {sys.executable} cannot import torch")
+        sys.exit(3)
+    sys.exit(f"error: {sys.executable} cannot import torch (Debian: apt-get install "
+             "python3-torch, then run it with /usr/bin/python3)")
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference  # noqa: E402
