@@ -69,8 +69,8 @@ __device__ __forceinline__ void row_source_sums(float (*warp_first)[DEPTH_ATTENT
 }
 
 // the row's sum for source i: its warps' sums in order of warp
-__device__ __forceinline__ float sum_row_warps(const float (*warp_sums)[DEPTH_ATTENTION_MAX_SOURCES],
-                                               size_t i) {
+__device__ __forceinline__ float sum_row_warps(
+    const float (*warp_sums)[DEPTH_ATTENTION_MAX_SOURCES], size_t i) {
     float sum = 0.0f;
     for (int w = 0; w < ROW_WARPS; w++) sum += warp_sums[w][i];
     return sum;
@@ -138,27 +138,28 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
 }
 
 // forward was: s_i = rstd_i (w . g V_i), alpha = softmax(s), out = sum_i alpha_i V_i. With
-// dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j), stored in dscore
-// (N,n_sources). Each source gets the value path alpha_i dout and the key path, rmsnorm's
-// backward of dk_i = ds_i w: dV_i += ds_i rstd_i (w g) - ds_i rstd_i^3 (w . g V_i) / C * V_i.
+// dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j). Each source
+// gets the value path alpha_i dout and the key path, rmsnorm's backward of dk_i = ds_i w:
+// dV_i += ds_i rstd_i (w g) - ds_i rstd_i^3 (w . g V_i) / C * V_i.
 // The weights' gradients: with k_i = g V_i rstd_i and dk_i = ds_i w, dw += sum ds_i k_i and
 // dg += sum dk_i V_i rstd_i, both a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc;
 // this kernel writes its DEPTH_ROWS rows' part of it, acc_parts[block][c] (rows in order).
 // distinct_grads: no tensor is passed as two sources (the model never does); then a thread
 // reads a chunk of sources' gradients before it writes any. Otherwise (layers.h allows one
 // tensor as two sources: its gradient sums both uses) each is read after the last write.
-__global__ void depth_attention_backward_rows_kernel(GradList dsources, float* dscore,
-                                                     float* acc_parts, const float* dout,
-                                                     const float* alpha, const float* key_rstd,
-                                                     SourceList sources, const float* query,
+__global__ void depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
+                                                     const float* dout, const float* alpha,
+                                                     const float* key_rstd, SourceList sources,
+                                                     const float* query,
                                                      const float* norm_weight, size_t n_sources,
                                                      size_t N, size_t C, int distinct_grads) {
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_wg[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dalpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
-    __shared__ float value_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];  // alpha_i
-    __shared__ float key_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];    // ds_i rstd_i
-    __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];   // ds_i rstd_i^3 (w . g V_i) / C
+    // per source: alpha_i; ds_i rstd_i; ds_i rstd_i^3 (w . g V_i) / C
+    __shared__ float value_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
+    __shared__ float key_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
+    __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_acc[DEPTH_ROWS][ROW_THREADS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
@@ -184,7 +185,6 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* d
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
             float ds = value_scale[r][i] * (dalpha[r][i] - alpha_dot_dalpha);
             float rstd = key_rstd[row * n_sources + i];
-            dscore[row * n_sources + i] = ds;
             key_scale[r][i] = ds * rstd;
             correction[r][i] = ds * rstd * rstd * rstd * sum_row_warps(warp_wg[r], i) / (float)C;
         }
@@ -268,7 +268,8 @@ void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
 }
 
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
-    return N * n_sources + (size_t)ceil_div(N, DEPTH_ROWS) * C;
+    (void)n_sources;
+    return (size_t)ceil_div(N, DEPTH_ROWS) * C;
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -279,12 +280,11 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
     for (size_t i = 0; i < n_sources; i++)
         for (size_t j = 0; j < i; j++)
             if (dsources[i] == dsources[j]) distinct_grads = 0;
-    // the workspace holds dscore (N,n_sources), then acc_parts (N / DEPTH_ROWS, C)
+    // the workspace holds acc_parts (N / DEPTH_ROWS, C)
     size_t parts = ceil_div(N, DEPTH_ROWS);
-    float* dscore = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
-    float* acc_parts = dscore + N * n_sources;
+    float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
-                  grad_list(dsources, n_sources), dscore, acc_parts, dout, alpha, key_rstd,
+                  grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
                   distinct_grads);
     launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),

@@ -67,7 +67,7 @@ void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const flo
 void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C);
-// Keeps a private (N,n_sources) scratch for the score gradients.
+// Borrows the workspace (common.cuh) for its column partial sums.
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,

@@ -16,8 +16,9 @@
 // with one line
 static int bench_repeats(int argc, char** argv, const char* program, int repeats) {
     for (int i = 1; i < argc; i++) {
-        if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) { repeats = std::atoi(argv[++i]); }
-        else {
+        if (std::strcmp(argv[i], "--repeats") == 0 && i + 1 < argc) {
+            repeats = std::atoi(argv[++i]);
+        } else {
             std::fprintf(stderr, "error: unknown argument '%s' (usage: %s [--repeats N])\n",
                          argv[i], program);
             std::exit(1);
