@@ -22,8 +22,9 @@
 #define SOURCE_CHUNK 8
 
 // v[j] = V_{first+j}[index] for the sources first .. first + SOURCE_CHUNK - 1 that exist
-__device__ __forceinline__ void load_source_chunk(float v[SOURCE_CHUNK], const SourceList& sources,
-                                                  size_t first, size_t n_sources, size_t index) {
+__device__ __forceinline__ void load_source_chunk(float v[SOURCE_CHUNK],
+                                                  const SourceList& sources, size_t first,
+                                                  size_t n_sources, size_t index) {
 #pragma unroll
     for (int j = 0; j < SOURCE_CHUNK; j++)
         if (first + j < n_sources) v[j] = sources.source[first + j][index];
@@ -34,11 +35,11 @@ __device__ __forceinline__ void load_source_chunk(float v[SOURCE_CHUNK], const S
 // sum_c w_c g_c V_ic. Each of the row's threads sums its columns, each warp sums its lanes
 // (warp_sum), and lane 0 of the row's warp w writes warp_first[w][i], warp_second[w][i]; the
 // caller, after a barrier, adds the ROW_WARPS warps' sums in order of w (sum_row_warps).
-__device__ __forceinline__ void row_source_sums(float (*warp_first)[DEPTH_ATTENTION_MAX_SOURCES],
-                                float (*warp_second)[DEPTH_ATTENTION_MAX_SOURCES],
-                                const float* x_row, const SourceList& sources, const float* query,
-                                const float* norm_weight, size_t n_sources, size_t row,
-                                size_t C, unsigned int t) {
+__device__ __forceinline__ void row_source_sums(
+    float (*warp_first)[DEPTH_ATTENTION_MAX_SOURCES],
+    float (*warp_second)[DEPTH_ATTENTION_MAX_SOURCES], const float* x_row,
+    const SourceList& sources, const float* query, const float* norm_weight, size_t n_sources,
+    size_t row, size_t C, unsigned int t) {
     unsigned int warp = t / WARP_SIZE, lane = t % WARP_SIZE;
     for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
         float sum_first[SOURCE_CHUNK], sum_second[SOURCE_CHUNK], v[SOURCE_CHUNK];
