@@ -10,25 +10,13 @@
 // Every kernel below gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
 // ROW_THREADS threads (two warps) of row r take its columns c = t, t + ROW_THREADS, ...
 // (four each at C = 256). At the model's sizes these kernels are bound by memory latency,
-// not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB), so each thread
-// loads SOURCE_CHUNK sources' values at once, loads that do not wait for one another, and
-// only then sums or stores; a loop that read, updated and wrote one source after another
-// waited a full memory latency per source (the compiler may not move the next source's
-// read above this source's write: for all it knows, they are the same address).
+// not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB), so a thread takes
+// the sources SOURCE_CHUNK at a time (depth_sources.cuh): their loads issued together, and
+// in the backward a chunk's gradients read before any is written.
 #define DEPTH_ROWS 4
 #define ROW_THREADS 64
 #define ROW_WARPS (ROW_THREADS / WARP_SIZE)
 #define DEPTH_BLOCK (DEPTH_ROWS * ROW_THREADS)
-#define SOURCE_CHUNK 8
-
-// v[j] = V_{first+j}[index] for the sources first .. first + SOURCE_CHUNK - 1 that exist
-__device__ __forceinline__ void load_source_chunk(float v[SOURCE_CHUNK],
-                                                  const SourceList& sources, size_t first,
-                                                  size_t n_sources, size_t index) {
-#pragma unroll
-    for (int j = 0; j < SOURCE_CHUNK; j++)
-        if (first + j < n_sources) v[j] = sources.source[first + j][index];
-}
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
@@ -47,7 +35,7 @@ __device__ __forceinline__ void row_source_sums(
         for (int j = 0; j < SOURCE_CHUNK; j++) sum_first[j] = sum_second[j] = 0.0f;
         for (size_t c = t; c < C; c += ROW_THREADS) {
             float wg = query[c] * norm_weight[c];
-            load_source_chunk(v, sources, first, n_sources, row * C + c);
+            load_chunk(v, sources, first, n_sources, row * C + c);
 #pragma unroll
             for (int j = 0; j < SOURCE_CHUNK; j++) {
                 if (first + j < n_sources) {
@@ -128,7 +116,7 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
         for (size_t c = t; c < C; c += ROW_THREADS) {
             float acc = 0.0f, v[SOURCE_CHUNK];
             for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
-                load_source_chunk(v, sources, first, n_sources, row * C + c);
+                load_chunk(v, sources, first, n_sources, row * C + c);
 #pragma unroll
                 for (int j = 0; j < SOURCE_CHUNK; j++)
                     if (first + j < n_sources) acc += weight[r][first + j] * v[j];
@@ -145,15 +133,13 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
 // The weights' gradients: with k_i = g V_i rstd_i and dk_i = ds_i w, dw += sum ds_i k_i and
 // dg += sum dk_i V_i rstd_i, both a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc;
 // this kernel writes its DEPTH_ROWS rows' part of it, acc_parts[block][c] (rows in order).
-// distinct_grads: no tensor is passed as two sources (the model never does); then a thread
-// reads a chunk of sources' gradients before it writes any. Otherwise (layers.h allows one
-// tensor as two sources: its gradient sums both uses) each is read after the last write.
+// distinct: every source has its own gradient tensor (depth_sources.cuh, distinct_grads).
 __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      const float* dout, const float* alpha,
                                                      const float* key_rstd, SourceList sources,
                                                      const float* query,
                                                      const float* norm_weight, size_t n_sources,
-                                                     size_t N, size_t C, int distinct_grads) {
+                                                     size_t N, size_t C, int distinct) {
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_wg[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dalpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -201,17 +187,13 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
             size_t index = row * C + c;
             for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
                 float v[SOURCE_CHUNK], dv[SOURCE_CHUNK];
-                load_source_chunk(v, sources, first, n_sources, index);
-                if (distinct_grads) {
-#pragma unroll
-                    for (int j = 0; j < SOURCE_CHUNK; j++)
-                        if (first + j < n_sources) dv[j] = dsources.source[first + j][index];
-                }
+                load_chunk(v, sources, first, n_sources, index);
+                if (distinct) load_chunk(dv, dsources, first, n_sources, index);
 #pragma unroll
                 for (int j = 0; j < SOURCE_CHUNK; j++) {
                     size_t i = first + j;
                     if (i < n_sources) {
-                        if (!distinct_grads) dv[j] = dsources.source[i][index];
+                        if (!distinct) dv[j] = dsources.source[i][index];
                         dsources.source[i][index] =
                             dv[j] + source_gradient(value_scale[r][i], key_scale[r][i],
                                                     correction[r][i], dy_c, wg, v[j]);
@@ -277,17 +259,13 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    int distinct_grads = 1;
-    for (size_t i = 0; i < n_sources; i++)
-        for (size_t j = 0; j < i; j++)
-            if (dsources[i] == dsources[j]) distinct_grads = 0;
     // the workspace holds acc_parts (N / DEPTH_ROWS, C)
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
                   grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
-                  distinct_grads);
+                  distinct_grads(dsources, n_sources));
     launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
                   SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, acc_parts, query, norm_weight,
                   parts, C);

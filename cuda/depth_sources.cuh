@@ -37,4 +37,33 @@ inline GradList grad_list(float* const* dsources, size_t n_sources) {
     return list;
 }
 
+// A thread that reads (or updates) one element of every source takes the sources
+// SOURCE_CHUNK at a time: it issues the chunk's loads together and only then uses them. One
+// source after another would wait out a memory latency per source (17 in a row in `full`
+// mode), and where it also writes the sources' gradients the compiler cannot start the next
+// source's read before this source's write: for all it knows, they are the same address.
+#define SOURCE_CHUNK 8
+
+// v[j] = list.source[first + j][index] for the sources first .. first + SOURCE_CHUNK - 1 that
+// exist; the list is the sources (SourceList) or their gradients (GradList, where the kernel
+// may read a chunk before writing it: see distinct_grads)
+template <typename List>
+__device__ __forceinline__ void load_chunk(float v[SOURCE_CHUNK], const List& list, size_t first,
+                                           size_t n_sources, size_t index) {
+#pragma unroll
+    for (int j = 0; j < SOURCE_CHUNK; j++)
+        if (first + j < n_sources) v[j] = list.source[first + j][index];
+}
+
+// 1 when every source has its own gradient tensor (as in the model): a thread may then read
+// a chunk's gradients before it writes any. 0 when one tensor is passed as two sources (the
+// CPU layers allow it, its gradient summing both uses, and the tests check it): the kernels
+// then read each gradient after the write before it.
+inline int distinct_grads(float* const* dsources, size_t n_sources) {
+    for (size_t i = 0; i < n_sources; i++)
+        for (size_t j = 0; j < i; j++)
+            if (dsources[i] == dsources[j]) return 0;
+    return 1;
+}
+
 #endif

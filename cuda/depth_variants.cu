@@ -18,7 +18,9 @@
 // row, warps share out the (source, head) pairs for the sums over a head's channels, threads
 // share out the heads for the softmax, then the columns for the sums over sources. A thread
 // that owns column c of a row adds every source's gradient there, in order of the sources,
-// so a source passed twice sums both uses.
+// SOURCE_CHUNK sources at a time (depth_sources.cuh): a chunk's values, gradients and
+// coefficients read before any gradient is written, or, where a tensor is passed as two
+// sources (its gradient sums both uses), each gradient read after the write before it.
 #include <math.h>
 
 #include "common.cuh"
@@ -114,7 +116,7 @@ __global__ void depth_attention_variant_backward_kernel(
     GradList dsources, float* dquery_rows, float* partial_query, float* partial_gain,
     float* dscore, float* key_dot, const float* dout, const float* alpha, const float* key_rstd,
     SourceList sources, const float* query, const float* query_rows, const float* norm_weight,
-    size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid) {
+    size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid, int distinct) {
     size_t tile = blockIdx.x, Ck = C / heads, S = n_sources;
     size_t first = tile * VARIANT_TILE, end = first + VARIANT_TILE < N ? first + VARIANT_TILE : N;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
@@ -152,17 +154,39 @@ __global__ void depth_attention_variant_backward_kernel(
         __syncthreads();
         // 3. the sources' gradients and the row's dq, dg, one thread per column
         for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
-            size_t k = c / Ck;
-            float q = query[c] + (query_rows != NULL ? query_rows[row * C + c] : 0.0f);
+            size_t k = c / Ck, index = row * C + c;
+            float q = query[c] + (query_rows != NULL ? query_rows[index] : 0.0f);
             float g = norm_weight != NULL ? norm_weight[c] : 1.0f;
-            float acc = 0.0f;
-            for (size_t i = 0; i < S; i++) {
-                size_t at = i * heads + k;
-                float v = sources.source[i][row * C + c], r = rs[at];
-                float key_scale = ds[at] * r;
-                float correction = norm_weight != NULL ? key_scale * r * r * kd[at] / (float)Ck : 0.0f;
-                dsources.source[i][row * C + c] += a[at] * d[c] + key_scale * (q * g) - correction * v;
-                acc += key_scale * v;
+            float dy = d[c], acc = 0.0f;
+            for (size_t first_i = 0; first_i < S; first_i += SOURCE_CHUNK) {
+                // per source of the chunk: V_ic, its gradient, alpha_i, ds_i r_i and the key
+                // norm's correction ds_i r_i^3 ((q * g) . V_i) / Ck
+                float v[SOURCE_CHUNK], dv[SOURCE_CHUNK], value_scale[SOURCE_CHUNK];
+                float key_scale[SOURCE_CHUNK], correction[SOURCE_CHUNK];
+                load_chunk(v, sources, first_i, S, index);
+                if (distinct) load_chunk(dv, dsources, first_i, S, index);
+#pragma unroll
+                for (int j = 0; j < SOURCE_CHUNK; j++) {
+                    size_t at = (first_i + j) * heads + k;
+                    if (first_i + j < S) {
+                        float r = rs[at];
+                        value_scale[j] = a[at];
+                        key_scale[j] = ds[at] * r;
+                        correction[j] =
+                            norm_weight != NULL ? key_scale[j] * r * r * kd[at] / (float)Ck : 0.0f;
+                    }
+                }
+#pragma unroll
+                for (int j = 0; j < SOURCE_CHUNK; j++) {
+                    size_t i = first_i + j;
+                    if (i < S) {
+                        if (!distinct) dv[j] = dsources.source[i][index];
+                        dsources.source[i][index] = dv[j] + (value_scale[j] * dy +
+                                                             key_scale[j] * (q * g) -
+                                                             correction[j] * v[j]);
+                        acc += key_scale[j] * v[j];
+                    }
+                }
             }
             if (dquery_rows != NULL) dquery_rows[row * C + c] += g * acc;
             pq[c] += g * acc;
@@ -203,7 +227,7 @@ __global__ void depth_mixing_forward_kernel(float* out, const float* weights, So
 __global__ void depth_mixing_backward_rows_kernel(GradList dsources, float* partial,
                                                   const float* dout, const float* weights,
                                                   SourceList sources, size_t n_sources, size_t N,
-                                                  size_t C) {
+                                                  size_t C, int distinct) {
     size_t tile = blockIdx.x;
     size_t first = tile * VARIANT_TILE, end = first + VARIANT_TILE < N ? first + VARIANT_TILE : N;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
@@ -218,10 +242,28 @@ __global__ void depth_mixing_backward_rows_kernel(GradList dsources, float* part
         }
         if (lane == 0) partial[tile * n_sources + i] = sum;
     }
-    for (size_t row = first; row < end; row++)
-        for (size_t c = threadIdx.x; c < C; c += blockDim.x)
-            for (size_t i = 0; i < n_sources; i++)
-                dsources.source[i][row * C + c] += weights[i] * dout[row * C + c];
+    // SOURCE_CHUNK sources at a time, as in the attention's backward above
+    for (size_t row = first; row < end; row++) {
+        for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+            size_t index = row * C + c;
+            float dy = dout[index];
+            for (size_t first_i = 0; first_i < n_sources; first_i += SOURCE_CHUNK) {
+                float dv[SOURCE_CHUNK], weight[SOURCE_CHUNK];
+                if (distinct) load_chunk(dv, dsources, first_i, n_sources, index);
+#pragma unroll
+                for (int j = 0; j < SOURCE_CHUNK; j++)
+                    if (first_i + j < n_sources) weight[j] = weights[first_i + j];
+#pragma unroll
+                for (int j = 0; j < SOURCE_CHUNK; j++) {
+                    size_t i = first_i + j;
+                    if (i < n_sources) {
+                        if (!distinct) dv[j] = dsources.source[i][index];
+                        dsources.source[i][index] = dv[j] + weight[j] * dy;
+                    }
+                }
+            }
+        }
+    }
 }
 
 // dweight_i = sum over tiles of partial[tile][i], in tile order; then
@@ -276,7 +318,8 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
     launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)n_tiles, VARIANT_BLOCK,
                   grad_list(dsources, n_sources), dquery_rows, partial_query, partial_gain,
                   dscore, key_dot, dout, alpha, key_rstd, source_list(sources, n_sources), query,
-                  query_rows, norm_weight, n_sources, N, C, heads, sigmoid);
+                  query_rows, norm_weight, n_sources, N, C, heads, sigmoid,
+                  distinct_grads(dsources, n_sources));
     add_column_partials_cuda(dquery, partial_query, n_tiles, C);
     if (dnorm_weight != NULL) add_column_partials_cuda(dnorm_weight, partial_gain, n_tiles, C);
 }
@@ -299,7 +342,8 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
     float* partial = cuda_workspace(n_tiles * n_sources);  // per tile: dweight
     launch_kernel(depth_mixing_backward_rows_kernel, (unsigned int)n_tiles, VARIANT_BLOCK,
                   grad_list(dsources, n_sources), partial, dout, weights,
-                  source_list(sources, n_sources), n_sources, N, C);
+                  source_list(sources, n_sources), n_sources, N, C,
+                  distinct_grads(dsources, n_sources));
     launch_kernel(depth_mixing_backward_coefficients_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES,
                   dcoefficients, partial, weights, n_tiles, n_sources, normalise);
 }
