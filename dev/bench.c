@@ -94,7 +94,7 @@ static double bench_step(void* context, int mode, int t) {
 }
 
 int main(int argc, char** argv) {
-    int rounds = 15, n_configs = N_MODES + N_VARIANTS;
+    int rounds = 15, n_configs = N_BENCH_CONFIGS;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) { omp_set_num_threads(atoi(argv[++i])); }
@@ -108,21 +108,17 @@ int main(int argc, char** argv) {
            omp_get_max_threads(), rounds, n_configs - N_MODES);
 
     // the configs: the modes, then the variants, each variant's parent the mode it varies
-    enum { N_CONFIGS = N_MODES + N_VARIANTS };
-    const char* names[N_CONFIGS];
-    int parent[N_CONFIGS];
-    Model models[N_CONFIGS];
+    const char* names[N_BENCH_CONFIGS];
+    int parent[N_BENCH_CONFIGS];
+    Model models[N_BENCH_CONFIGS];
     for (int i = 0; i < n_configs; i++) {
-        int variant = i - N_MODES;
-        ModelConfig c = variant < 0 ? bench_config(i) : bench_variant_config(variant);
-        names[i] = variant < 0 ? BENCH_MODE_NAMES[i] : BENCH_VARIANT_NAMES[variant];
-        parent[i] = variant < 0 ? 0 : BENCH_VARIANT_MODES[variant];
+        ModelConfig c = bench_config_at(i, &names[i], &parent[i]);
         model_build(&models[i], &c, B, T);
         model_init_params(&models[i], 1);
     }
     Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
     bench_batch(bench.x, bench.y, B * T);
-    double* ms[N_CONFIGS];
+    double* ms[N_BENCH_CONFIGS];
     for (int i = 0; i < n_configs; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, n_configs, rounds, 2, bench_step, &bench);
     print_rounds(names, n_configs, ms, rounds, B * T, parent);

@@ -3,7 +3,9 @@
 // bench.c's config, the modes interleaved round by round, each overhead the median of the
 // paired ratios mode / none. Built by `make gpu-check` (build/bench_cuda).
 //
-// ./build/bench_cuda [--rounds N] [--cublas]     (--cublas: every matmul through cuBLAS)
+// ./build/bench_cuda [--rounds N] [--cublas] [--variants]
+//     --cublas: every matmul through cuBLAS; --variants: SPEC's variants too (bench.c's list,
+//     each also against the mode it varies)
 #define _POSIX_C_SOURCE 200809L  // clock_gettime
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,11 +39,12 @@ static double bench_step(void* context, int mode, int t) {
 }
 
 int main(int argc, char** argv) {
-    int rounds = 50, cublas = 0;
+    int rounds = 50, cublas = 0, n_configs = N_MODES;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--cublas") == 0) { cublas = 1; }
-        else { fprintf(stderr, "error: unknown argument '%s' (usage: bench_cuda [--rounds N] [--cublas])\n", argv[i]); return 1; }
+        else if (strcmp(argv[i], "--variants") == 0) { n_configs = N_BENCH_CONFIGS; }
+        else { fprintf(stderr, "error: unknown argument '%s' (usage: bench_cuda [--rounds N] [--cublas] [--variants])\n", argv[i]); return 1; }
     }
     if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }
     const char* problem = cuda_device_problem();
@@ -49,11 +52,14 @@ int main(int argc, char** argv) {
     model_use_cublas_cuda(cublas);
     const size_t B = BENCH_B, T = BENCH_T;
     printf("bench_cuda: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, matmuls: %s, %d rounds of "
-           "one step per mode, modes interleaved\n", B, T, cublas ? "cuBLAS" : "ours", rounds);
+           "one step per config (3 modes, %d variants), configs interleaved\n", B, T,
+           cublas ? "cuBLAS" : "ours", rounds, n_configs - N_MODES);
 
-    ModelCuda models[N_MODES];
-    for (int i = 0; i < N_MODES; i++) {
-        ModelConfig c = bench_config(i);
+    const char* names[N_BENCH_CONFIGS];
+    int parent[N_BENCH_CONFIGS];
+    ModelCuda models[N_BENCH_CONFIGS];
+    for (int i = 0; i < n_configs; i++) {
+        ModelConfig c = bench_config_at(i, &names[i], &parent[i]);
         Model host;
         model_build(&host, &c, 1, 1);
         model_init_params(&host, 1);
@@ -63,11 +69,11 @@ int main(int argc, char** argv) {
     }
     Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
     bench_batch(bench.x, bench.y, B * T);
-    double* ms[N_MODES];
-    for (int i = 0; i < N_MODES; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
-    time_rounds(ms, N_MODES, rounds, 3, bench_step, &bench);
-    print_rounds(BENCH_MODE_NAMES, N_MODES, ms, rounds, B * T, NULL);
-    for (int i = 0; i < N_MODES; i++) {
+    double* ms[N_BENCH_CONFIGS];
+    for (int i = 0; i < n_configs; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
+    time_rounds(ms, n_configs, rounds, 3, bench_step, &bench);
+    print_rounds(names, n_configs, ms, rounds, B * T, n_configs > N_MODES ? parent : NULL);
+    for (int i = 0; i < n_configs; i++) {
         free(ms[i]);
         model_free_cuda(&models[i]);
     }

@@ -46,6 +46,17 @@ static inline ModelConfig bench_variant_config(int variant) {
     return variants[variant];
 }
 
+// The benches' list of configs: 0 .. N_MODES-1 the modes, then the variants. Config i, its
+// name and its parent (the mode it varies: its second overhead is against that one; 0 for
+// the modes, whose overhead is against none)
+#define N_BENCH_CONFIGS (N_MODES + N_VARIANTS)
+static inline ModelConfig bench_config_at(int i, const char** name, int* parent) {
+    int variant = i - N_MODES;
+    *name = variant < 0 ? BENCH_MODE_NAMES[i] : BENCH_VARIANT_NAMES[variant];
+    *parent = variant < 0 ? 0 : BENCH_VARIANT_MODES[variant];
+    return variant < 0 ? bench_config(i) : bench_variant_config(variant);
+}
+
 static inline double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

@@ -9,10 +9,10 @@
 #      and the bench model (within 2e-3, see below); the data-parallel NCCL path on one GPU
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
-#   3. speed: ms/step and tokens/s per mode with our matmul and with cuBLAS; our matmul
-#      against cuBLAS SGEMM on the bench shapes; the depth attention's kernels; the same
-#      built with cuda/ of an earlier commit when make carry AB=commit put it in .carry/ab
-#      (before/after on one GPU); PyTorch eager on the same GPU when the
+#   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
+#      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; the depth attention's
+#      kernels; the same built with cuda/ of an earlier commit when make carry AB=commit put
+#      it in .carry/ab (before/after on one GPU); PyTorch eager on the same GPU when the
 #      machine's python3 has a CUDA-enabled torch (a line saying it was skipped otherwise)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (last: the slowest part; where the machine's
@@ -116,7 +116,8 @@ else
 fi
 
 # ---- 3. speed ------------------------------------------------------------------------------
-check "training step speed, our matmul (build/bench_cuda)" speed.log 120 build/bench_cuda
+check "training step speed, our matmul, modes and SPEC's variants (build/bench_cuda --variants)" \
+    speed.log 120 build/bench_cuda --variants
 check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log 120 \
     build/bench_cuda --cublas
 check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed.log 120 \
@@ -135,7 +136,8 @@ if [ -f .carry/ab/COMMIT ]; then
         for version in "before:build/ab/build" "after:build"; do
             name=${version%%:*} dir=${version#*:}
             echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
-            check "$name: training step speed ($dir/bench_cuda)" speed.log 120 "$dir/bench_cuda"
+            check "$name: training step speed ($dir/bench_cuda --variants)" speed.log 120 \
+                "$dir/bench_cuda" --variants
             check "$name: depth attention kernels ($dir/bench_depth)" speed.log 120 "$dir/bench_depth"
         done
     fi
