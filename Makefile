@@ -108,7 +108,8 @@ asan:
 	ATTNRES_TRAIN=build/asan/train ./build/asan/test_attnres
 
 # `make mutants`: drop one term of one backward at a time, run its tests, name the survivors
-# (dev/mutants.py; MUTANTS_FLAGS="--files rmsnorm.c --fail-on-survivor" to narrow it).
+# (dev/mutants.py; MUTANTS_FLAGS="--files rmsnorm.c --fail-on-survivor" to narrow it;
+# MUTANTS_FLAGS=--cuda: the same, barriers included, to the CUDA kernels under the emulator).
 .PHONY: mutants
 mutants:
 	@dev/ensure_deps.sh

@@ -16,7 +16,12 @@ file (TESTS): a failing, crashing or hanging test kills it; a mutant that passes
 survives, and names a term the tests cannot see (or an equivalent mutant: one that computes the
 same thing). Prints `file: killed K / total T` per file and names every survivor.
 
-usage: python3 dev/mutants.py [--files rmsnorm.c,model.c] [--list] [--fail-on-survivor]
+With --cuda the same is done to the CUDA kernels (cuda/*.cu): every function of a kernel
+file (kernels, device helpers, launchers) gets those mutants, a deleted __syncthreads() or
+__syncwarp() among them, and is judged by its agreement tests under the emulator
+(./test_cuda_emu) in both thread orders (CUDA_TESTS).
+
+usage: python3 dev/mutants.py [--cuda] [--files rmsnorm.c,model.c] [--list] [--fail-on-survivor]
 The working tree is never written: the mutants live in a temporary copy, removed at the end
 (also on Ctrl-C).
 """
@@ -56,6 +61,28 @@ TESTS = {
     "swiglu.c": ["swiglu*", ACCUMULATES],
 }
 CHECK_STATE_FILES = {"model.c"}
+# The CUDA files (--cuda): their agreement tests in ./test_cuda_emu (run in forward and in
+# reverse thread order: a missing barrier may show in one order only). cuda/model.cu and
+# cuda/distributed.cu hold no layer arithmetic (the whole-model tests cover them).
+CUDA_TESTS = {
+    "adamw.cu": ["adamw update*", "global gradient norm*"],
+    "attention.cu": ["attention forward and backward*"],
+    "common.cu": ["rmsnorm*", "static mixing*"],
+    "crossentropy.cu": ["crossentropy*"],
+    "depth_attention.cu": ["depth attention forward and backward*"],
+    "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*"],
+    "embedding.cu": ["embedding*"],
+    "linear.cu": ["linear*"],
+    "rmsnorm.cu": ["rmsnorm*"],
+    "rope.cu": ["rope*", "the one-read-back training step*"],  # the latter: steps allocate nothing
+    "swiglu.cu": ["swiglu*"],
+}
+# functions the emulator never runs: the cuBLAS path
+CUDA_SKIPPED_FUNCTIONS = {"matmul_use_cublas", "linear_use_cublas_cuda"}
+# statements that only wait for the GPU (cudaStreamSynchronize, ...: the emulator runs every
+# launch and copy to completion when it is made, so a missing wait cannot show there; on a GPU
+# the agreement tests and compute-sanitizer can) or only free device memory (as `free` above)
+CUDA_SKIPPED_STATEMENT = re.compile(r"\bcuda\w*Synchronize\b|\bcudaFree(?:Host)?\b")
 TEST_TIMEOUT_S = 120  # per test command: a mutant that hangs longer is killed
 
 # ---------------------------------------------------------------------------------------
@@ -118,14 +145,16 @@ def matching_close(code, i):
     raise ValueError(f"unbalanced bracket at offset {i}")
 
 
-def target_functions(code):
-    """(name, body_start, body_end) of every top-level definition of a backward function."""
+def target_functions(code, every=False):
+    """(name, body_start, body_end) of every top-level definition of a backward function, or
+    with `every` of every function (a CUDA file's kernels, helpers and launchers)."""
     found, header_start, i = [], 0, 0
     while i < len(code):
         if code[i] == "{":
             close = matching_close(code, i)
             header = re.search(r"(\w+)\s*\([^{};]*\)\s*$", code[header_start:i])
-            if header and TARGET_FUNCTION.fullmatch(header.group(1)):
+            if header and (TARGET_FUNCTION.fullmatch(header.group(1)) if not every
+                           else header.group(1) not in CUDA_SKIPPED_FUNCTIONS):
                 found.append((header.group(1), i + 1, close))
             i = header_start = close + 1
         else:
@@ -251,7 +280,8 @@ def statement_mutants(path, source, code, function, s, e):
         is_call = (tokens[callee].kind == "ident" and callee + 1 < len(tokens)
                    and tokens[callee + 1].text == "("
                    and matching_close(code, tokens[callee + 1].start) == tokens[-1].start)
-        if is_call and tokens[callee].text not in SKIPPED_CALLS:
+        if (is_call and tokens[callee].text not in SKIPPED_CALLS
+                and not (is_cuda(path) and CUDA_SKIPPED_STATEMENT.search(source[s:e]))):
             return [delete]
         return []
     op = tokens[assign].text
@@ -316,12 +346,17 @@ def drop_term_mutants(tokens, terms, source, mutant):
     return found
 
 
+def is_cuda(path):
+    return path.startswith("cuda/")
+
+
 def file_mutants(path):
-    """Every mutant of the backward functions in the file (path relative to the root)."""
+    """Every mutant of the backward functions in the file (path relative to the root), or of
+    every function of a CUDA file."""
     source = (ROOT / path).read_text()
     code = blank_non_code(source)
     found = []
-    for function, start, end in target_functions(code):
+    for function, start, end in target_functions(code, every=is_cuda(path)):
         for s, e in statements(code, start, end):
             found += statement_mutants(path, source, code, function, s, e)
     return found
@@ -333,6 +368,10 @@ def file_mutants(path):
 def commands_for(path, scratch):
     """The test commands that judge a mutant of path, fastest first."""
     name = Path(path).name
+    if is_cuda(path):
+        tests = "--test-case=" + ",".join(CUDA_TESTS[name])
+        return [["env", f"CUDA_EMU_ORDER={order}", "./test_cuda_emu", "--abort-after=1", tests]
+                for order in ("forward", "reverse")]
     commands = []
     if name in CHECK_STATE_FILES:
         commands += [["./check_state", str(p.relative_to(scratch))]
@@ -375,10 +414,21 @@ def copy_repository(scratch):
             shutil.copy2(ROOT / name, scratch / name)
 
 
-def build(scratch):
-    """Build the test binaries; (ok, compiler output)."""
-    status, output = run(["make", f"-j{os.cpu_count() or 2}", "--no-print-directory",
-                          "test_attnres", "check_state"], scratch)
+def emulator_flags_without_werror(scratch):
+    """The Makefile's EMU_FLAGS less -Werror: a mutant that leaves a variable unset (a deleted
+    load) only warns, and is judged by the tests like any other."""
+    found = re.search(r"^EMU_FLAGS\s*=(.*)$", (scratch / "Makefile").read_text(), re.M)
+    if found is None:
+        fail("no EMU_FLAGS line in the Makefile")
+    return "EMU_FLAGS=" + " ".join(f for f in found.group(1).split() if f != "-Werror")
+
+
+def build(scratch, cuda):
+    """Build the test binaries (of the CUDA files, or of src/); (ok, compiler output)."""
+    targets = ([emulator_flags_without_werror(scratch), "test_cuda_emu"] if cuda
+               else ["test_attnres", "check_state"])
+    status, output = run(["make", f"-j{os.cpu_count() or 2}", "--no-print-directory", *targets],
+                         scratch)
     return status == 0, output
 
 
@@ -387,7 +437,8 @@ def first_failure(scratch, commands):
     the first doctest test case that failed (--abort-after=1 stops there)."""
     for command in commands:
         is_state = command[0] == "./check_state"
-        check = f"check_state {Path(command[1]).name}" if is_state else "test_attnres"
+        check = (f"check_state {Path(command[1]).name}" if is_state else
+                 f"test_cuda_emu ({command[1]})" if command[0] == "env" else "test_attnres")
         try:
             status, output = run(command, scratch, TEST_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -410,10 +461,11 @@ def check_baseline(scratch, files):
             status, output = run(command, scratch, TEST_TIMEOUT_S)
             if status != 0:
                 fail(f"the unmutated tree fails {' '.join(command)}:\n{output}")
-            if command[0] == "./test_attnres":
+            binary = next((c for c in command if c in {"./test_attnres", "./test_cuda_emu"}), None)
+            if binary is not None:
                 for pattern in command[-1].split("=", 1)[1].split(","):
-                    _, listed = run(["./test_attnres", "--list-test-cases",
-                                     "--test-case=" + pattern], scratch)
+                    _, listed = run([binary, "--list-test-cases", "--test-case=" + pattern],
+                                    scratch)
                     if "passing the current filters: 0" in listed:
                         fail(f"the test filter '{pattern}' for {path} selects no test")
 
@@ -425,8 +477,9 @@ def run_study(files, mutants):
     try:
         copy_repository(scratch)
         started = time.monotonic()
+        cuda = any(is_cuda(path) for path in files)
         print(f"building the unmutated copy in {scratch} ...", flush=True)
-        ok, output = build(scratch)
+        ok, output = build(scratch, cuda)
         if not ok:
             fail(f"the unmutated tree does not build:\n{output}")
         check_baseline(scratch, files)
@@ -441,10 +494,10 @@ def run_study(files, mutants):
                 number += 1
                 print(f"[{number:{width}}/{len(mutants)}] {m.name()} ... ", end="", flush=True)
                 (scratch / path).write_text(m.source)
-                ok, output = build(scratch)
+                ok, output = build(scratch, cuda)
                 if not ok:  # a mutant the parser got wrong: show the compiler's complaint
                     results[path][2].append(m)
-                    error = next((l for l in output.splitlines() if "error" in l), "")
+                    error = next((l for l in output.splitlines() if "error:" in l), "")
                     print(f"DID NOT COMPILE: {error}", flush=True)
                     continue
                 failure = first_failure(scratch, commands)
@@ -460,9 +513,9 @@ def run_study(files, mutants):
     return results
 
 
-def report(results, seconds):
+def report(results, seconds, what):
     """The per-file table, the survivors named, and the total."""
-    print(f"\n== mutation study of the backward passes ({seconds / 60:.1f} min)")
+    print(f"\n== mutation study of {what} ({seconds / 60:.1f} min)")
     total_killed = total = survivors = 0
     for path, (killed, survived, stillborn) in results.items():
         n = len(killed) + len(survived)
@@ -481,20 +534,29 @@ def report(results, seconds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--cuda", action="store_true",
+                        help="the CUDA kernels (cuda/*.cu) under the emulator instead of src/")
     parser.add_argument("--files", help="only these files, comma separated (rmsnorm.c,model.c)")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--fail-on-survivor", action="store_true",
                         help="exit 1 if any mutant survives")
     args = parser.parse_args()
 
-    # the files with a backward function; each needs its tests in TESTS
-    files = [f"src/{p.name}" for p in sorted((ROOT / "src").glob("*.c"))
-             if target_functions(blank_non_code(p.read_text()))]
-    unmapped = [p for p in files if Path(p).name not in TESTS]
+    # the files with a backward function (each needs its tests in TESTS), or the CUDA files
+    # with layer arithmetic (CUDA_TESTS)
+    if args.cuda:
+        folder, tests = "cuda", CUDA_TESTS
+        files = [f"cuda/{p.name}" for p in sorted((ROOT / "cuda").glob("*.cu"))
+                 if p.name in CUDA_TESTS]
+    else:
+        folder, tests = "src", TESTS
+        files = [f"src/{p.name}" for p in sorted((ROOT / "src").glob("*.c"))
+                 if target_functions(blank_non_code(p.read_text()))]
+    unmapped = [p for p in files if Path(p).name not in tests]
     if unmapped:
         fail(f"no tests for {', '.join(unmapped)}: add them to TESTS in dev/mutants.py")
     if args.files:
-        wanted = [f"src/{Path(name.strip()).name}" for name in args.files.split(",")]
+        wanted = [f"{folder}/{Path(name.strip()).name}" for name in args.files.split(",")]
         unknown = [p for p in wanted if p not in files]
         if unknown:
             fail(f"no backward function in {', '.join(unknown)} "
@@ -515,7 +577,8 @@ def main():
         print("\ninterrupted: the scratch copy is removed; the working tree was never written",
               file=sys.stderr)
         return 130
-    survivors = report(results, time.monotonic() - started)
+    survivors = report(results, time.monotonic() - started,
+                       "the CUDA kernels (emulated)" if args.cuda else "the backward passes")
     return 1 if args.fail_on_survivor and survivors else 0
 
 

@@ -93,6 +93,7 @@ struct Allocation {
     size_t mapped;  // whole pages from data on
 };
 inline std::map<uintptr_t, Allocation> allocations;  // by address of data
+inline size_t malloc_calls = 0;  // cudaMalloc calls so far (a training step should make none)
 
 inline void set_device_access(bool allowed) {
     for (const auto& entry : allocations)
@@ -149,6 +150,7 @@ cudaError_t cudaMalloc(T** pointer, size_t bytes) {
     __asan_poison_memory_region(data + bytes, mapped - bytes);  // past the end
 #endif
     cuda_emu::allocations[(uintptr_t)data] = cuda_emu::Allocation{data, bytes, mapped};
+    cuda_emu::malloc_calls++;
     *pointer = (T*)data;
     return cudaSuccess;
 }

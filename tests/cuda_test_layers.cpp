@@ -776,6 +776,9 @@ TEST_CASE("adamw update on the GPU matches the CPU") {
     Rng rng(9);
     Floats params0 = rng.uniform_vector(n, -1, 1), grads = rng.uniform_vector(n, -1, 1);
     Floats m0 = rng.uniform_vector(n, -0.1f, 0.1f), v0 = rng.uniform_vector(n, 0, 0.01f);
+    // the first 50 have never had a gradient (an embedding row of a token not yet seen):
+    // m = v = g = 0, so the step is 0 / (0 + eps) = 0, and only eps keeps it from 0 / 0
+    for (size_t i = 0; i < 50; i++) grads[i] = m0[i] = v0[i] = 0.0f;
     const float lr = 3e-3f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
 
     Floats params = params0, m = m0, v = v0;

@@ -292,6 +292,11 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
     model_build_cuda(&one, &c, B, T);
     model_to_device_cuda(&pieces, &host);
     model_to_device_cuda(&one, &host);
+#ifndef __CUDACC__
+    // model_build_cuda reserved everything a step needs (the workspace, RoPE's table): the
+    // steps below allocate no device memory
+    size_t mallocs_before_steps = cuda_emu::malloc_calls;
+#endif
     for (int step = 1; step <= 2; step++) {  // the second step after an AdamW update
         CAPTURE(step);
         float loss = forward_backward_cuda(&pieces, tokens, targets, B, T);
@@ -308,6 +313,10 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
         model_update_cuda(&pieces, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         model_update_cuda(&one, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     }
+#ifndef __CUDACC__
+    CHECK_MESSAGE(cuda_emu::malloc_calls == mallocs_before_steps,
+                  "training steps allocated device memory (cudaMalloc) after model_build_cuda");
+#endif
     model_free_cuda(&pieces);
     model_free_cuda(&one);
     model_free(&host);
