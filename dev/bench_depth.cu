@@ -34,8 +34,13 @@ int main(int argc, char** argv) {
     cuda_workspace(depth_attention_workspace_floats_cuda(most, N, C));
     std::printf("bench_depth: the depth attention's calls of one training step, bench model "
                 "(N=%zu rows, C=%zu), median of %d runs\n", N, C, repeats);
-    std::printf("%-10s %-22s %12s %12s %14s\n", "mode", "sources per call", "forward us",
-                "backward us", "us per call");
+    // the least DRAM traffic of a call over n sources of N x C floats: the forward reads the
+    // sources and writes out, n + 1 tensors; the backward reads the sources and dout and reads
+    // and writes the sources' gradients, 3n + 1. Against the GPU's bandwidth (an H200: about
+    // 4.8 TB/s) the GB/s say how far from that bound the kernels run: latency, not bandwidth,
+    // limits them at these sizes
+    std::printf("%-10s %-22s %12s %12s %14s %18s\n", "mode", "sources per call", "forward us",
+                "backward us", "us per call", "GB/s fwd / bwd");
     for (int mode = 1; mode < N_MODES; mode++) {  // full, block
         ModelConfig c = bench_config(mode);
         std::vector<size_t> counts;
@@ -54,12 +59,19 @@ int main(int argc, char** argv) {
             },
             repeats);
         double f = 1000.0 * timing.forward_ms, b = 1000.0 * timing.backward_ms;
+        double tensor_bytes = (double)N * C * sizeof(float);
+        double forward_bytes = 0.0, backward_bytes = 0.0;
+        for (size_t n : counts) {
+            forward_bytes += (double)(n + 1) * tensor_bytes;
+            backward_bytes += (double)(3 * n + 1) * tensor_bytes;
+        }
         char range[64];
         std::snprintf(range, sizeof(range), "%zu calls of %zu..%zu", counts.size(),
                       *std::min_element(counts.begin(), counts.end()),
                       *std::max_element(counts.begin(), counts.end()));
-        std::printf("%-10s %-22s %12.1f %12.1f %14.1f\n", mode == 1 ? "full" : "block S=4", range,
-                    f, b, (f + b) / counts.size());
+        std::printf("%-10s %-22s %12.1f %12.1f %14.1f %8.0f / %6.0f\n",
+                    mode == 1 ? "full" : "block S=4", range, f, b, (f + b) / counts.size(),
+                    forward_bytes / (f * 1e3), backward_bytes / (b * 1e3));
     }
     return 0;
 }
