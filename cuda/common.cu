@@ -1,13 +1,24 @@
 // common.cu — the pieces of common.cuh that are kernels: the second step of the column sums.
 #include "common.cuh"
 
-// out_c += sum over p = 0 .. parts-1 of partial[p][c], in order of p; one thread per column
+// out_c += sum over p = 0 .. parts-1 of partial[p][c], in order of p; one thread per column.
+// There are only C threads (8 warps at C = 256), so each loads PART_CHUNK parts at once before
+// adding them: one part after another would wait out a memory latency each.
+#define PART_CHUNK 8
 __global__ void column_partials_sum_kernel(float* out, const float* partial, size_t parts,
                                            size_t C) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float sum = 0.0f;
-    for (size_t p = 0; p < parts; p++) sum += partial[p * C + c];
+    for (size_t p0 = 0; p0 < parts; p0 += PART_CHUNK) {
+        float v[PART_CHUNK];
+#pragma unroll
+        for (int k = 0; k < PART_CHUNK; k++)
+            if (p0 + k < parts) v[k] = partial[(p0 + k) * C + c];
+#pragma unroll
+        for (int k = 0; k < PART_CHUNK; k++)
+            if (p0 + k < parts) sum += v[k];
+    }
     out[c] += sum;
 }
 

@@ -99,7 +99,8 @@ __global__ void rmsnorm_backward_inp_kernel(float* dinp, const float* dout, cons
 
 // dweight_c += sum_n dy_nc x_nc rstd_n, in two deterministic steps (one thread per column
 // walking all N rows would leave all but C threads of the GPU idle):
-// 1. partial[b][c] = the sum over the ROWS_PER_PART rows of part b, one thread per (b, c);
+// 1. partial[b][c] = the sum over the ROWS_PER_PART rows of part b, one thread per (b, c),
+//    loading ROW_CHUNK rows at once and adding them in order;
 // 2. dweight_c += sum_b partial[b][c], in order of b (add_column_partials_cuda).
 __global__ void rmsnorm_backward_weight_kernel(float* partial, const float* dout,
                                                const float* inp, const float* rstd, size_t N,
@@ -109,7 +110,21 @@ __global__ void rmsnorm_backward_weight_kernel(float* partial, const float* dout
     size_t first = (size_t)blockIdx.y * ROWS_PER_PART;
     size_t last = first + ROWS_PER_PART < N ? first + ROWS_PER_PART : N;
     float sum = 0.0f;
-    for (size_t n = first; n < last; n++) sum += dout[n * C + c] * inp[n * C + c] * rstd[n];
+    for (size_t n0 = first; n0 < last; n0 += ROW_CHUNK) {
+        float d[ROW_CHUNK], x[ROW_CHUNK], r[ROW_CHUNK];
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++) {
+            size_t n = n0 + k;
+            if (n < last) {
+                d[k] = dout[n * C + c];
+                x[k] = inp[n * C + c];
+                r[k] = rstd[n];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < ROW_CHUNK; k++)
+            if (n0 + k < last) sum += d[k] * x[k] * r[k];
+    }
     partial[blockIdx.y * C + c] = sum;
 }
 

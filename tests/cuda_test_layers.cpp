@@ -162,6 +162,7 @@ TEST_CASE("rmsnorm forward and backward on the GPU match the CPU, with a gain an
     SUBCASE("N=9 C=130") { N = 9; C = 130; }
     SUBCASE("N=3 C=300: a row in two chunks of 256 columns") { N = 3; C = 300; }
     SUBCASE("N=70 C=20: the weight gradient summed in three parts of rows") { N = 70; C = 20; }
+    SUBCASE("N=300 C=12: ten parts of rows, summed in two chunks of parts") { N = 300; C = 12; }
     if (ON_GPU) {
         SUBCASE("GPU: N=1024 C=256") { N = 1024; C = 256; tol = {1e-4, 1e-4}; }
     }
