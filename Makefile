@@ -23,7 +23,7 @@ build/%.o: %.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-build/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h) dev/bench_util.h
+build/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
@@ -95,9 +95,11 @@ SAN_TEST_OBJ = $(patsubst %.cpp,build/asan/%.o,$(TEST_CPP))
 build/asan/%.o: %.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) -c $< -o $@
-build/asan/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h) dev/bench_util.h
+build/asan/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) -c $< -o $@
+# tests/test_bench.cpp includes dev/bench_util.h (the statistics make bench reports)
+build/tests/test_bench.o build/asan/tests/test_bench.o: dev/bench_util.h
 build/asan/train: train.c $(SAN_OBJ)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) train.c $(SAN_OBJ) -o $@ $(LDLIBS)
 build/asan/test_attnres: $(SAN_TEST_OBJ) $(SAN_OBJ)

@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
     double* ms[N_BENCH_CONFIGS];
     for (int i = 0; i < n_configs; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, n_configs, rounds, 3, bench_step, &bench);
-    print_rounds(names, n_configs, ms, rounds, B * T, n_configs > N_MODES ? parent : NULL);
+    print_rounds(names, n_configs, ms, rounds, B * T, parent);
     for (int i = 0; i < n_configs; i++) {
         free(ms[i]);
         model_free_cuda(&models[i]);

@@ -130,9 +130,13 @@ static inline void print_rounds(const char* const* names, int n_configs, double*
         o[2] = quantile(ratio, rounds, 0.75);
         median_interval(ratio, rounds, &o[4], &o[5]);
         int p = parent != NULL ? parent[i] : 0;
-        for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[p][r]; }
-        sort_values(ratio, rounds);
-        o[3] = quantile(ratio, rounds, 0.5);
+        if (p == 0) {
+            o[3] = o[0];  // the parent is none: the same ratios
+        } else {
+            for (int r = 0; r < rounds; r++) { ratio[r] = ms[i][r] / ms[p][r]; }
+            sort_values(ratio, rounds);
+            o[3] = quantile(ratio, rounds, 0.5);
+        }
         if ((int)strlen(names[i]) > width) { width = (int)strlen(names[i]); }
     }
     for (int i = 0; i < n_configs; i++) {

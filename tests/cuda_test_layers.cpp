@@ -374,129 +374,10 @@ TEST_CASE("swiglu forward and backward on the GPU match the CPU") {
 }
 
 // ---- depth attention ---------------------------------------------------------------------
-TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
-    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
-    size_t n_sources = 0, N = 0, C = 0;
-    bool last_is_first = false;  // source n-1 is source 0's tensor (layers.h allows it)
-    SUBCASE("1 source (its query gets exactly zero gradient)") { n_sources = 1; N = 3; C = 8; }
-    SUBCASE("2 sources, N=5 C=7") { n_sources = 2; N = 5; C = 7; }
-    SUBCASE("5 sources, N=9 C=70") { n_sources = 5; N = 9; C = 70; }
-    SUBCASE("37 sources, more than a warp") { n_sources = 37; N = 3; C = 33; }
-    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
-        n_sources = 6; N = 9; C = 70; last_is_first = true;
-    }
-    SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") { n_sources = 3; N = 301; C = 12; }
-    if (ON_GPU) {
-        SUBCASE("GPU: 17 sources, N=1024 C=256") { n_sources = 17; N = 1024; C = 256; tol = {1e-4, 1e-4}; }
-    }
-    Rng rng(7);
-    std::vector<Floats> sources, dsources0;
-    for (size_t i = 0; i < n_sources; i++) {
-        float scale = 0.5f + (float)i / (float)n_sources;  // sources of different sizes
-        sources.push_back(rng.uniform_vector(N * C, -scale, scale));
-        dsources0.push_back(rng.uniform_vector(N * C, -1, 1));
-    }
-    Floats query = rng.uniform_vector(C, -1, 1), norm_weight = rng.uniform_vector(C, 0.5, 1.5);
-    Floats dout = rng.uniform_vector(N * C, -1, 1);
-    Floats dquery0 = rng.uniform_vector(C, -1, 1), dnorm_weight0 = rng.uniform_vector(C, -1, 1);
-
-    Floats out(N * C), alpha(N * n_sources), key_rstd(N * n_sources);
-    Floats dquery = dquery0, dnorm_weight = dnorm_weight0;
-    std::vector<Floats> dsources = dsources0;
-    std::vector<const float*> source_ptrs;
-    std::vector<float*> dsource_ptrs;
-    for (size_t i = 0; i < n_sources; i++) {
-        size_t tensor = last_is_first && i == n_sources - 1 ? 0 : i;
-        source_ptrs.push_back(sources[tensor].data());
-        dsource_ptrs.push_back(dsources[tensor].data());
-    }
-    depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), source_ptrs.data(),
-                            query.data(), norm_weight.data(), n_sources, N, C);
-    depth_attention_backward(dsource_ptrs.data(), dquery.data(), dnorm_weight.data(), dout.data(),
-                             alpha.data(), key_rstd.data(), source_ptrs.data(), query.data(),
-                             norm_weight.data(), n_sources, N, C);
-
-    Outputs cuda = run_cuda([&] {
-        Device d;
-        std::vector<const float*> d_sources;
-        std::vector<float*> d_dsources;
-        for (size_t i = 0; i < n_sources; i++) {
-            bool again = last_is_first && i == n_sources - 1;
-            d_sources.push_back(again ? d_sources[0] : d.upload(sources[i]));
-            d_dsources.push_back(again ? d_dsources[0] : d.upload(dsources0[i]));
-        }
-        float *d_out = d.zeros(N * C), *d_alpha = d.zeros(N * n_sources);
-        float *d_key_rstd = d.zeros(N * n_sources);
-        float *d_query = d.upload(query), *d_norm_weight = d.upload(norm_weight);
-        float *d_dquery = d.upload(dquery0), *d_dnorm_weight = d.upload(dnorm_weight0);
-        depth_attention_forward_cuda(d_out, d_alpha, d_key_rstd, d_sources.data(), d_query,
-                                     d_norm_weight, n_sources, N, C);
-        depth_attention_backward_cuda(d_dsources.data(), d_dquery, d_dnorm_weight, d.upload(dout),
-                                      d_alpha, d_key_rstd, d_sources.data(), d_query,
-                                      d_norm_weight, n_sources, N, C);
-        Outputs result{{"out", download(d_out, N * C)}, {"alpha", download(d_alpha, N * n_sources)},
-                       {"key_rstd", download(d_key_rstd, N * n_sources)},
-                       {"dquery", download(d_dquery, C)},
-                       {"dnorm_weight", download(d_dnorm_weight, C)}};
-        for (size_t i = 0; i < n_sources; i++)
-            result.push_back(
-                {"dsources[" + std::to_string(i) + "]", download(d_dsources[i], N * C)});
-        return result;
-    });
-    check(cuda[0], out, tol);
-    check(cuda[1], alpha, tol);
-    check(cuda[2], key_rstd, tol);
-    // dquery and dnorm_weight are sums over all N*n_sources (row, source) terms, of either
-    // sign: at the GPU size 17,408 terms of size ~1 summing to ~0.2, so the float result
-    // depends on the order of the sum well above tol. Their tolerance is max(tol, 4 x spread),
-    // the rule check_state uses: the spread is the largest difference between the CPU's
-    // result and the CPU's result with the rows reversed (the same math rounded in another
-    // order). Here (seed 7) the spread is 4.9e-5, the GPU's largest difference 1.24e-4 (H200).
-    Tolerance reduction_tol = tol;
-    double spread = 0.0;
-    if (N >= 1024) {
-        std::vector<Floats> reversed_sources = sources, reversed_dsources = dsources0;
-        Floats reversed_dout = dout, reversed_out(N * C), reversed_alpha(N * n_sources);
-        Floats reversed_rstd(N * n_sources), dquery2 = dquery0, dnorm_weight2 = dnorm_weight0;
-        std::vector<const float*> reversed_ptrs;
-        std::vector<float*> reversed_dptrs;
-        for (size_t r = 0; r < N; r++) {
-            for (size_t i = 0; i < n_sources; i++)
-                std::copy_n(&sources[i][(N - 1 - r) * C], C, &reversed_sources[i][r * C]);
-            std::copy_n(&dout[(N - 1 - r) * C], C, &reversed_dout[r * C]);
-        }
-        for (size_t i = 0; i < n_sources; i++) {
-            reversed_ptrs.push_back(reversed_sources[i].data());
-            reversed_dptrs.push_back(reversed_dsources[i].data());
-        }
-        depth_attention_forward(reversed_out.data(), reversed_alpha.data(), reversed_rstd.data(),
-                                reversed_ptrs.data(), query.data(), norm_weight.data(),
-                                n_sources, N, C);
-        depth_attention_backward(reversed_dptrs.data(), dquery2.data(), dnorm_weight2.data(),
-                                 reversed_dout.data(), reversed_alpha.data(), reversed_rstd.data(),
-                                 reversed_ptrs.data(), query.data(), norm_weight.data(),
-                                 n_sources, N, C);
-        for (size_t c = 0; c < C; c++) {
-            spread = std::max(spread, (double)std::fabs(dquery2[c] - dquery[c]));
-            spread = std::max(spread, (double)std::fabs(dnorm_weight2[c] - dnorm_weight[c]));
-        }
-        reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
-    }
-    CAPTURE(spread);
-    check(cuda[3], dquery, reduction_tol);
-    check(cuda[4], dnorm_weight, reduction_tol);
-    for (size_t i = 0; i < n_sources; i++)  // a tensor passed twice: both are its gradient
-        check(cuda[5 + i], dsources[last_is_first && i == n_sources - 1 ? 0 : i], tol);
-    if (n_sources == 1) {
-        compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
-        compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);
-    }
-}
-
-// ---- depth variants ----------------------------------------------------------------------
-// The sources of a variant or mixing case: source i of the list is tensor uses[i], so a
-// tensor listed twice is one pointer passed twice, and its gradient must sum both uses. The
-// gradients start from random contents on both sides (the backward adds into them).
+// The sources of a depth attention, variant or mixing case: source i of the list is tensor
+// uses[i], so a tensor listed twice is one pointer passed twice, and its gradient must sum
+// both uses. The gradients start from random contents on both sides (the backward adds into
+// them).
 struct DepthSources {
     std::vector<size_t> uses;
     std::vector<Floats> tensors, dtensors0;
@@ -551,6 +432,109 @@ void check_source_gradients(const Outputs& cuda, size_t first, const std::vector
     for (size_t t = 0; t < dtensors.size(); t++) check(cuda[first + t], dtensors[t], tol);
 }
 
+TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;  // source i is tensor uses[i] (DepthSources)
+    SUBCASE("1 source (its query gets exactly zero gradient)") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("2 sources, N=5 C=7") { N = 5; C = 7; uses = {0, 1}; }
+    SUBCASE("5 sources, N=9 C=70") { N = 9; C = 70; uses = {0, 1, 2, 3, 4}; }
+    SUBCASE("37 sources, more than a warp") {
+        N = 3; C = 33;
+        for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
+        N = 9; C = 70; uses = {0, 1, 2, 3, 4, 0};
+    }
+    SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") {
+        N = 301; C = 12; uses = {0, 1, 2};
+    }
+    if (ON_GPU) {
+        SUBCASE("GPU: 17 sources, N=1024 C=256") {
+            N = 1024; C = 256; tol = {1e-4, 1e-4};
+            for (size_t i = 0; i < 17; i++) uses.push_back(i);
+        }
+    }
+    Rng rng(7);
+    DepthSources ds(N, C, uses, rng);
+    size_t n_sources = ds.n();
+    Floats query = rng.uniform_vector(C, -1, 1), norm_weight = rng.uniform_vector(C, 0.5, 1.5);
+    Floats dout = rng.uniform_vector(N * C, -1, 1);
+    Floats dquery0 = rng.uniform_vector(C, -1, 1), dnorm_weight0 = rng.uniform_vector(C, -1, 1);
+
+    Floats out(N * C), alpha(N * n_sources), key_rstd(N * n_sources);
+    Floats dquery = dquery0, dnorm_weight = dnorm_weight0;
+    DepthSources::Lists host = ds.host_lists();
+    depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), host.src.data(),
+                            query.data(), norm_weight.data(), n_sources, N, C);
+    depth_attention_backward(host.dsrc.data(), dquery.data(), dnorm_weight.data(), dout.data(),
+                             alpha.data(), key_rstd.data(), host.src.data(), query.data(),
+                             norm_weight.data(), n_sources, N, C);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        DepthSources::Lists dev = ds.device_lists(d);
+        float *d_out = d.zeros(N * C), *d_alpha = d.zeros(N * n_sources);
+        float *d_key_rstd = d.zeros(N * n_sources);
+        float *d_query = d.upload(query), *d_norm_weight = d.upload(norm_weight);
+        float *d_dquery = d.upload(dquery0), *d_dnorm_weight = d.upload(dnorm_weight0);
+        depth_attention_forward_cuda(d_out, d_alpha, d_key_rstd, dev.src.data(), d_query,
+                                     d_norm_weight, n_sources, N, C);
+        depth_attention_backward_cuda(dev.dsrc.data(), d_dquery, d_dnorm_weight, d.upload(dout),
+                                      d_alpha, d_key_rstd, dev.src.data(), d_query,
+                                      d_norm_weight, n_sources, N, C);
+        Outputs result{{"out", download(d_out, N * C)}, {"alpha", download(d_alpha, N * n_sources)},
+                       {"key_rstd", download(d_key_rstd, N * n_sources)},
+                       {"dquery", download(d_dquery, C)},
+                       {"dnorm_weight", download(d_dnorm_weight, C)}};
+        add_source_gradients(result, dev.device_dtensors, N * C);
+        return result;
+    });
+    check(cuda[0], out, tol);
+    check(cuda[1], alpha, tol);
+    check(cuda[2], key_rstd, tol);
+    // dquery and dnorm_weight are sums over all N*n_sources (row, source) terms, of either
+    // sign: at the GPU size 17,408 terms of size ~1 summing to ~0.2, so the float result
+    // depends on the order of the sum well above tol. Their tolerance is max(tol, 4 x spread),
+    // the rule check_state uses: the spread is the largest difference between the CPU's
+    // result and the CPU's result with the rows reversed (the same math rounded in another
+    // order). Here (seed 7) the spread is 4.9e-5, the GPU's largest difference 1.24e-4 (H200).
+    Tolerance reduction_tol = tol;
+    double spread = 0.0;
+    if (N >= 1024) {
+        DepthSources reversed = ds;  // every tensor's rows, and dout's, in reverse order
+        Floats reversed_dout = dout, reversed_out(N * C), reversed_alpha(N * n_sources);
+        Floats reversed_rstd(N * n_sources), dquery2 = dquery0, dnorm_weight2 = dnorm_weight0;
+        for (size_t r = 0; r < N; r++) {
+            for (size_t t = 0; t < ds.tensors.size(); t++)
+                std::copy_n(&ds.tensors[t][(N - 1 - r) * C], C, &reversed.tensors[t][r * C]);
+            std::copy_n(&dout[(N - 1 - r) * C], C, &reversed_dout[r * C]);
+        }
+        DepthSources::Lists lists = reversed.host_lists();
+        depth_attention_forward(reversed_out.data(), reversed_alpha.data(), reversed_rstd.data(),
+                                lists.src.data(), query.data(), norm_weight.data(),
+                                n_sources, N, C);
+        depth_attention_backward(lists.dsrc.data(), dquery2.data(), dnorm_weight2.data(),
+                                 reversed_dout.data(), reversed_alpha.data(), reversed_rstd.data(),
+                                 lists.src.data(), query.data(), norm_weight.data(),
+                                 n_sources, N, C);
+        for (size_t c = 0; c < C; c++) {
+            spread = std::max(spread, (double)std::fabs(dquery2[c] - dquery[c]));
+            spread = std::max(spread, (double)std::fabs(dnorm_weight2[c] - dnorm_weight[c]));
+        }
+        reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
+    }
+    CAPTURE(spread);
+    check(cuda[3], dquery, reduction_tol);
+    check(cuda[4], dnorm_weight, reduction_tol);
+    check_source_gradients(cuda, 5, host.dtensors, tol);
+    if (n_sources == 1) {
+        compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
+        compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);
+    }
+}
+
+// ---- depth variants ----------------------------------------------------------------------
 TEST_CASE("depth attention variants on the GPU match the CPU, every combination of switches") {
     Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;
