@@ -274,7 +274,7 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 # `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
 # header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
 # OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make carry
-# AB=commit` also keeps cuda/ as at that commit, and gpu-check times both (before/after).
+# AB=commit` also keeps cuda/ and src/ as at that commit, and gpu-check times both (before/after).
 .PHONY: gpu-check carry
 gpu-check:
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }

@@ -72,15 +72,33 @@ __device__ __forceinline__ float source_gradient(float value_scale, float key_sc
     return value_scale * dy + key_scale * wg - correction * v;
 }
 
-// s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i
+// The sum over a row of one value per thread: each warp sums its lanes, lane 0 writes its
+// warp's sum to row_warps[w], and after a barrier (every thread of the block takes part) each
+// thread adds the ROW_WARPS sums in order of w.
+__device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x, unsigned int r,
+                                         unsigned int t) {
+    x = warp_sum(x);
+    if (t % WARP_SIZE == 0) row_warps[r][t / WARP_SIZE] = x;
+    __syncthreads();
+    float sum = 0.0f;
+    for (int w = 0; w < ROW_WARPS; w++) sum += row_warps[r][w];
+    return sum;
+}
+
+// s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
+// NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
+// xn = norm_gain * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), norm_gain NULL for
+// all ones (rmsnorm.cu's forward, with a row's 64 threads in place of one warp).
 __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,
-                                               size_t N, size_t C) {
+                                               size_t N, size_t C, float* xn, float* out_rstd,
+                                               const float* norm_gain) {
     __shared__ float warp_sq[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_dot[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float score[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float weight[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
+    __shared__ float out_sq[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
@@ -112,6 +130,7 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
     }
     __syncthreads();
     // 4. the weighted sum, in order of i, SOURCE_CHUNK sources' loads at a time
+    float sum_sq = 0.0f;  // this thread's part of sum_c out_c^2
     if (live) {
         for (size_t c = t; c < C; c += ROW_THREADS) {
             float acc = 0.0f, v[SOURCE_CHUNK];
@@ -122,7 +141,18 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
                     if (first + j < n_sources) acc += weight[r][first + j] * v[j];
             }
             out[row * C + c] = acc;
+            sum_sq += acc * acc;
         }
+    }
+    if (xn == NULL) return;  // the same for the whole grid
+    // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
+    float s = 1.0f / sqrtf(row_sum(out_sq, sum_sq, r, t) / (float)C + RMSNORM_EPS);
+    if (live) {
+        for (size_t c = t; c < C; c += ROW_THREADS) {
+            float x = out[row * C + c];
+            xn[row * C + c] = norm_gain != NULL ? norm_gain[c] * (x * s) : x * s;
+        }
+        if (t == 0) out_rstd[row] = s;
     }
 }
 
@@ -134,12 +164,19 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
 // dg += sum dk_i V_i rstd_i, both a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc;
 // this kernel writes its DEPTH_ROWS rows' part of it, acc_parts[block][c] (rows in order).
 // distinct: every source has its own gradient tensor (depth_sources.cuh, distinct_grads).
+// With dxn not NULL (depth_attention_rmsnorm_backward), the kernel first computes dout itself,
+// as the RMSNorm of out (saved out_rstd, gain norm_gain) takes dxn back (step 0, rmsnorm.c's
+// backward), writing it to dout; and with gain_parts not NULL also the block's part of the
+// gain's gradient, gain_parts[block][c] = sum over its rows of dxn_c out_c out_rstd.
 __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
-                                                     const float* dout, const float* alpha,
+                                                     float* dout, const float* alpha,
                                                      const float* key_rstd, SourceList sources,
                                                      const float* query,
                                                      const float* norm_weight, size_t n_sources,
-                                                     size_t N, size_t C, int distinct) {
+                                                     size_t N, size_t C, int distinct,
+                                                     float* gain_parts, const float* dxn,
+                                                     const float* out, const float* out_rstd,
+                                                     const float* norm_gain) {
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_wg[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dalpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -148,10 +185,31 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
     __shared__ float key_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_acc[DEPTH_ROWS][ROW_THREADS];
+    __shared__ float row_gain[DEPTH_ROWS][ROW_THREADS];
+    __shared__ float row_dot[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
-    const float* dy = dout + row * C;
+    float* dy = dout + row * C;
+    // 0. (fused with the norm) dout = rstd w dxn - rstd^3 (sum_c dxn_c w_c out_c) / C out,
+    //    w the gain; each thread writes its columns c = t, t + ROW_THREADS, ..., the same it
+    //    reads in steps 1 and 3, so no barrier stands between them
+    if (dxn != NULL) {
+        const float* dx = dxn + row * C;
+        const float* x = out + row * C;
+        float dot = 0.0f;
+        if (live)
+            for (size_t c = t; c < C; c += ROW_THREADS)
+                dot += norm_gain != NULL ? dx[c] * norm_gain[c] * x[c] : dx[c] * x[c];
+        dot = row_sum(row_dot, dot, r, t);
+        if (live) {
+            float s = out_rstd[row], correction = s * s * s * dot / (float)C;
+            for (size_t c = t; c < C; c += ROW_THREADS) {
+                float w = norm_gain != NULL ? norm_gain[c] : 1.0f;
+                dy[c] = s * w * dx[c] - correction * x[c];
+            }
+        }
+    }
     // 1. per source, dout . V_i and (w * g) . V_i
     if (live)
         row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, norm_weight, n_sources,
@@ -203,13 +261,21 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
             }
         }
         row_acc[r][t] = acc;  // 0 past N or C
+        if (gain_parts != NULL)
+            row_gain[r][t] = live && c < C ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
+                                           : 0.0f;
         __syncthreads();
         if (r == 0 && c < C) {
             float sum = 0.0f;
             for (int k = 0; k < DEPTH_ROWS; k++) sum += row_acc[k][t];
             acc_parts[blockIdx.x * C + c] = sum;
+            if (gain_parts != NULL) {
+                float gain = 0.0f;
+                for (int k = 0; k < DEPTH_ROWS; k++) gain += row_gain[k][t];
+                gain_parts[blockIdx.x * C + c] = gain;
+            }
         }
-        __syncthreads();  // row_acc is written again by the next columns
+        __syncthreads();  // row_acc and row_gain are written again by the next columns
     }
 }
 
@@ -218,27 +284,39 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
 // of SUM_GROUPS x SUM_COLUMNS threads takes SUM_COLUMNS columns; thread (group r, column c)
 // sums the parts r, r + SUM_GROUPS, r + 2 SUM_GROUPS, ... in order (a warp reads 32
 // neighbouring columns of a part: 128 contiguous bytes), then group 0 adds the SUM_GROUPS
-// sums of its column in order of r. Fixed orders throughout, so the result repeats bit for bit.
+// sums in order of r. Fixed orders throughout, so the result repeats bit for bit. With
+// gain_parts not NULL the same sum of those parts is added to dgain (the fused norm's gain).
 #define SUM_COLUMNS 32
 #define SUM_GROUPS 32
 __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dnorm_weight,
                                                         const float* acc_parts,
                                                         const float* query,
                                                         const float* norm_weight, size_t parts,
-                                                        size_t C) {
+                                                        size_t C, float* dgain,
+                                                        const float* gain_parts) {
     __shared__ float group_sum[SUM_GROUPS][SUM_COLUMNS];
+    __shared__ float group_gain[SUM_GROUPS][SUM_COLUMNS];
     unsigned int column = threadIdx.x % SUM_COLUMNS, group = threadIdx.x / SUM_COLUMNS;
     size_t c = (size_t)blockIdx.x * SUM_COLUMNS + column;
-    float sum = 0.0f;
-    if (c < C)
-        for (size_t p = group; p < parts; p += SUM_GROUPS) sum += acc_parts[p * C + c];
+    float sum = 0.0f, gain = 0.0f;
+    if (c < C) {
+        for (size_t p = group; p < parts; p += SUM_GROUPS) {
+            sum += acc_parts[p * C + c];
+            if (gain_parts != NULL) gain += gain_parts[p * C + c];
+        }
+    }
     group_sum[group][column] = sum;
+    group_gain[group][column] = gain;
     __syncthreads();
     if (group == 0 && c < C) {
-        float acc = 0.0f;
-        for (int r = 0; r < SUM_GROUPS; r++) acc += group_sum[r][column];
+        float acc = 0.0f, gain_sum = 0.0f;
+        for (int r = 0; r < SUM_GROUPS; r++) {
+            acc += group_sum[r][column];
+            gain_sum += group_gain[r][column];
+        }
         dquery[c] += norm_weight[c] * acc;
         dnorm_weight[c] += query[c] * acc;
+        if (gain_parts != NULL) dgain[c] += gain_sum;
     }
 }
 
@@ -247,26 +325,64 @@ void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
                   alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
-                  n_sources, N, C);
+                  n_sources, N, C, (float*)NULL, (float*)NULL, (const float*)NULL);
+}
+
+void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
+                                          float* key_rstd, const float* const* sources,
+                                          const float* query, const float* norm_weight,
+                                          const float* weight, size_t n_sources, size_t N,
+                                          size_t C) {
+    launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
+                  alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
+                  n_sources, N, C, xn, rstd, weight);
 }
 
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
     (void)n_sources;
-    return (size_t)ceil_div(N, DEPTH_ROWS) * C;
+    return 2 * (size_t)ceil_div(N, DEPTH_ROWS) * C;  // acc_parts, gain_parts
+}
+
+// Both backwards: the rows kernel (given dxn, the norm's backward first), then the column
+// sums. The workspace holds acc_parts (N / DEPTH_ROWS, C), then gain_parts as many.
+static void depth_attention_backward_launch(float* const* dsources, float* dquery,
+                                            float* dnorm_weight, float* dweight, float* dout,
+                                            const float* dxn, const float* out,
+                                            const float* rstd, const float* weight,
+                                            const float* alpha, const float* key_rstd,
+                                            const float* const* sources, const float* query,
+                                            const float* norm_weight, size_t n_sources,
+                                            size_t N, size_t C) {
+    size_t parts = ceil_div(N, DEPTH_ROWS);
+    float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
+    float* gain_parts = dxn != NULL && dweight != NULL ? acc_parts + parts * C : NULL;
+    launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
+                  grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
+                  source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
+                  distinct_grads(dsources, n_sources), gain_parts, dxn, out, rstd, weight);
+    launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
+                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, (const float*)acc_parts,
+                  query, norm_weight, parts, C, dweight, (const float*)gain_parts);
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    // the workspace holds acc_parts (N / DEPTH_ROWS, C)
-    size_t parts = ceil_div(N, DEPTH_ROWS);
-    float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
-    launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
-                  grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
-                  source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
-                  distinct_grads(dsources, n_sources));
-    launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
-                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, acc_parts, query, norm_weight,
-                  parts, C);
+    // without dxn the rows kernel only reads dout
+    depth_attention_backward_launch(dsources, dquery, dnorm_weight, NULL, (float*)dout, NULL,
+                                    NULL, NULL, NULL, alpha, key_rstd, sources, query,
+                                    norm_weight, n_sources, N, C);
+}
+
+void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
+                                           float* dnorm_weight, float* dweight, float* dout,
+                                           const float* dxn, const float* out, const float* rstd,
+                                           const float* weight, const float* alpha,
+                                           const float* key_rstd, const float* const* sources,
+                                           const float* query, const float* norm_weight,
+                                           size_t n_sources, size_t N, size_t C) {
+    depth_attention_backward_launch(dsources, dquery, dnorm_weight, dweight, dout, dxn, out,
+                                    rstd, weight, alpha, key_rstd, sources, query, norm_weight,
+                                    n_sources, N, C);
 }

@@ -55,6 +55,7 @@ static const Kernels cuda_kernels = {
     linear_forward_cuda, linear_backward_cuda, rope_forward_cuda, rope_backward_cuda,
     attention_forward_cuda, attention_backward_cuda, swiglu_forward_cuda, swiglu_backward_cuda,
     depth_attention_forward_cuda, depth_attention_backward_cuda,
+    depth_attention_rmsnorm_forward_cuda, depth_attention_rmsnorm_backward_cuda,
     depth_attention_variant_forward_cuda, depth_attention_variant_backward_cuda,
     depth_mixing_forward_cuda, depth_mixing_backward_cuda, crossentropy_forward_cuda,
     crossentropy_backward_cuda, adamw_update_cuda,

@@ -11,9 +11,10 @@
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
 #      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; the depth attention's
-#      kernels; the same built with cuda/ of an earlier commit when make carry AB=commit put
-#      it in .carry/ab (before/after on one GPU); PyTorch eager on the same GPU when the
-#      machine's python3 has a CUDA-enabled torch (a line saying it was skipped otherwise)
+#      kernels; the same built with cuda/ and src/ of an earlier commit when make carry
+#      AB=commit put them in .carry/ab (before/after on one GPU); PyTorch eager on the same
+#      GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was skipped
+#      otherwise)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (last: the slowest part; where the machine's
 #      runtime refuses the tool, e.g. "Device not supported" under gVisor, a skip line says so)
@@ -124,14 +125,17 @@ check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed
     build/bench_gemm
 check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
     build/bench_depth
-# Before/after on this one GPU: the same benchmarks built with cuda/ as at an earlier commit
+# Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an earlier commit
 # (make carry AB=commit put those files in .carry/ab), in a copy of the tree under build/ab,
 # then the current build again right after, so that the two runs are neighbours in time
 if [ -f .carry/ab/COMMIT ]; then
     ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
     rm -rf build/ab && mkdir -p build/ab
-    cp -r Makefile train.c src cuda data dev tests build/ab/ && cp -r .carry/ab/cuda/. build/ab/cuda/
-    if check "benchmarks built with cuda/ as at $ab_commit (build/ab)" ab.log 300 \
+    cp -r Makefile train.c src cuda data dev tests build/ab/
+    for part in cuda src; do
+        if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
+    done
+    if check "benchmarks built with cuda/ and src/ as at $ab_commit (build/ab)" ab.log 300 \
         make -C build/ab --no-print-directory -j"$(nproc)" build/bench_cuda build/bench_depth; then
         for version in "before:build/ab/build" "after:build"; do
             name=${version%%:*} dir=${version#*:}

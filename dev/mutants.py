@@ -71,7 +71,7 @@ CUDA_TESTS = {
     "attention.cu": ["attention forward and backward*"],
     "common.cu": ["rmsnorm*", "static mixing*"],
     "crossentropy.cu": ["crossentropy*"],
-    "depth_attention.cu": ["depth attention forward and backward*"],
+    "depth_attention.cu": ["depth attention forward and backward*", "depth attention with*"],
     "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*"],
     "embedding.cu": ["embedding*"],
     "linear.cu": ["linear*"],

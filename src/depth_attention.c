@@ -139,3 +139,28 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
     free(wgv);
     free(wg);
 }
+
+// The pair every AttnRes sub-layer runs: the depth attention, then the RMSNorm of its output
+// (layers.h). On the CPU the two functions in turn, so this is their definition; the GPU
+// (cuda/depth_attention.cu) fuses them into one kernel and is checked against this.
+void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
+                                     float* key_rstd, const float* const* sources,
+                                     const float* query, const float* norm_weight,
+                                     const float* weight, size_t n_sources, size_t N, size_t C) {
+    depth_attention_forward(out, alpha, key_rstd, sources, query, norm_weight, n_sources, N, C);
+    rmsnorm_forward(xn, rstd, out, weight, N, C);
+}
+
+void depth_attention_rmsnorm_backward(float* const* dsources, float* dquery,
+                                      float* dnorm_weight, float* dweight, float* dout,
+                                      const float* dxn, const float* out, const float* rstd,
+                                      const float* weight, const float* alpha,
+                                      const float* key_rstd, const float* const* sources,
+                                      const float* query, const float* norm_weight,
+                                      size_t n_sources, size_t N, size_t C) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < N * C; i++) { dout[i] = 0.0f; }  // rmsnorm_backward adds into it
+    rmsnorm_backward(dout, dweight, dxn, out, weight, rstd, N, C);
+    depth_attention_backward(dsources, dquery, dnorm_weight, dout, alpha, key_rstd, sources,
+                             query, norm_weight, n_sources, N, C);
+}

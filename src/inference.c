@@ -183,7 +183,10 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
         SubLayer* s = &a->sub[l];
         if (attnres) { depth_step(dec, l, s->h); }
         if (l % 2 == 0) { attention_step(dec, (size_t)l / 2, s); }
-        else { mlp_sublayer_forward(m, s, l, B); }
+        else {
+            rmsnorm_forward(s->xn, s->rstd, s->h, p->mlp_norm + (size_t)l / 2 * d, B, d);
+            mlp_sublayer_forward(m, s, l, B);
+        }
         residual_update(m, a, l, B);
     }
     if (attnres) { depth_sequential(dec, n_sub, a->out); }  // DA_out(b_0 .. b_{n_blocks})

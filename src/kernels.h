@@ -49,6 +49,19 @@ typedef struct {
                                      const float* key_rstd, const float* const* sources,
                                      const float* query, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C);
+    void (*depth_attention_rmsnorm_forward)(float* xn, float* rstd, float* out, float* alpha,
+                                            float* key_rstd, const float* const* sources,
+                                            const float* query, const float* norm_weight,
+                                            const float* weight, size_t n_sources, size_t N,
+                                            size_t C);
+    void (*depth_attention_rmsnorm_backward)(float* const* dsources, float* dquery,
+                                             float* dnorm_weight, float* dweight, float* dout,
+                                             const float* dxn, const float* out,
+                                             const float* rstd, const float* weight,
+                                             const float* alpha, const float* key_rstd,
+                                             const float* const* sources, const float* query,
+                                             const float* norm_weight, size_t n_sources,
+                                             size_t N, size_t C);
     void (*depth_attention_variant_forward)(float* out, float* alpha, float* key_rstd,
                                             const float* const* sources, const float* query,
                                             const float* query_rows, const float* norm_weight,

@@ -100,6 +100,24 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
                               const float* dout, const float* alpha, const float* key_rstd,
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C);
+// The depth attention and the RMSNorm that always reads its output (every AttnRes sub-layer
+// norms its input, and the output's depth attention feeds the final norm), as one call:
+// out = depth_attention(sources), then xn = rmsnorm(out; weight) with rstd (N) saved. Here
+// the two functions above, in turn; cuda/ runs both in one kernel, the row still on chip.
+void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
+                                     float* key_rstd, const float* const* sources,
+                                     const float* query, const float* norm_weight,
+                                     const float* weight, size_t n_sources, size_t N, size_t C);
+// Its backward from dxn: dout (N,C) = rmsnorm's input gradient (overwritten: the caller's
+// scratch), dweight (C) +=, then depth_attention_backward from dout (dsources, dquery and
+// dnorm_weight +=).
+void depth_attention_rmsnorm_backward(float* const* dsources, float* dquery,
+                                      float* dnorm_weight, float* dweight, float* dout,
+                                      const float* dxn, const float* out, const float* rstd,
+                                      const float* weight, const float* alpha,
+                                      const float* key_rstd, const float* const* sources,
+                                      const float* query, const float* norm_weight,
+                                      size_t n_sources, size_t N, size_t C);
 
 // ---- depth_variants.c --------------------------------------------------------------------
 // SPEC's variants of the depth attention. The attention with every switch: `heads` groups of

@@ -356,7 +356,6 @@ static void attention_sublayer_forward(const Model* m, SubLayer* s, int l) {
     const ParameterTensors* p = &m->params;
     size_t B = m->B, T = m->T, N = B * T, d = z->d, layer = (size_t)l / 2;
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
-    K->rmsnorm_forward(s->xn, s->rstd, s->h, p->attn_norm + layer * d, N, d);
     K->linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
     K->linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
     K->linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
@@ -366,8 +365,8 @@ static void attention_sublayer_forward(const Model* m, SubLayer* s, int l) {
     K->linear_forward(s->f, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
 }
 
-// df: gradient of the sub-layer output; accumulates into dh (the input's gradient)
-static void attention_sublayer_backward(Model* m, int l, const float* df, float* dh) {
+// df: gradient of the sub-layer output; writes a->dxn, the gradient of its normed input xn
+static void attention_sublayer_backward(Model* m, int l, const float* df) {
     const Kernels* K = m->kernels;
     const ModelDims* z = &m->dims;
     const SubLayer* s = &m->acts.sub[l];
@@ -394,22 +393,19 @@ static void attention_sublayer_backward(Model* m, int l, const float* df, float*
                        p->wk + layer * kv_dim * d, N, d, kv_dim);
     K->linear_backward(a->dxn, g->wv + layer * kv_dim * d, a->dv, s->xn,
                        p->wv + layer * kv_dim * d, N, d, kv_dim);
-    K->rmsnorm_backward(dh, g->attn_norm + layer * d, a->dxn, s->h, p->attn_norm + layer * d,
-                        s->rstd, N, d);
 }
 
 void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N) {
     const Kernels* K = m->kernels;
     const ParameterTensors* p = &m->params;
     size_t d = m->dims.d, F = m->dims.F, layer = (size_t)l / 2;
-    K->rmsnorm_forward(s->xn, s->rstd, s->h, p->mlp_norm + layer * d, N, d);
     K->linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
     K->linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
     K->swiglu_forward(s->act, s->gate, s->up, N, F);
     K->linear_forward(s->f, s->act, p->wd + layer * d * F, N, F, d);
 }
 
-static void mlp_sublayer_backward(Model* m, int l, const float* df, float* dh) {
+static void mlp_sublayer_backward(Model* m, int l, const float* df) {
     const Kernels* K = m->kernels;
     const SubLayer* s = &m->acts.sub[l];
     Activations* a = &m->acts;
@@ -427,8 +423,6 @@ static void mlp_sublayer_backward(Model* m, int l, const float* df, float* dh) {
                        N, d, F);
     K->linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn, p->wu + layer * F * d,
                        N, d, F);
-    K->rmsnorm_backward(dh, g->mlp_norm + layer * d, a->dxn, s->h, p->mlp_norm + layer * d,
-                        s->rstd, N, d);
 }
 
 static void sublayer_forward(Model* m, int l) {
@@ -436,9 +430,9 @@ static void sublayer_forward(Model* m, int l) {
     else { mlp_sublayer_forward(m, &m->acts.sub[l], l, m->B * m->T); }
 }
 
-static void sublayer_backward(Model* m, int l, const float* df, float* dh) {
-    if (l % 2 == 0) { attention_sublayer_backward(m, l, df, dh); }
-    else { mlp_sublayer_backward(m, l, df, dh); }
+static void sublayer_backward(Model* m, int l, const float* df) {
+    if (l % 2 == 0) { attention_sublayer_backward(m, l, df); }
+    else { mlp_sublayer_backward(m, l, df); }
 }
 
 DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) {
@@ -476,6 +470,8 @@ void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* 
     }
 }
 
+// The variants and the mixings from dout, the gradient of their output, into the sources'
+// gradients (the standard depth attention runs its backward with its norm's: input_backward).
 static void depth_backward(Model* m, int l, const float* dout) {
     const Kernels* K = m->kernels;
     const ModelConfig* c = &m->config;
@@ -489,21 +485,91 @@ static void depth_backward(Model* m, int l, const float* dout) {
     DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
     if (c->mixing) {
         K->depth_mixing_backward(dsrc, g.mix, dout, s->alpha, src, n, N, d, c->mixing == 1);
-    } else if (depth_variant(c)) {
-        if (p.qproj != NULL) { K->zero(a->dqrows, N * d); }
-        K->depth_attention_variant_backward(dsrc, g.query, p.qproj != NULL ? a->dqrows : NULL,
-                                            g.norm, dout, s->alpha, s->key_rstd, src, p.query,
-                                            p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
-                                            m->dims.K, c->depth_score);
-        if (p.qproj != NULL) {  // qrows = qn U_l^T, qn = rmsnorm(V_last) without gain
-            K->zero(a->dqn, N * d);
-            K->linear_backward(a->dqn, g.qproj, a->dqrows, s->qn, p.qproj, N, d, d);
-            K->rmsnorm_backward(dsrc[n - 1], NULL, a->dqn, src[n - 1], NULL, s->q_rstd, N, d);
-        }
-    } else {
-        K->depth_attention_backward(dsrc, g.query, g.norm, dout, s->alpha, s->key_rstd, src,
-                                    p.query, p.norm, n, N, d);
+        return;
     }
+    if (p.qproj != NULL) { K->zero(a->dqrows, N * d); }
+    K->depth_attention_variant_backward(dsrc, g.query, p.qproj != NULL ? a->dqrows : NULL,
+                                        g.norm, dout, s->alpha, s->key_rstd, src, p.query,
+                                        p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
+                                        m->dims.K, c->depth_score);
+    if (p.qproj != NULL) {  // qrows = qn U_l^T, qn = rmsnorm(V_last) without gain
+        K->zero(a->dqn, N * d);
+        K->linear_backward(a->dqn, g.qproj, a->dqrows, s->qn, p.qproj, N, d, d);
+        K->rmsnorm_backward(dsrc[n - 1], NULL, a->dqn, src[n - 1], NULL, s->q_rstd, N, d);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The input of sub-layer l: xn_l = rmsnorm(h_l), where h_l is the residual stream (none) or
+// the depth attention over the sources (AttnRes). l = n_sub stands for the head's input:
+// xf = rmsnorm(out), out = h_{2L} or DA_out.
+
+typedef struct {
+    float *inp, *out, *rstd;  // h_l (or out), xn_l (or xf), the saved rstd
+    float *weight, *dweight;  // the norm's gain and its gradient
+} Norm;
+
+static Norm sublayer_norm(Model* m, int l) {
+    Activations* a = &m->acts;
+    if (l == (int)m->dims.n_sub) {
+        return (Norm){a->out, a->xf, a->rstd_f, m->params.final_norm, m->grads.final_norm};
+    }
+    SubLayer* s = &a->sub[l];
+    size_t at = (size_t)l / 2 * m->dims.d;
+    if (l % 2 == 0) {
+        return (Norm){s->h, s->xn, s->rstd, m->params.attn_norm + at, m->grads.attn_norm + at};
+    }
+    return (Norm){s->h, s->xn, s->rstd, m->params.mlp_norm + at, m->grads.mlp_norm + at};
+}
+
+// AttnRes with the standard depth attention: every depth attention's output goes straight
+// into an RMSNorm, and the two run as one kernel call (depth_attention_rmsnorm_forward; on
+// the GPU one pass over the rows instead of two, and one launch instead of two forward and
+// five backward)
+static int fused_depth_norm(const Model* m) {
+    return m->dims.S > 0 && !m->config.mixing && !depth_variant(&m->config);
+}
+
+static void input_forward(Model* m, int l) {
+    const Kernels* K = m->kernels;
+    Activations* a = &m->acts;
+    size_t N = m->B * m->T, d = m->dims.d;
+    Norm q = sublayer_norm(m, l);
+    if (fused_depth_norm(m)) {  // h_l = DA_l(sources), xn_l = rmsnorm(h_l)
+        const float* src[m->dims.n_sub + 2];
+        size_t n = gather_sources(a, &m->config, N, l, src, NULL);
+        DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+        K->depth_attention_rmsnorm_forward(q.out, q.rstd, q.inp, a->sub[l].alpha,
+                                           a->sub[l].key_rstd, src, p.query, p.norm, q.weight,
+                                           n, N, d);
+        return;
+    }
+    if (m->dims.S > 0) { depth_forward_rows(m, a, N, l, q.inp); }  // h_l = DA_l(sources)
+    K->rmsnorm_forward(q.out, q.rstd, q.inp, q.weight, N, d);
+}
+
+// The backward of input_forward from dxn, the gradient of xn_l: none adds h_l's gradient into
+// dh (the residual stream's); AttnRes takes it on through the depth attention into the
+// sources' gradients, dh the scratch for h_l's gradient (overwritten).
+static void input_backward(Model* m, int l, const float* dxn, float* dh) {
+    const Kernels* K = m->kernels;
+    Activations* a = &m->acts;
+    size_t N = m->B * m->T, d = m->dims.d;
+    Norm q = sublayer_norm(m, l);
+    if (fused_depth_norm(m)) {
+        const float* src[m->dims.n_sub + 2];
+        float* dsrc[m->dims.n_sub + 2];
+        size_t n = gather_sources(a, &m->config, N, l, src, dsrc);
+        DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+        DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
+        K->depth_attention_rmsnorm_backward(dsrc, g.query, g.norm, q.dweight, dh, dxn, q.inp,
+                                            q.rstd, q.weight, a->sub[l].alpha,
+                                            a->sub[l].key_rstd, src, p.query, p.norm, n, N, d);
+        return;
+    }
+    if (m->dims.S > 0) { K->zero(dh, N * d); }
+    K->rmsnorm_backward(dh, q.dweight, dxn, q.inp, q.weight, q.rstd, N, d);
+    if (m->dims.S > 0) { depth_backward(m, l, dh); }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -547,13 +613,12 @@ void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t 
 
     if (!attnres) { K->copy(a->sub[0].h, a->x0, N * d); }  // none: h_0 = x0
     for (int l = 0; l < n_sub; l++) {
-        if (attnres) { depth_forward_rows(m, a, N, l, a->sub[l].h); }  // h_l = DA_l(sources)
-        sublayer_forward(m, l);                              // f_l = f_l(h_l)
-        residual_update(m, a, l, N);                         // h_{l+1}, or partial[l]
+        input_forward(m, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
+        sublayer_forward(m, l);       // f_l = f_l(xn_l)
+        residual_update(m, a, l, N);  // h_{l+1}, or partial[l]
     }
-    if (attnres) { depth_forward_rows(m, a, N, n_sub, a->out); }  // out = DA_out(blocks)
+    input_forward(m, n_sub);          // xf = rmsnorm(out); AttnRes: out = DA_out(blocks)
 
-    K->rmsnorm_forward(a->xf, a->rstd_f, a->out, m->params.final_norm, N, d);
     K->linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);
     // targets NULL: probabilities only (for decoding), every row counts as ignored
     K->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
@@ -582,22 +647,20 @@ void model_backward(Model* m) {
                              count > 0 ? 1.0f / (float)count : 0.0f, N, V);
     K->zero(a->dxf, N * d);
     K->linear_backward(a->dxf, m->grads.lm_head, a->dlogits, a->xf, m->params.lm_head, N, d, V);
-    K->zero(a->dout, N * d);
-    K->rmsnorm_backward(a->dout, m->grads.final_norm, a->dxf, a->out, m->params.final_norm,
-                        a->rstd_f, N, d);
 
     K->zero(a->dx0, N * d);
     if (S == 0) {
         // h_{l+1} = h_l + f_l(h_l): the residual gradient flows straight through, and each
         // sub-layer adds its input gradient to it. dx0 carries the running gradient.
-        K->copy(a->dx0, a->dout, N * d);
+        input_backward(m, n_sub, a->dxf, a->dx0);  // out's gradient
         for (int l = n_sub - 1; l >= 0; l--) {
             K->copy(a->dh, a->dx0, N * d);  // df_l = dh_{l+1}
-            sublayer_backward(m, l, a->dh, a->dx0);
+            sublayer_backward(m, l, a->dh);
+            input_backward(m, l, a->dxn, a->dx0);
         }
     } else {
         K->zero(a->dpartial, (size_t)n_sub * N * d);
-        depth_backward(m, n_sub, a->dout);
+        input_backward(m, n_sub, a->dxf, a->dout);
         for (int l = n_sub - 1; l >= 0; l--) {
             // every consumer of partial[l] comes later, so its gradient is complete here.
             // partial[l] = partial[l-1] + f_l (or f_l when l starts its block)
@@ -606,9 +669,8 @@ void model_backward(Model* m) {
                 float* dprev = a->dpartial + (size_t)(l - 1) * N * d;
                 K->add(dprev, dprev, dp, N * d);
             }
-            K->zero(a->dh, N * d);
-            sublayer_backward(m, l, dp, a->dh);
-            depth_backward(m, l, a->dh);
+            sublayer_backward(m, l, dp);
+            input_backward(m, l, a->dxn, a->dh);
         }
     }
     K->embedding_backward(m->grads.wte, a->dx0, m->tokens, N, d);
@@ -697,7 +759,8 @@ const Kernels cpu_kernels = {
     embedding_forward, embedding_backward, rmsnorm_forward, rmsnorm_backward,
     linear_forward, linear_backward, rope_forward, rope_backward,
     attention_forward, attention_backward, swiglu_forward, swiglu_backward,
-    depth_attention_forward, depth_attention_backward, depth_attention_variant_forward,
+    depth_attention_forward, depth_attention_backward, depth_attention_rmsnorm_forward,
+    depth_attention_rmsnorm_backward, depth_attention_variant_forward,
     depth_attention_variant_backward, depth_mixing_forward, depth_mixing_backward,
     crossentropy_forward,
     crossentropy_backward, adamw_update,

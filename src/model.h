@@ -249,7 +249,7 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
 // After sub-layer l has written s->f: none mode: h_{l+1} = h_l + f_l (out after the last);
 // AttnRes: partial[l] = f_l if l starts its block, else partial[l-1] + f_l.
 void residual_update(const Model* m, Activations* a, int l, size_t N);
-// s->f = MLP(rmsnorm(s->h)) of sub-layer l (odd), on the buffers of s, N rows.
+// s->f = MLP(s->xn) of sub-layer l (odd), s->xn = rmsnorm(s->h) already there; N rows.
 void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N);
 // The residual tensors' rows of depth attention l in t (the model's params or grads): the
 // query w_l, the key norm's gain g_l, U_l, the mixing coefficients; NULL where the variant

@@ -374,6 +374,13 @@ TEST_CASE("swiglu forward and backward on the GPU match the CPU") {
 }
 
 // ---- depth attention ---------------------------------------------------------------------
+// x (N,C) with its rows in reverse order
+static Floats reverse_rows(const Floats& x, size_t N, size_t C) {
+    Floats r(N * C);
+    for (size_t n = 0; n < N; n++) std::copy_n(&x[(N - 1 - n) * C], C, &r[n * C]);
+    return r;
+}
+
 // The sources of a depth attention, variant or mixing case: source i of the list is tensor
 // uses[i], so a tensor listed twice is one pointer passed twice, and its gradient must sum
 // both uses. The gradients start from random contents on both sides (the backward adds into
@@ -390,6 +397,13 @@ struct DepthSources {
         }
     }
     size_t n() const { return uses.size(); }
+    // the same sources with the rows of every tensor in reverse order (the spread of a sum
+    // over rows: the same math rounded in another order)
+    DepthSources reversed(size_t N, size_t C) const {
+        DepthSources r = *this;
+        for (size_t t = 0; t < tensors.size(); t++) r.tensors[t] = reverse_rows(tensors[t], N, C);
+        return r;
+    }
     // the lists of pointers to the sources and to their gradients, on the host (gradients
     // starting as dtensors0, ending as the CPU's results) or in the device memory of d
     struct Lists {
@@ -502,14 +516,10 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     Tolerance reduction_tol = tol;
     double spread = 0.0;
     if (N >= 1024) {
-        DepthSources reversed = ds;  // every tensor's rows, and dout's, in reverse order
-        Floats reversed_dout = dout, reversed_out(N * C), reversed_alpha(N * n_sources);
-        Floats reversed_rstd(N * n_sources), dquery2 = dquery0, dnorm_weight2 = dnorm_weight0;
-        for (size_t r = 0; r < N; r++) {
-            for (size_t t = 0; t < ds.tensors.size(); t++)
-                std::copy_n(&ds.tensors[t][(N - 1 - r) * C], C, &reversed.tensors[t][r * C]);
-            std::copy_n(&dout[(N - 1 - r) * C], C, &reversed_dout[r * C]);
-        }
+        DepthSources reversed = ds.reversed(N, C);  // every tensor's rows, and dout's
+        Floats reversed_dout = reverse_rows(dout, N, C), reversed_out(N * C);
+        Floats reversed_alpha(N * n_sources), reversed_rstd(N * n_sources);
+        Floats dquery2 = dquery0, dnorm_weight2 = dnorm_weight0;
         DepthSources::Lists lists = reversed.host_lists();
         depth_attention_forward(reversed_out.data(), reversed_alpha.data(), reversed_rstd.data(),
                                 lists.src.data(), query.data(), norm_weight.data(),
@@ -531,6 +541,130 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     if (n_sources == 1) {
         compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
         compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);
+    }
+}
+
+// The depth attention with the RMSNorm of its output, one kernel each way on the GPU, against
+// the CPU's definition: depth_attention_forward, rmsnorm_forward, then rmsnorm_backward into
+// a zeroed dout and depth_attention_backward from it.
+namespace {
+struct FusedResult {
+    Floats xn, rstd, out, alpha, key_rstd, dout, dquery, dnorm_weight, dweight;
+    std::vector<Floats> dtensors;
+};
+// the CPU's results for ds and dxn; gain: the norm's weight (NULL: none, and no dweight)
+FusedResult fused_on_cpu(const DepthSources& ds, const Floats& query, const Floats& norm_weight,
+                         const float* gain, const Floats& dxn, const Floats& dquery0,
+                         const Floats& dnorm_weight0, const Floats& dweight0, size_t N, size_t C) {
+    size_t n = ds.n();
+    FusedResult r{Floats(N * C), Floats(N), Floats(N * C), Floats(N * n), Floats(N * n),
+                  Floats(N * C, 12345.0f), dquery0, dnorm_weight0, dweight0, {}};
+    DepthSources::Lists host = ds.host_lists();
+    depth_attention_rmsnorm_forward(r.xn.data(), r.rstd.data(), r.out.data(), r.alpha.data(),
+                                    r.key_rstd.data(), host.src.data(), query.data(),
+                                    norm_weight.data(), gain, n, N, C);
+    depth_attention_rmsnorm_backward(host.dsrc.data(), r.dquery.data(), r.dnorm_weight.data(),
+                                     gain != nullptr ? r.dweight.data() : nullptr,
+                                     r.dout.data(), dxn.data(), r.out.data(), r.rstd.data(),
+                                     gain, r.alpha.data(), r.key_rstd.data(), host.src.data(),
+                                     query.data(), norm_weight.data(), n, N, C);
+    r.dtensors = host.dtensors;
+    return r;
+}
+}  // namespace
+
+TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, matches the CPU") {
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;  // source i is tensor uses[i] (DepthSources)
+    SUBCASE("1 source, N=3 C=8") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("5 sources, N=9 C=70: some threads with two columns, some with one") {
+        N = 9; C = 70; uses = {0, 1, 2, 3, 4};
+    }
+    SUBCASE("37 sources, N=3 C=200") {
+        N = 3; C = 200;
+        for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
+        N = 9; C = 70; uses = {0, 1, 2, 3, 4, 0};
+    }
+    SUBCASE("3 sources, N=301: the gains' gradients summed over 76 parts of 4 rows") {
+        N = 301; C = 12; uses = {0, 1, 2};
+    }
+    if (ON_GPU) {
+        SUBCASE("GPU: 17 sources, N=1024 C=256") {
+            N = 1024; C = 256; tol = {1e-4, 1e-4};
+            for (size_t i = 0; i < 17; i++) uses.push_back(i);
+        }
+    }
+    Rng rng(11);
+    DepthSources ds(N, C, uses, rng);
+    size_t n_sources = ds.n();
+    Floats query = rng.uniform_vector(C, -1, 1), norm_weight = rng.uniform_vector(C, 0.5, 1.5);
+    Floats weight = rng.uniform_vector(C, 0.5, 1.5), dxn = rng.uniform_vector(N * C, -1, 1);
+    Floats dquery0 = rng.uniform_vector(C, -1, 1), dnorm_weight0 = rng.uniform_vector(C, -1, 1);
+    Floats dweight0 = rng.uniform_vector(C, -1, 1);
+    for (bool gain : {true, false}) {  // without: the norm's weight and its gradient NULL
+        CAPTURE(gain);
+        const float* cpu_gain = gain ? weight.data() : nullptr;
+        FusedResult cpu = fused_on_cpu(ds, query, norm_weight, cpu_gain, dxn, dquery0,
+                                       dnorm_weight0, dweight0, N, C);
+        Outputs cuda = run_cuda([&] {
+            Device d;
+            DepthSources::Lists dev = ds.device_lists(d);
+            float *d_xn = d.zeros(N * C), *d_rstd = d.zeros(N), *d_out = d.zeros(N * C);
+            float *d_alpha = d.zeros(N * n_sources), *d_key_rstd = d.zeros(N * n_sources);
+            float* d_dout = d.upload(Floats(N * C, 12345.0f));  // overwritten
+            float *d_query = d.upload(query), *d_norm_weight = d.upload(norm_weight);
+            float* d_weight = gain ? d.upload(weight) : nullptr;
+            float *d_dquery = d.upload(dquery0), *d_dnorm_weight = d.upload(dnorm_weight0);
+            float* d_dweight = d.upload(dweight0);
+            depth_attention_rmsnorm_forward_cuda(d_xn, d_rstd, d_out, d_alpha, d_key_rstd,
+                                                 dev.src.data(), d_query, d_norm_weight,
+                                                 d_weight, n_sources, N, C);
+            depth_attention_rmsnorm_backward_cuda(dev.dsrc.data(), d_dquery, d_dnorm_weight,
+                                                  gain ? d_dweight : nullptr, d_dout,
+                                                  d.upload(dxn), d_out, d_rstd, d_weight,
+                                                  d_alpha, d_key_rstd, dev.src.data(), d_query,
+                                                  d_norm_weight, n_sources, N, C);
+            Outputs result{{"xn", download(d_xn, N * C)}, {"rstd", download(d_rstd, N)},
+                           {"out", download(d_out, N * C)},
+                           {"alpha", download(d_alpha, N * n_sources)},
+                           {"key_rstd", download(d_key_rstd, N * n_sources)},
+                           {"dout", download(d_dout, N * C)}, {"dquery", download(d_dquery, C)},
+                           {"dnorm_weight", download(d_dnorm_weight, C)},
+                           {"dweight", download(d_dweight, C)}};
+            add_source_gradients(result, dev.device_dtensors, N * C);
+            return result;
+        });
+        check(cuda[0], cpu.xn, tol);
+        check(cuda[1], cpu.rstd, tol);
+        check(cuda[2], cpu.out, tol);
+        check(cuda[3], cpu.alpha, tol);
+        check(cuda[4], cpu.key_rstd, tol);
+        check(cuda[5], cpu.dout, tol);
+        // the sums over all rows: max(tol, 4 x the spread of the CPU's own result between
+        // the rows in order and reversed), as in the depth attention's test above
+        Tolerance reduction_tol = tol;
+        if (N >= 1024) {
+            FusedResult other = fused_on_cpu(ds.reversed(N, C), query, norm_weight, cpu_gain,
+                                             reverse_rows(dxn, N, C), dquery0, dnorm_weight0,
+                                             dweight0, N, C);
+            double spread = 0.0;
+            for (size_t c = 0; c < C; c++) {
+                spread = std::max(spread, (double)std::fabs(other.dquery[c] - cpu.dquery[c]));
+                spread = std::max(spread, (double)std::fabs(other.dnorm_weight[c] -
+                                                            cpu.dnorm_weight[c]));
+                spread = std::max(spread, (double)std::fabs(other.dweight[c] - cpu.dweight[c]));
+            }
+            CAPTURE(spread);
+            reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
+        }
+        check(cuda[6], cpu.dquery, reduction_tol);
+        check(cuda[7], cpu.dnorm_weight, reduction_tol);
+        if (gain) check(cuda[8], cpu.dweight, reduction_tol);
+        else compare_exact("dweight, no gain: untouched", cuda[8].values.data(), dweight0.data(), C);
+        check_source_gradients(cuda, 9, cpu.dtensors, tol);
     }
 }
 

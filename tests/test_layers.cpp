@@ -44,6 +44,9 @@ static const float SWIGLU_STEP = 5e-2f;
 static const Tolerance SWIGLU_GRAD_TOL = {2e-5, 1e-5};     // max error 7.9e-6
 static const float DEPTH_STEP = 2e-2f;
 static const Tolerance DEPTH_GRAD_TOL = {5e-5, 1e-5};      // max error 1.8e-5
+// the depth attention followed by an RMSNorm of its output: a norm of a weighted sum bends
+// more than either alone, and sums over N = 7 rows (max error 3.2e-5)
+static const Tolerance FUSED_GRAD_TOL = {1e-4, 1e-5};
 static const float CROSSENTROPY_STEP = 5e-2f;
 static const Tolerance CROSSENTROPY_GRAD_TOL = {6e-6, 1e-5};  // max error 2.0e-6
 // Forward passes against a double-precision reference: a few float roundings of the result
@@ -415,6 +418,50 @@ TEST_CASE("depth attention backward matches finite differences, for every source
     check_gradient("query", dc.query.data(), dquery.data(), C, loss, DEPTH_STEP, DEPTH_GRAD_TOL);
     check_gradient("norm_weight", dc.norm_weight.data(), dnorm_weight.data(), C, loss, DEPTH_STEP,
                    DEPTH_GRAD_TOL);
+}
+
+TEST_CASE("depth attention with its RMSNorm (one call) matches finite differences, gain and dout included") {
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;
+    SUBCASE("1 source") { N = 2; C = 4; uses = {0}; }
+    SUBCASE("3 sources, the first tensor passed twice") { N = 3; C = 8; uses = {0, 1, 0}; }
+    SUBCASE("4 sources, N=7 C=6") { N = 7; C = 6; uses = {0, 1, 2, 3}; }
+    CAPTURE(N);
+    CAPTURE(C);
+    Rng rng(108);
+    DepthCase dc(N, C, uses, rng, 1.0f);
+    size_t n = dc.n_sources();
+    Vec gain = rng.signed_vector(C, 0.5f, 1.5f), R = rng.uniform_vector(N * C, -1, 1);
+    Vec xn(N * C), rstd(N), out(N * C), alpha(N * n), key_rstd(N * n);
+    Vec dquery(C, 0.0f), dnorm_weight(C, 0.0f), dgain(C, 0.0f);
+    Vec dout(N * C, 1e3f);  // overwritten with out's gradient
+    auto forward = [&] {
+        depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), alpha.data(),
+                                        key_rstd.data(), dc.sources.data(), dc.query.data(),
+                                        dc.norm_weight.data(), gain.data(), n, N, C);
+    };
+    forward();
+    depth_attention_rmsnorm_backward(dc.dsources.data(), dquery.data(), dnorm_weight.data(),
+                                     dgain.data(), dout.data(), R.data(), out.data(),
+                                     rstd.data(), gain.data(), alpha.data(), key_rstd.data(),
+                                     dc.sources.data(), dc.query.data(), dc.norm_weight.data(),
+                                     n, N, C);
+    // dout is rmsnorm's input gradient of R alone
+    Vec dout_ref(N * C, 0.0f), dgain_ref(C, 0.0f);
+    rmsnorm_backward(dout_ref.data(), dgain_ref.data(), R.data(), out.data(), gain.data(),
+                     rstd.data(), N, C);
+    compare_exact("dout", dout.data(), dout_ref.data(), N * C);
+    auto loss = [&] {
+        forward();
+        return weighted_sum(R.data(), xn.data(), N * C);
+    };
+    for (size_t i = 0; i < dc.tensors.size(); i++)
+        check_gradient("source tensor " + std::to_string(i), dc.tensors[i].data(),
+                       dc.dtensors[i].data(), N * C, loss, DEPTH_STEP, FUSED_GRAD_TOL);
+    check_gradient("query", dc.query.data(), dquery.data(), C, loss, DEPTH_STEP, FUSED_GRAD_TOL);
+    check_gradient("norm_weight", dc.norm_weight.data(), dnorm_weight.data(), C, loss, DEPTH_STEP,
+                   FUSED_GRAD_TOL);
+    check_gradient("gain", gain.data(), dgain.data(), C, loss, DEPTH_STEP, FUSED_GRAD_TOL);
 }
 
 TEST_CASE("crossentropy backward matches finite differences of the mean loss, with ignored targets") {
