@@ -192,7 +192,7 @@ TEST_CASE("embedding backward matches finite differences, with repeated tokens")
     check_gradient("wte", wte.data(), dwte.data(), V * C, loss, LINEAR_STEP, EMBEDDING_GRAD_TOL);
 }
 
-TEST_CASE("rmsnorm backward matches finite differences") {
+TEST_CASE("rmsnorm backward matches finite differences, with a gain and without (NULL)") {
     size_t N = 0, C = 0;
     SUBCASE("N=1 C=4") { N = 1; C = 4; }
     SUBCASE("N=3 C=8") { N = 3; C = 8; }
@@ -202,15 +202,23 @@ TEST_CASE("rmsnorm backward matches finite differences") {
     Rng rng(102);
     Vec inp = rng.uniform_vector(N * C, -1, 1), weight = rng.signed_vector(C, 0.5f, 1.5f);
     Vec R = rng.uniform_vector(N * C, -1, 1), out(N * C), rstd(N);
-    Vec dinp(N * C, 0.0f), dweight(C, 0.0f);
-    rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C);
-    rmsnorm_backward(dinp.data(), dweight.data(), R.data(), inp.data(), weight.data(), rstd.data(), N, C);
-    auto loss = [&] {
-        rmsnorm_forward(out.data(), rstd.data(), inp.data(), weight.data(), N, C);
-        return weighted_sum(R.data(), out.data(), N * C);
-    };
-    check_gradient("inp", inp.data(), dinp.data(), N * C, loss, RMSNORM_STEP, RMSNORM_GRAD_TOL);
-    check_gradient("weight", weight.data(), dweight.data(), C, loss, RMSNORM_STEP, RMSNORM_GRAD_TOL);
+    // without a gain (the input-dependent depth query's norm): weight and dweight NULL
+    for (bool gain : {true, false}) {
+        CAPTURE(gain);
+        const float* w = gain ? weight.data() : nullptr;
+        Vec dinp(N * C, 0.0f), dweight(C, 0.0f);
+        rmsnorm_forward(out.data(), rstd.data(), inp.data(), w, N, C);
+        rmsnorm_backward(dinp.data(), gain ? dweight.data() : nullptr, R.data(), inp.data(), w,
+                         rstd.data(), N, C);
+        auto loss = [&] {
+            rmsnorm_forward(out.data(), rstd.data(), inp.data(), w, N, C);
+            return weighted_sum(R.data(), out.data(), N * C);
+        };
+        check_gradient("inp", inp.data(), dinp.data(), N * C, loss, RMSNORM_STEP, RMSNORM_GRAD_TOL);
+        if (gain)
+            check_gradient("weight", weight.data(), dweight.data(), C, loss, RMSNORM_STEP,
+                           RMSNORM_GRAD_TOL);
+    }
 }
 
 TEST_CASE("linear backward matches finite differences, tiled and naive, on sizes around the register tile") {
