@@ -524,8 +524,8 @@ static Norm sublayer_norm(Model* m, int l) {
 
 // AttnRes with the standard depth attention: every depth attention's output goes straight
 // into an RMSNorm, and the two run as one kernel call (depth_attention_rmsnorm_forward; on
-// the GPU one pass over the rows instead of two, and one launch instead of two forward and
-// five backward)
+// the GPU one pass over the rows instead of two, and launches: one instead of two forward,
+// two instead of six backward)
 static int fused_depth_norm(const Model* m) {
     return m->dims.S > 0 && !m->config.mixing && !depth_variant(&m->config);
 }
