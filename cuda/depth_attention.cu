@@ -85,6 +85,11 @@ __device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x,
     return sum;
 }
 
+// the fused norm's gain at column c: 1 without one (NULL), which leaves every product exact
+__device__ __forceinline__ float gain_at(const float* norm_gain, size_t c) {
+    return norm_gain != NULL ? norm_gain[c] : 1.0f;
+}
+
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = norm_gain * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), norm_gain NULL for
@@ -148,10 +153,8 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
     // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
     float s = 1.0f / sqrtf(row_sum(out_sq, sum_sq, r, t) / (float)C + RMSNORM_EPS);
     if (live) {
-        for (size_t c = t; c < C; c += ROW_THREADS) {
-            float x = out[row * C + c];
-            xn[row * C + c] = norm_gain != NULL ? norm_gain[c] * (x * s) : x * s;
-        }
+        for (size_t c = t; c < C; c += ROW_THREADS)
+            xn[row * C + c] = gain_at(norm_gain, c) * (out[row * C + c] * s);
         if (t == 0) out_rstd[row] = s;
     }
 }
@@ -199,15 +202,12 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
         const float* x = out + row * C;
         float dot = 0.0f;
         if (live)
-            for (size_t c = t; c < C; c += ROW_THREADS)
-                dot += norm_gain != NULL ? dx[c] * norm_gain[c] * x[c] : dx[c] * x[c];
+            for (size_t c = t; c < C; c += ROW_THREADS) dot += dx[c] * gain_at(norm_gain, c) * x[c];
         dot = row_sum(row_dot, dot, r, t);
         if (live) {
             float s = out_rstd[row], correction = s * s * s * dot / (float)C;
-            for (size_t c = t; c < C; c += ROW_THREADS) {
-                float w = norm_gain != NULL ? norm_gain[c] : 1.0f;
-                dy[c] = s * w * dx[c] - correction * x[c];
-            }
+            for (size_t c = t; c < C; c += ROW_THREADS)
+                dy[c] = s * gain_at(norm_gain, c) * dx[c] - correction * x[c];
         }
     }
     // 1. per source, dout . V_i and (w * g) . V_i

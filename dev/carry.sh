@@ -12,9 +12,8 @@
 #                            src/ as they were at that commit, those that differ from now (the
 #                            model's orchestration in src/ goes with the kernels it calls);
 #                            gpu-check then also times the step and the depth attention built
-#                            with them,
-#                            a before/after on one GPU (its time is scarce, and the numbers of
-#                            two different machines do not compare)
+#                            with them, a before/after on one GPU (its time is scarce, and the
+#                            numbers of two different machines do not compare)
 # Then name .carry in the device run's carry list. Installs what is missing here first
 # (dev/ensure_deps.sh: doctest, OpenMPI).
 set -eu

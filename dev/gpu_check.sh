@@ -125,9 +125,10 @@ check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed
     build/bench_gemm
 check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
     build/bench_depth
-# Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an earlier commit
-# (make carry AB=commit put those files in .carry/ab), in a copy of the tree under build/ab,
-# then the current build again right after, so that the two runs are neighbours in time
+# Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an
+# earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
+# under build/ab, then the current build again right after, so that the two runs are
+# neighbours in time
 if [ -f .carry/ab/COMMIT ]; then
     ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
     rm -rf build/ab && mkdir -p build/ab

@@ -381,6 +381,14 @@ static Floats reverse_rows(const Floats& x, size_t N, size_t C) {
     return r;
 }
 
+// max_i |a_i - b_i|: for a sum over rows, its spread (the CPU's result with the rows in order
+// against reversed)
+static double largest_difference(const Floats& a, const Floats& b) {
+    double most = 0.0;
+    for (size_t i = 0; i < a.size(); i++) most = std::max(most, (double)std::fabs(a[i] - b[i]));
+    return most;
+}
+
 // The sources of a depth attention, variant or mixing case: source i of the list is tensor
 // uses[i], so a tensor listed twice is one pointer passed twice, and its gradient must sum
 // both uses. The gradients start from random contents on both sides (the backward adds into
@@ -528,10 +536,8 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
                                  reversed_dout.data(), reversed_alpha.data(), reversed_rstd.data(),
                                  lists.src.data(), query.data(), norm_weight.data(),
                                  n_sources, N, C);
-        for (size_t c = 0; c < C; c++) {
-            spread = std::max(spread, (double)std::fabs(dquery2[c] - dquery[c]));
-            spread = std::max(spread, (double)std::fabs(dnorm_weight2[c] - dnorm_weight[c]));
-        }
+        spread = std::max(largest_difference(dquery2, dquery),
+                          largest_difference(dnorm_weight2, dnorm_weight));
         reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
     }
     CAPTURE(spread);
@@ -650,13 +656,9 @@ TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, mat
             FusedResult other = fused_on_cpu(ds.reversed(N, C), query, norm_weight, cpu_gain,
                                              reverse_rows(dxn, N, C), dquery0, dnorm_weight0,
                                              dweight0, N, C);
-            double spread = 0.0;
-            for (size_t c = 0; c < C; c++) {
-                spread = std::max(spread, (double)std::fabs(other.dquery[c] - cpu.dquery[c]));
-                spread = std::max(spread, (double)std::fabs(other.dnorm_weight[c] -
-                                                            cpu.dnorm_weight[c]));
-                spread = std::max(spread, (double)std::fabs(other.dweight[c] - cpu.dweight[c]));
-            }
+            double spread = std::max({largest_difference(other.dquery, cpu.dquery),
+                                      largest_difference(other.dnorm_weight, cpu.dnorm_weight),
+                                      largest_difference(other.dweight, cpu.dweight)});
             CAPTURE(spread);
             reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
         }
