@@ -1,140 +1,263 @@
 // attention.cu — causal grouped-query attention on the GPU (mirror of src/attention.c).
 // q (B,T,H*hs), k and v (B,T,G*hs), out (B,T,H*hs), att (B,H,T,T); query head h reads
 // key/value head h / (H/G).
+//
+// Every kernel here works on 32×32 tiles, staged in shared memory:
+//   - a block owns ATT_TILE = 32 rows (query rows of one (b,h), or keys of one (b,g)); each
+//     of its ATT_WARPS = 8 warps owns ATT_ROWS = 4 of them;
+//   - it walks the other side (keys, or queries) a tile of 32 at a time, and the head
+//     dimension hs a chunk of 32 at a time, so any T and any hs fit the same shared memory;
+//   - in a tile of scores lane j owns key (or column) j: a dot product reads a row of one
+//     tile (the same word in every lane: a broadcast) against row j of the other (tiles are
+//     padded to 33 columns, so the 32 lanes hit 32 different banks); in a tile of outputs
+//     lane i owns dimension i of the chunk.
+// Every value is read from global memory once per tile instead of once per row, and every
+// load of a tile is coalesced (32 neighbouring floats of a row).
+//
+// The backward keeps no (B,H,T,T) scratch: each score's gradient is recomputed where it is
+// needed, from the saved probabilities and dp = dout . v (flash attention's trick), with
+// the per-row sum D_t = sum_t2 p dp kept in a (B,H,T) scratch between its two kernels.
 #include <math.h>
 
 #include "common.cuh"
 #include "layers.cuh"
 
+#define ATT_TILE 32                          // rows per block, keys per tile, dims per chunk
+#define ATT_WARPS 8                          // warps per block
+#define ATT_ROWS (ATT_TILE / ATT_WARPS)      // rows per warp
+
+typedef float Tile[ATT_TILE][ATT_TILE + 1];  // [row][dim], padded against bank conflicts
+
+// tile[r][i] = x[b, t0 + r, head, c + i] of a (B,T,n_heads*hs) tensor, 0 past T or hs.
+// Between two barriers: the block's reads of what the tile held are over before it is
+// overwritten, and the whole new tile is written before anyone reads it.
+__device__ void load_tile(Tile tile, const float* x, size_t b, size_t t0, size_t T, size_t head,
+                          size_t n_heads, size_t c, size_t hs) {
+    __syncthreads();
+    for (unsigned int idx = threadIdx.x; idx < ATT_TILE * ATT_TILE; idx += blockDim.x) {
+        size_t r = idx / ATT_TILE, i = idx % ATT_TILE;
+        bool inside = t0 + r < T && c + i < hs;
+        tile[r][i] = inside ? x[((b * T + t0 + r) * n_heads + head) * hs + c + i] : 0.0f;
+    }
+    __syncthreads();
+}
+
+// dots[r] = a_t . x_t2 over all hs, for the warp's rows t = a_t0 + ATT_ROWS * warp + r of
+// a (head a_head of a_heads) and the lane's key t2 = x_t0 + lane of x (head x_head of
+// x_heads); each dot product sums its dims in order, in one float. Rows or keys past T give 0.
+__device__ void tile_dots(float dots[ATT_ROWS], Tile a_tile, Tile x_tile, const float* a,
+                          size_t a_t0, size_t a_head, size_t a_heads, const float* x, size_t x_t0,
+                          size_t x_head, size_t x_heads, size_t b, size_t T, size_t hs) {
+    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    for (int r = 0; r < ATT_ROWS; r++) dots[r] = 0.0f;
+    for (size_t c = 0; c < hs; c += ATT_TILE) {
+        load_tile(a_tile, a, b, a_t0, T, a_head, a_heads, c, hs);
+        load_tile(x_tile, x, b, x_t0, T, x_head, x_heads, c, hs);
+        for (int r = 0; r < ATT_ROWS; r++) {
+            const float* a_row = a_tile[warp * ATT_ROWS + r];
+            for (int i = 0; i < ATT_TILE; i++) dots[r] += a_row[i] * x_tile[lane][i];
+        }
+    }
+}
+
 // att[b,h,t,:] = softmax over t2 <= t of q_t . k_t2 / sqrt(hs) (zero above the diagonal);
-// out_t = sum_t2 att[b,h,t,t2] v_t2. One warp per query row (b,h,t): lanes split the keys,
-// then the output dims.
+// out_t = sum_t2 att[b,h,t,t2] v_t2. Block (query tile, h, b), 8 warps of 4 query rows.
 __global__ void attention_forward_kernel(float* out, float* att, const float* q, const float* k,
                                          const float* v, size_t B, size_t T, size_t H, size_t G,
                                          size_t hs) {
-    size_t row = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    unsigned int lane = threadIdx.x % WARP_SIZE;
-    if (row >= B * H * T) return;  // the whole warp leaves together
-    size_t t = row % T, h = row / T % H, b = row / (T * H);
-    size_t g = h / (H / G);
-    const float* q_t = q + (b * T + t) * H * hs + h * hs;
-    float* att_row = att + row * T;
+    __shared__ Tile q_tile, kv_tile;
+    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    size_t b = blockIdx.z, h = blockIdx.y, g = h / (H / G);
+    size_t t0 = (size_t)blockIdx.x * ATT_TILE, row0 = t0 + warp * ATT_ROWS;
+    size_t end = t0 + ATT_TILE < T ? t0 + ATT_TILE : T;  // the rows see keys 0 .. end-1
     float scale = 1.0f / sqrtf((float)hs);
+    (void)B;
 
-    float max_score = -INFINITY;
-    for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE) {
-        const float* k_t2 = k + (b * T + t2) * G * hs + g * hs;
-        float score = 0.0f;
-        for (size_t i = 0; i < hs; i++) score += q_t[i] * k_t2[i];
-        score *= scale;
-        att_row[t2] = score;
-        max_score = fmaxf(max_score, score);
-    }
-    max_score = warp_max(max_score);
-    float sum = 0.0f;
-    for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE) {
-        float e = expf(att_row[t2] - max_score);
-        att_row[t2] = e;
-        sum += e;
-    }
-    sum = warp_sum(sum);
-    for (size_t t2 = lane; t2 < T; t2 += WARP_SIZE)
-        att_row[t2] = t2 <= t ? att_row[t2] / sum : 0.0f;
-    __syncwarp();  // every lane reads the whole row below
-
-    for (size_t i = lane; i < hs; i += WARP_SIZE) {
-        float acc = 0.0f;
-        for (size_t t2 = 0; t2 <= t; t2++)
-            acc += att_row[t2] * v[(b * T + t2) * G * hs + g * hs + i];
-        out[(b * T + t) * H * hs + h * hs + i] = acc;
-    }
-}
-
-// forward was: s = q_t . k_t2 * scale, p = softmax(s), out_t = sum_t2 p v_t2. With
-// dp[t2] = dout_t . v_t2 this stores dscore[b,h,t,t2] = scale * p (dp - sum_t3 p[t3] dp[t3])
-// for t2 <= t, i.e. the gradient of the score already times its scale. One warp per (b,h,t).
-__global__ void attention_backward_score_kernel(float* dscore, const float* dout, const float* att,
-                                                const float* v, size_t B, size_t T, size_t H,
-                                                size_t G, size_t hs) {
-    size_t row = (size_t)blockIdx.x * (blockDim.x / WARP_SIZE) + threadIdx.x / WARP_SIZE;
-    unsigned int lane = threadIdx.x % WARP_SIZE;
-    if (row >= B * H * T) return;
-    size_t t = row % T, h = row / T % H, b = row / (T * H);
-    size_t g = h / (H / G);
-    const float* dout_t = dout + (b * T + t) * H * hs + h * hs;
-    const float* att_row = att + row * T;
-    float* dscore_row = dscore + row * T;
-    float scale = 1.0f / sqrtf((float)hs);
-
-    float p_dot_dp = 0.0f;  // sum_t2 p[t2] dp[t2]
-    for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE) {
-        const float* v_t2 = v + (b * T + t2) * G * hs + g * hs;
-        float dp = 0.0f;
-        for (size_t i = 0; i < hs; i++) dp += dout_t[i] * v_t2[i];
-        dscore_row[t2] = dp;
-        p_dot_dp += att_row[t2] * dp;
-    }
-    p_dot_dp = warp_sum(p_dot_dp);
-    // each lane rewrites only the entries it wrote above
-    for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE)
-        dscore_row[t2] = scale * att_row[t2] * (dscore_row[t2] - p_dot_dp);
-}
-
-// dq_t += sum_{t2 <= t} dscore[t][t2] k_t2; one thread per element (b,t,h,i) of dq
-__global__ void attention_backward_query_kernel(float* dq, const float* dscore, const float* k,
-                                                size_t B, size_t T, size_t H, size_t G,
-                                                size_t hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * T * H * hs) return;
-    size_t i = idx % hs, h = idx / hs % H, t = idx / (hs * H) % T, b = idx / (hs * H * T);
-    size_t g = h / (H / G);
-    const float* dscore_row = dscore + ((b * H + h) * T + t) * T;
-    float sum = 0.0f;
-    for (size_t t2 = 0; t2 <= t; t2++)
-        sum += dscore_row[t2] * k[(b * T + t2) * G * hs + g * hs + i];
-    dq[idx] += sum;
-}
-
-// Over the query heads h of group g and the rows t >= t2 that see key t2:
-// dk_t2 += sum dscore[h][t][t2] q_t,h and dv_t2 += sum att[h][t][t2] dout_t,h.
-// One thread per element (b,t2,g,i) of dk and dv.
-__global__ void attention_backward_key_value_kernel(float* dk, float* dv, const float* dscore,
-                                                    const float* dout, const float* att,
-                                                    const float* q, size_t B, size_t T, size_t H,
-                                                    size_t G, size_t hs) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= B * T * G * hs) return;
-    size_t i = idx % hs, g = idx / hs % G, t2 = idx / (hs * G) % T, b = idx / (hs * G * T);
-    size_t heads_per_group = H / G;
-    float dk_sum = 0.0f, dv_sum = 0.0f;
-    for (size_t h = g * heads_per_group; h < (g + 1) * heads_per_group; h++) {
-        for (size_t t = t2; t < T; t++) {
-            size_t score = ((b * H + h) * T + t) * T + t2;
-            size_t qo = (b * T + t) * H * hs + h * hs + i;  // q and dout
-            dk_sum += dscore[score] * q[qo];
-            dv_sum += att[score] * dout[qo];
+    // 1. the scaled scores into att (lane j: key k0 + j), and each lane's largest
+    float max_score[ATT_ROWS];
+    for (int r = 0; r < ATT_ROWS; r++) max_score[r] = -INFINITY;
+    for (size_t k0 = 0; k0 < end; k0 += ATT_TILE) {
+        float score[ATT_ROWS];
+        tile_dots(score, q_tile, kv_tile, q, t0, h, H, k, k0, g, G, b, T, hs);
+        size_t t2 = k0 + lane;
+        for (int r = 0; r < ATT_ROWS; r++) {
+            size_t t = row0 + r;
+            if (t < T && t2 <= t) {
+                att[((b * H + h) * T + t) * T + t2] = score[r] * scale;
+                max_score[r] = fmaxf(max_score[r], score[r] * scale);
+            }
         }
     }
-    dk[idx] += dk_sum;
-    dv[idx] += dv_sum;
+    // 2. softmax along each row, in place; a lane reads back only the keys it wrote
+    // (t2 = lane mod 32)
+    for (int r = 0; r < ATT_ROWS; r++) {
+        size_t t = row0 + r;
+        if (t >= T) break;  // the same for the whole warp
+        float* att_row = att + ((b * H + h) * T + t) * T;
+        float row_max = warp_max(max_score[r]);
+        float sum = 0.0f;
+        for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE) {
+            float e = expf(att_row[t2] - row_max);
+            att_row[t2] = e;
+            sum += e;
+        }
+        sum = warp_sum(sum);
+        for (size_t t2 = lane; t2 < T; t2 += WARP_SIZE)
+            att_row[t2] = t2 <= t ? att_row[t2] / sum : 0.0f;
+    }
+
+    // 3. out_t = sum_t2 p_t2 v_t2, one chunk of 32 dims at a time (lane i: dim c + i); every
+    // lane reads its rows' whole probabilities, which the barrier in load_tile publishes
+    for (size_t c = 0; c < hs; c += ATT_TILE) {
+        float acc[ATT_ROWS] = {0.0f};
+        for (size_t k0 = 0; k0 < end; k0 += ATT_TILE) {
+            load_tile(kv_tile, v, b, k0, T, g, G, c, hs);
+            for (int r = 0; r < ATT_ROWS; r++) {
+                size_t t = row0 + r;
+                const float* att_row = att + ((b * H + h) * T + t) * T;
+                for (size_t t2 = k0; t2 < k0 + ATT_TILE && t2 <= t && t < T; t2++)
+                    acc[r] += att_row[t2] * kv_tile[t2 - k0][lane];
+            }
+        }
+        for (int r = 0; r < ATT_ROWS; r++) {
+            size_t t = row0 + r;
+            if (t < T && c + lane < hs) out[(b * T + t) * H * hs + h * hs + c + lane] = acc[r];
+        }
+    }
+}
+
+// The backward, from the forward's s = q_t . k_t2 * scale, p = softmax(s), out_t = sum p v:
+//   dp_t2 = dout_t . v_t2,  D_t = sum_t2 p_t2 dp_t2,  ds_t2 = scale * p_t2 (dp_t2 - D_t)
+//   dq_t += sum_t2 ds_t2 k_t2,  dk_t2 += sum_t ds_t2 q_t,  dv_t2 += sum_t p_t2 dout_t
+// (ds already carries the score's scale). ds is never stored: the two kernels below each
+// recompute the tile of it they need.
+
+// ds for the warp's rows t = row0 + r and the lane's key t2 of one tile, from dp and D;
+// 0 above the diagonal and past T
+__device__ float score_gradient(const float* att, const float* dp, const float* D, size_t r,
+                                size_t row0, size_t t2, size_t T, size_t bh, float scale) {
+    size_t t = row0 + r;
+    if (t >= T || t2 > t) return 0.0f;
+    float p = att[(bh * T + t) * T + t2];
+    return scale * p * (dp[r] - D[r]);
+}
+
+// dq, and D_t into dp_sum (B,H,T) for the key kernel. Block (query tile, h, b), 8 warps of 4
+// query rows: D first (a pass over the keys), then ds tile by tile into dq.
+__global__ void attention_backward_query_kernel(float* dq, float* dp_sum, const float* dout,
+                                                const float* att, const float* k, const float* v,
+                                                size_t B, size_t T, size_t H, size_t G,
+                                                size_t hs) {
+    __shared__ Tile dout_tile, kv_tile, ds_tile;
+    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    size_t b = blockIdx.z, h = blockIdx.y, g = h / (H / G), bh = b * H + h;
+    size_t t0 = (size_t)blockIdx.x * ATT_TILE, row0 = t0 + warp * ATT_ROWS;
+    size_t end = t0 + ATT_TILE < T ? t0 + ATT_TILE : T;
+    float scale = 1.0f / sqrtf((float)hs);
+    (void)B;
+
+    // 1. D_t = sum_t2 p_t2 dp_t2 (lane: the keys t2 = lane mod 32, then across the warp)
+    float D[ATT_ROWS] = {0.0f}, dp[ATT_ROWS];
+    for (size_t k0 = 0; k0 < end; k0 += ATT_TILE) {
+        tile_dots(dp, dout_tile, kv_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
+        for (int r = 0; r < ATT_ROWS; r++) {
+            size_t t = row0 + r, t2 = k0 + lane;
+            if (t < T && t2 <= t) D[r] += att[(bh * T + t) * T + t2] * dp[r];
+        }
+    }
+    for (int r = 0; r < ATT_ROWS; r++) {
+        D[r] = warp_sum(D[r]);
+        if (lane == 0 && row0 + r < T) dp_sum[bh * T + row0 + r] = D[r];
+    }
+
+    // 2. per key tile: ds (lane: key) into ds_tile, then dq_t += sum over the tile's keys
+    // of ds k_t2, a chunk of dims at a time (lane: dim)
+    for (size_t k0 = 0; k0 < end; k0 += ATT_TILE) {
+        tile_dots(dp, dout_tile, kv_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
+        for (int r = 0; r < ATT_ROWS; r++)
+            ds_tile[warp * ATT_ROWS + r][lane] =
+                score_gradient(att, dp, D, r, row0, k0 + lane, T, bh, scale);
+        for (size_t c = 0; c < hs; c += ATT_TILE) {
+            load_tile(kv_tile, k, b, k0, T, g, G, c, hs);  // its barrier also publishes ds_tile
+            for (int r = 0; r < ATT_ROWS; r++) {
+                size_t t = row0 + r;
+                float sum = 0.0f;
+                for (int j = 0; j < ATT_TILE; j++) sum += ds_tile[warp * ATT_ROWS + r][j] * kv_tile[j][lane];
+                if (t < T && c + lane < hs) dq[(b * T + t) * H * hs + h * hs + c + lane] += sum;
+            }
+        }
+    }
+}
+
+// dk and dv. Block (key tile, g, b): over the query heads h of group g and the query tiles
+// that see the block's keys, ds and p for (32 queries) x (32 keys) go to shared memory
+// (warps: queries, lanes: keys), then each warp sums them into its 4 keys' dk and dv, a chunk
+// of dims at a time (lane: dim), in a fixed order: heads, then query tiles.
+__global__ void attention_backward_key_value_kernel(float* dk, float* dv, const float* dp_sum,
+                                                    const float* dout, const float* att,
+                                                    const float* q, const float* v, size_t B,
+                                                    size_t T, size_t H, size_t G, size_t hs) {
+    __shared__ Tile a_tile, x_tile, ds_tile, p_tile;
+    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
+    size_t b = blockIdx.z, g = blockIdx.y, k0 = (size_t)blockIdx.x * ATT_TILE;
+    size_t heads_per_group = H / G;
+    float scale = 1.0f / sqrtf((float)hs);
+    (void)B;
+
+    for (size_t h = g * heads_per_group; h < (g + 1) * heads_per_group; h++) {
+        size_t bh = b * H + h;
+        for (size_t t0 = k0; t0 < T; t0 += ATT_TILE) {  // query tiles at and below the keys'
+            size_t row0 = t0 + warp * ATT_ROWS, t2 = k0 + lane;
+            float dp[ATT_ROWS], D[ATT_ROWS];
+            tile_dots(dp, a_tile, x_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
+            for (int r = 0; r < ATT_ROWS; r++) {
+                size_t t = row0 + r;
+                D[r] = t < T ? dp_sum[bh * T + t] : 0.0f;
+                bool seen = t < T && t2 <= t;
+                p_tile[warp * ATT_ROWS + r][lane] = seen ? att[(bh * T + t) * T + t2] : 0.0f;
+                ds_tile[warp * ATT_ROWS + r][lane] =
+                    score_gradient(att, dp, D, r, row0, t2, T, bh, scale);
+            }
+            for (size_t c = 0; c < hs; c += ATT_TILE) {
+                // their barriers also publish ds_tile and p_tile
+                load_tile(a_tile, q, b, t0, T, h, H, c, hs);
+                load_tile(x_tile, dout, b, t0, T, h, H, c, hs);
+                for (int r = 0; r < ATT_ROWS; r++) {
+                    size_t key = warp * ATT_ROWS + r;
+                    float dk_sum = 0.0f, dv_sum = 0.0f;
+                    for (int j = 0; j < ATT_TILE; j++) {
+                        dk_sum += ds_tile[j][key] * a_tile[j][lane];
+                        dv_sum += p_tile[j][key] * x_tile[j][lane];
+                    }
+                    if (k0 + key < T && c + lane < hs) {
+                        size_t at = (b * T + k0 + key) * G * hs + g * hs + c + lane;
+                        dk[at] += dk_sum;
+                        dv[at] += dv_sum;
+                    }
+                }
+            }
+        }
+    }
+}
+
+static dim3 attention_grid(size_t T, size_t heads, size_t B) {
+    return dim3(ceil_div(T, ATT_TILE), (unsigned int)heads, (unsigned int)B);
 }
 
 void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
                             const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs) {
-    const size_t block_size = 128;  // 4 query rows per block
-    launch_kernel(attention_forward_kernel, ceil_div(B * H * T * WARP_SIZE, block_size), block_size,
+    launch_kernel(attention_forward_kernel, attention_grid(T, H, B), ATT_WARPS * WARP_SIZE,
                   out, att, q, k, v, B, T, H, G, hs);
 }
 
 void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* att,
                              const float* q, const float* k, const float* v,
                              size_t B, size_t T, size_t H, size_t G, size_t hs) {
-    float* dscore = cuda_workspace(B * H * T * T);
-    const size_t block_size = 128;
-    launch_kernel(attention_backward_score_kernel, ceil_div(B * H * T * WARP_SIZE, block_size),
-                  block_size, dscore, dout, att, v, B, T, H, G, hs);
-    launch_kernel(attention_backward_query_kernel, ceil_div(B * T * H * hs, block_size), block_size,
-                  dq, dscore, k, B, T, H, G, hs);
-    launch_kernel(attention_backward_key_value_kernel, ceil_div(B * T * G * hs, block_size),
-                  block_size, dk, dv, dscore, dout, att, q, B, T, H, G, hs);
+    float* dp_sum = cuda_workspace(attention_workspace_floats_cuda(B, T, H));
+    launch_kernel(attention_backward_query_kernel, attention_grid(T, H, B),
+                  ATT_WARPS * WARP_SIZE, dq, dp_sum, dout, att, k, v, B, T, H, G, hs);
+    launch_kernel(attention_backward_key_value_kernel, attention_grid(T, G, B),
+                  ATT_WARPS * WARP_SIZE, dk, dv, dp_sum, dout, att, q, v, B, T, H, G, hs);
 }
+
+size_t attention_workspace_floats_cuda(size_t B, size_t T, size_t H) { return B * H * T; }

@@ -50,10 +50,12 @@ void rope_prepare_cuda(size_t n_positions, size_t head_size);
 // ---- attention.cu ------------------------------------------------------------------------
 void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
                             const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
-// Borrows (B,H,T,T) floats of the workspace (common.cuh) for the score gradients.
+// Borrows attention_workspace_floats_cuda(B, T, H) floats of the workspace (common.cuh):
+// one per query row (the sums D_t); the score gradients are recomputed, never stored.
 void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* att,
                              const float* q, const float* k, const float* v,
                              size_t B, size_t T, size_t H, size_t G, size_t hs);
+size_t attention_workspace_floats_cuda(size_t B, size_t T, size_t H);
 
 // ---- swiglu.cu ---------------------------------------------------------------------------
 void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t N, size_t F);

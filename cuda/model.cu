@@ -105,7 +105,7 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     const ModelDims* z = &m->model.dims;
     size_t N = max_B * max_T, parts = ceil_div(N, ROWS_PER_PART);
     size_t most_sources = z->S > 0 ? count_sources(c, (int)z->n_sub) : 0;
-    size_t needs[] = {max_B * z->H * max_T * max_T,               // attention: dscore
+    size_t needs[] = {attention_workspace_floats_cuda(max_B, max_T, z->H),
                       depth_attention_workspace_floats_cuda(most_sources, N, z->d),
                       depth_variants_workspace_floats_cuda(most_sources, N, z->d, z->K),
                       parts * z->d,                                 // rmsnorm

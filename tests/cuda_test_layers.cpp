@@ -305,6 +305,9 @@ TEST_CASE("attention forward and backward on the GPU match the CPU (causal, grou
     SUBCASE("B=2 T=37 H=2 G=2 hs=4, G=H, T over a warp") { B = 2; T = 37; H = 2; G = 2; hs = 4; }
     SUBCASE("B=1 T=9 H=6 G=3 hs=40, hs over a warp") { B = 1; T = 9; H = 6; G = 3; hs = 40; }
     SUBCASE("B=2 T=1 H=2 G=1 hs=2") { B = 2; T = 1; H = 2; G = 1; hs = 2; }
+    SUBCASE("B=1 T=70 H=6 G=2 hs=40, three key tiles, two dim chunks") {
+        B = 1; T = 70; H = 6; G = 2; hs = 40;
+    }
     if (ON_GPU) {
         SUBCASE("GPU: B=8 T=128 H=8 G=4 hs=32, the bench model") { B = 8; T = 128; H = 8; G = 4; hs = 32; }
         SUBCASE("GPU: B=3 T=131 H=6 G=2 hs=16, odd") { B = 3; T = 131; H = 6; G = 2; hs = 16; }
