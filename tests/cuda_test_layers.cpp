@@ -202,7 +202,8 @@ TEST_CASE("rmsnorm forward and backward on the GPU match the CPU, with a gain an
 // ---- linear ------------------------------------------------------------------------------
 // The emulator reports 4 multiprocessors (cuda_emu.h), so these sizes reach every branch of
 // cuda/linear.cu: the 64 x 64 tiles, the 128 x 128 tiles (4 or more of them: 130 x 260),
-// split-K (one tile, K >= 512), tiles cut by the matrix edge in every dimension, and the
+// split-K (one tile, K >= 512; its sums overwriting (forward) or adding (dW), 16 bytes or
+// one float at a time), tiles cut by the matrix edge in every dimension, and the
 // scalar loads and stores (odd sizes, or pointers one float past 16-byte alignment).
 TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around the tile") {
     size_t N = 0, IN = 0, OUT = 0, offset = 0;
@@ -214,6 +215,15 @@ TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around
     SUBCASE("N=130 IN=12 OUT=260, 128 x 128 tiles (dW: split-K)") { N = 130; IN = 12; OUT = 260; }
     SUBCASE("N=600 IN=20 OUT=12, split-K of the weight gradient") { N = 600; IN = 20; OUT = 12; }
     SUBCASE("N=24 IN=8 OUT=20, pointers one float off alignment") { N = 24; IN = 8; OUT = 20; offset = 1; }
+    SUBCASE("N=600 IN=7 OUT=5, split-K sums of an odd count, one float off alignment") {
+        N = 600; IN = 7; OUT = 5; offset = 1;
+    }
+    SUBCASE("N=600 IN=8 OUT=12, split-K sums, one float off alignment") {
+        N = 600; IN = 8; OUT = 12; offset = 1;
+    }
+    SUBCASE("N=20 IN=600 OUT=12, split-K of the forward (sums that overwrite)") {
+        N = 20; IN = 600; OUT = 12;
+    }
     if (ON_GPU) {
         // the model's shapes: d = 256, F = 704, B*T = 1024, and an odd one; sums of up to
         // 1024 terms, so the tolerance grows with sqrt(K) (measured errors: GRADCHECK_VERBOSE)
