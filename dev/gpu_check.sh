@@ -14,7 +14,7 @@
 #      kernels; the same built with cuda/ and src/ of an earlier commit when make carry
 #      AB=commit put them in .carry/ab (before/after on one GPU); PyTorch eager on the same
 #      GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was skipped
-#      otherwise)
+#      otherwise); Nsight Compute's time per kernel of one block step (dev/profile_cuda.py)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (last: the slowest part; where the machine's
 #      runtime refuses the tool, e.g. "Device not supported" under gVisor, a skip line says so)
@@ -147,6 +147,21 @@ if [ -f .carry/ab/COMMIT ]; then
         done
     fi
 fi
+# where one step's GPU time goes, kernel by kernel (Nsight Compute; a machine whose runtime
+# does not let it read the counters gets a skip line, as compute-sanitizer below)
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+if [ ! -x "$ncu" ]; then
+    summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
+elif timeout 150 python3 dev/profile_cuda.py --mode block --ncu "$ncu" >"$out/profile.log" 2>&1; then
+    summary+=("ok    profile of a block step, kernel by kernel (dev/profile_cuda.py; profile.log)")
+elif grep -qiE "not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999" "$out/profile.log"; then
+    summary+=("skip  profile of a step: this machine refuses ncu: $(grep -iE 'not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999' "$out/profile.log" | head -1 | cut -c1-160)")
+else
+    summary+=("FAIL  profile of a block step (dev/profile_cuda.py; see profile.log)")
+    failed=1
+fi
+echo "${summary[-1]}"
+head -30 "$out/profile.log" >>"$out/speed.log" 2>/dev/null
 python3 dev/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
 status=$?
 if [ $status -eq 3 ]; then
