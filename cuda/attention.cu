@@ -114,8 +114,9 @@ __global__ void attention_forward_kernel(float* out, float* att, const float* q,
             load_tile(kv_tile, v, b, k0, T, g, G, c, hs);
             for (int r = 0; r < ATT_ROWS; r++) {
                 size_t t = row0 + r;
+                if (t >= T) break;
                 const float* att_row = att + ((b * H + h) * T + t) * T;
-                for (size_t t2 = k0; t2 < k0 + ATT_TILE && t2 <= t && t < T; t2++)
+                for (size_t t2 = k0; t2 < k0 + ATT_TILE && t2 <= t; t2++)
                     acc[r] += att_row[t2] * kv_tile[t2 - k0][lane];
             }
         }
@@ -181,8 +182,9 @@ __global__ void attention_backward_query_kernel(float* dq, float* dp_sum, const 
             load_tile(kv_tile, k, b, k0, T, g, G, c, hs);  // its barrier also publishes ds_tile
             for (int r = 0; r < ATT_ROWS; r++) {
                 size_t t = row0 + r;
+                const float* ds_row = ds_tile[warp * ATT_ROWS + r];
                 float sum = 0.0f;
-                for (int j = 0; j < ATT_TILE; j++) sum += ds_tile[warp * ATT_ROWS + r][j] * kv_tile[j][lane];
+                for (int j = 0; j < ATT_TILE; j++) sum += ds_row[j] * kv_tile[j][lane];
                 if (t < T && c + lane < hs) dq[(b * T + t) * H * hs + h * hs + c + lane] += sum;
             }
         }

@@ -132,7 +132,9 @@ int main(int argc, char** argv) {
     float *dq = upload(random_floats(N * H * hs, 54)), *dk = upload(random_floats(N * G * hs, 55));
     float *dv = upload(random_floats(N * G * hs, 56));
     Timing attention = time_forward_backward(
-        [&] { for (size_t l = 0; l < L; l++) attention_forward_cuda(y, att, q, k, v, B, T, H, G, hs); },
+        [&] {
+            for (size_t l = 0; l < L; l++) attention_forward_cuda(y, att, q, k, v, B, T, H, G, hs);
+        },
         [&] {
             for (size_t l = 0; l < L; l++)
                 attention_backward_cuda(dq, dk, dv, dy, att, q, k, v, B, T, H, G, hs);
