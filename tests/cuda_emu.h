@@ -94,6 +94,8 @@ struct Allocation {
 };
 inline std::map<uintptr_t, Allocation> allocations;  // by address of data
 inline size_t malloc_calls = 0;  // cudaMalloc calls so far (a training step should make none)
+// what a GPU would queue, counted so far: kernel launches, and asynchronous memsets and copies
+inline size_t kernel_launches = 0, async_operations = 0;
 
 inline void set_device_access(bool allowed) {
     for (const auto& entry : allocations)
@@ -183,6 +185,7 @@ inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemc
 }
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
                                    cudaStream_t = 0) {
+    cuda_emu::async_operations++;
     return cudaMemcpy(dst, src, bytes, kind);
 }
 inline cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
@@ -191,6 +194,7 @@ inline cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t = 0) {
+    cuda_emu::async_operations++;
     return cudaMemset(pointer, value, bytes);
 }
 inline cudaError_t cudaGetDeviceCount(int* count) {  // the emulator is one device
@@ -477,6 +481,7 @@ void check_argument(const T& param, int index) {
 // types once, as a launch does, and every thread gets its own copy.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    kernel_launches++;
     size_t threads = (size_t)block.x * block.y * block.z;
     if (threads == 0 || threads > 1024 || block.z > 64)
         fail("invalid block (%u,%u,%u)", block.x, block.y, block.z);

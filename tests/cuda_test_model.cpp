@@ -322,6 +322,44 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
     model_free(&host);
 }
 
+#ifndef __CUDACC__
+// What one training step queues on the GPU, counted by the emulator: in full and block the
+// depth attention and the RMSNorm that reads its output run as one kernel each way
+// (model.c's input_forward / input_backward), so an AttnRes step launches no more kernels,
+// memsets and copies than a PreNorm one; without the fusion (the two layers called in turn)
+// it would launch 4 more per sub-layer input.
+TEST_CASE("a full or block training step queues no more GPU work than a none step") {
+    //                V   d  L  H  G  F  S
+    ModelConfig c = {11, 16, 4, 4, 2, 24, 0};
+    const size_t B = 2, T = 5;
+    std::vector<int> tokens, targets;
+    random_batch(tokens, targets, B * T, c.vocab_size, 61, 4);
+    auto queued = [&](int block_size, size_t* launches, size_t* operations) {
+        c.block_size = block_size;
+        ModelCuda m;
+        model_build_cuda(&m, &c, B, T);
+        size_t launches_before = cuda_emu::kernel_launches;
+        size_t operations_before = cuda_emu::async_operations;
+        float loss = 0.0f, norm = 0.0f;
+        model_forward_backward_cuda(&m, tokens.data(), targets.data(), B, T, &loss, &norm);
+        *launches = cuda_emu::kernel_launches - launches_before;
+        *operations = cuda_emu::async_operations - operations_before;
+        model_free_cuda(&m);
+    };
+    size_t none_launches = 0, none_operations = 0;
+    queued(0, &none_launches, &none_operations);
+    for (int block_size : {1, 2, 4}) {
+        CAPTURE(block_size);
+        size_t launches = 0, operations = 0;
+        queued(block_size, &launches, &operations);
+        MESSAGE("kernels " << launches << " (none " << none_launches << "), memsets and copies "
+                << operations << " (none " << none_operations << ")");
+        CHECK(launches <= none_launches);
+        CHECK(operations <= none_operations);
+    }
+}
+#endif
+
 #ifdef __CUDACC__
 // The largest change of each tensor of the CPU's results (logits, then each gradient) when
 // every parameter moves by a relative 2^-23 (one or two units in the last place), in random
