@@ -137,13 +137,15 @@ if [ -f .carry/ab/COMMIT ]; then
         if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
     done
     if check "benchmarks built with cuda/ and src/ as at $ab_commit (build/ab)" ab.log 300 \
-        make -C build/ab --no-print-directory -j"$(nproc)" build/bench_cuda build/bench_depth; then
+        make -C build/ab --no-print-directory -j"$(nproc)" build/bench_cuda build/bench_depth \
+        build/bench_gemm; then
         for version in "before:build/ab/build" "after:build"; do
             name=${version%%:*} dir=${version#*:}
             echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
             check "$name: training step speed ($dir/bench_cuda --variants)" speed.log 120 \
                 "$dir/bench_cuda" --variants
             check "$name: depth attention kernels ($dir/bench_depth)" speed.log 120 "$dir/bench_depth"
+            check "$name: our matmul vs cuBLAS ($dir/bench_gemm)" speed.log 120 "$dir/bench_gemm"
         done
     fi
 fi
