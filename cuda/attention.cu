@@ -25,20 +25,28 @@
 #define ATT_TILE 32                          // rows per block, keys per tile, dims per chunk
 #define ATT_WARPS 8                          // warps per block
 #define ATT_ROWS (ATT_TILE / ATT_WARPS)      // rows per warp
+#define ATT_THREADS (ATT_WARPS * WARP_SIZE)  // threads per block
 
 typedef float Tile[ATT_TILE][ATT_TILE + 1];  // [row][dim], padded against bank conflicts
 
 // tile[r][i] = x[b, t0 + r, head, c + i] of a (B,T,n_heads*hs) tensor, 0 past T or hs.
-// Between two barriers: the block's reads of what the tile held are over before it is
-// overwritten, and the whole new tile is written before anyone reads it.
+// Each of the block's ATT_WARPS * 32 threads loads its 4 elements into registers first (the
+// 4 loads in flight together, and while the block may still be reading the old tile), then
+// between two barriers writes them: the block's reads of what the tile held are over before
+// it is overwritten, and the whole new tile is written before anyone reads it.
 __device__ void load_tile(Tile tile, const float* x, size_t b, size_t t0, size_t T, size_t head,
                           size_t n_heads, size_t c, size_t hs) {
-    __syncthreads();
-    for (unsigned int idx = threadIdx.x; idx < ATT_TILE * ATT_TILE; idx += blockDim.x) {
-        size_t r = idx / ATT_TILE, i = idx % ATT_TILE;
+    float v[ATT_TILE * ATT_TILE / ATT_THREADS];
+#pragma unroll
+    for (int n = 0; n < ATT_TILE * ATT_TILE / ATT_THREADS; n++) {
+        size_t r = (threadIdx.x + n * ATT_THREADS) / ATT_TILE, i = threadIdx.x % ATT_TILE;
         bool inside = t0 + r < T && c + i < hs;
-        tile[r][i] = inside ? x[((b * T + t0 + r) * n_heads + head) * hs + c + i] : 0.0f;
+        v[n] = inside ? x[((b * T + t0 + r) * n_heads + head) * hs + c + i] : 0.0f;
     }
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < ATT_TILE * ATT_TILE / ATT_THREADS; n++)
+        tile[(threadIdx.x + n * ATT_THREADS) / ATT_TILE][threadIdx.x % ATT_TILE] = v[n];
     __syncthreads();
 }
 
@@ -248,7 +256,7 @@ static dim3 attention_grid(size_t T, size_t heads, size_t B) {
 
 void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
                             const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs) {
-    launch_kernel(attention_forward_kernel, attention_grid(T, H, B), ATT_WARPS * WARP_SIZE,
+    launch_kernel(attention_forward_kernel, attention_grid(T, H, B), ATT_THREADS,
                   out, att, q, k, v, B, T, H, G, hs);
 }
 
@@ -257,9 +265,9 @@ void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout,
                              size_t B, size_t T, size_t H, size_t G, size_t hs) {
     float* dp_sum = cuda_workspace(attention_workspace_floats_cuda(B, T, H));
     launch_kernel(attention_backward_query_kernel, attention_grid(T, H, B),
-                  ATT_WARPS * WARP_SIZE, dq, dp_sum, dout, att, k, v, B, T, H, G, hs);
+                  ATT_THREADS, dq, dp_sum, dout, att, k, v, B, T, H, G, hs);
     launch_kernel(attention_backward_key_value_kernel, attention_grid(T, G, B),
-                  ATT_WARPS * WARP_SIZE, dk, dv, dp_sum, dout, att, q, v, B, T, H, G, hs);
+                  ATT_THREADS, dk, dv, dp_sum, dout, att, q, v, B, T, H, G, hs);
 }
 
 size_t attention_workspace_floats_cuda(size_t B, size_t T, size_t H) { return B * H * T; }
