@@ -29,24 +29,50 @@
 
 typedef float Tile[ATT_TILE][ATT_TILE + 1];  // [row][dim], padded against bank conflicts
 
-// tile[r][i] = x[b, t0 + r, head, c + i] of a (B,T,n_heads*hs) tensor, 0 past T or hs.
-// Each of the block's ATT_WARPS * 32 threads loads its 4 elements into registers first (the
-// 4 loads in flight together, and while the block may still be reading the old tile), then
-// between two barriers writes them: the block's reads of what the tile held are over before
+// Loading a tile: tile[r][i] = x[b, t0 + r, head, c + i] of a (B,T,n_heads*hs) tensor, 0 past
+// T or hs. Each of the block's 256 threads first fetches its share, 4 elements, into registers
+// (the 4 loads in flight together, while the block may still be reading the old tile), then
+// between two barriers stores them: the block's reads of what the tile held are over before
 // it is overwritten, and the whole new tile is written before anyone reads it.
-__device__ void load_tile(Tile tile, const float* x, size_t b, size_t t0, size_t T, size_t head,
-                          size_t n_heads, size_t c, size_t hs) {
-    float v[ATT_TILE * ATT_TILE / ATT_THREADS];
+#define TILE_SHARE (ATT_TILE * ATT_TILE / ATT_THREADS)  // elements of a tile per thread
+
+__device__ void fetch_tile(float share[TILE_SHARE], const float* x, size_t b, size_t t0,
+                           size_t T, size_t head, size_t n_heads, size_t c, size_t hs) {
 #pragma unroll
-    for (int n = 0; n < ATT_TILE * ATT_TILE / ATT_THREADS; n++) {
+    for (int n = 0; n < TILE_SHARE; n++) {
         size_t r = (threadIdx.x + n * ATT_THREADS) / ATT_TILE, i = threadIdx.x % ATT_TILE;
         bool inside = t0 + r < T && c + i < hs;
-        v[n] = inside ? x[((b * T + t0 + r) * n_heads + head) * hs + c + i] : 0.0f;
+        share[n] = inside ? x[((b * T + t0 + r) * n_heads + head) * hs + c + i] : 0.0f;
     }
-    __syncthreads();
+}
+
+__device__ void store_tile(Tile tile, const float share[TILE_SHARE]) {
 #pragma unroll
-    for (int n = 0; n < ATT_TILE * ATT_TILE / ATT_THREADS; n++)
-        tile[(threadIdx.x + n * ATT_THREADS) / ATT_TILE][threadIdx.x % ATT_TILE] = v[n];
+    for (int n = 0; n < TILE_SHARE; n++)
+        tile[(threadIdx.x + n * ATT_THREADS) / ATT_TILE][threadIdx.x % ATT_TILE] = share[n];
+}
+
+__device__ void load_tile(Tile tile, const float* x, size_t b, size_t t0, size_t T, size_t head,
+                          size_t n_heads, size_t c, size_t hs) {
+    float share[TILE_SHARE];
+    fetch_tile(share, x, b, t0, T, head, n_heads, c, hs);
+    __syncthreads();
+    store_tile(tile, share);
+    __syncthreads();
+}
+
+// Two tiles at once, their 8 loads in flight together: a_tile from a (rows a_t0.., head
+// a_head of a_heads), x_tile from x (rows x_t0.., head x_head of x_heads), the same chunk c
+__device__ void load_two_tiles(Tile a_tile, const float* a, size_t a_t0, size_t a_head,
+                               size_t a_heads, Tile x_tile, const float* x, size_t x_t0,
+                               size_t x_head, size_t x_heads, size_t b, size_t T, size_t c,
+                               size_t hs) {
+    float a_share[TILE_SHARE], x_share[TILE_SHARE];
+    fetch_tile(a_share, a, b, a_t0, T, a_head, a_heads, c, hs);
+    fetch_tile(x_share, x, b, x_t0, T, x_head, x_heads, c, hs);
+    __syncthreads();
+    store_tile(a_tile, a_share);
+    store_tile(x_tile, x_share);
     __syncthreads();
 }
 
@@ -59,8 +85,8 @@ __device__ void tile_dots(float dots[ATT_ROWS], Tile a_tile, Tile x_tile, const 
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     for (int r = 0; r < ATT_ROWS; r++) dots[r] = 0.0f;
     for (size_t c = 0; c < hs; c += ATT_TILE) {
-        load_tile(a_tile, a, b, a_t0, T, a_head, a_heads, c, hs);
-        load_tile(x_tile, x, b, x_t0, T, x_head, x_heads, c, hs);
+        load_two_tiles(a_tile, a, a_t0, a_head, a_heads, x_tile, x, x_t0, x_head, x_heads, b, T,
+                       c, hs);
         for (int r = 0; r < ATT_ROWS; r++) {
             const float* a_row = a_tile[warp * ATT_ROWS + r];
             for (int i = 0; i < ATT_TILE; i++) dots[r] += a_row[i] * x_tile[lane][i];
@@ -229,9 +255,8 @@ __global__ void attention_backward_key_value_kernel(float* dk, float* dv, const 
                     score_gradient(att, dp, D, r, row0, t2, T, bh, scale);
             }
             for (size_t c = 0; c < hs; c += ATT_TILE) {
-                // their barriers also publish ds_tile and p_tile
-                load_tile(a_tile, q, b, t0, T, h, H, c, hs);
-                load_tile(x_tile, dout, b, t0, T, h, H, c, hs);
+                // its barriers also publish ds_tile and p_tile
+                load_two_tiles(a_tile, q, t0, h, H, x_tile, dout, t0, h, H, b, T, c, hs);
                 for (int r = 0; r < ATT_ROWS; r++) {
                     size_t key = warp * ATT_ROWS + r;
                     float dk_sum = 0.0f, dv_sum = 0.0f;
