@@ -11,8 +11,9 @@
 //     tile (the same word in every lane: a broadcast) against row j of the other (tiles are
 //     padded to 33 columns, so the 32 lanes hit 32 different banks); in a tile of outputs
 //     lane i owns dimension i of the chunk.
-// Every value is read from global memory once per tile instead of once per row, and every
-// load of a tile is coalesced (32 neighbouring floats of a row).
+// Every query, key, value and output gradient is read from global memory once per tile of 32
+// rows instead of once per row, and every load of a tile is coalesced (32 neighbouring floats
+// of a row).
 //
 // The backward keeps no (B,H,T,T) scratch: each score's gradient is recomputed where it is
 // needed, from the saved probabilities and dp = dout . v (flash attention's trick), with
