@@ -134,7 +134,7 @@ test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
 		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
-		                         build/train_cuda_mpi)
+		                         build/bench_attention build/train_cuda_mpi)
 	@tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
@@ -281,7 +281,7 @@ gpu-check:
 	@bash -c 'if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
 	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
 	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
-	              build/bench_gemm build/bench_depth $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
+	              build/bench_gemm build/bench_depth build/bench_attention $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
 	          && GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh'
 
 carry:
@@ -298,6 +298,9 @@ build/bench_gemm: dev/bench_gemm.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 build/bench_depth: dev/bench_depth.cu dev/bench_util.h dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+
+build/bench_attention: dev/bench_attention.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # nvcc proves the kernels compile for the GPU wherever it is installed

@@ -123,22 +123,11 @@ __global__ void attention_forward_kernel(float* out, float* att, const float* q,
             }
         }
     }
-    // 2. softmax along each row, in place; a lane reads back only the keys it wrote
-    // (t2 = lane mod 32)
+    // 2. softmax along each row, in place (lane j wrote the keys t2 = j mod 32 above)
     for (int r = 0; r < ATT_ROWS; r++) {
         size_t t = row0 + r;
         if (t >= T) break;  // the same for the whole warp
-        float* att_row = att + ((b * H + h) * T + t) * T;
-        float row_max = warp_max(max_score[r]);
-        float sum = 0.0f;
-        for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE) {
-            float e = expf(att_row[t2] - row_max);
-            att_row[t2] = e;
-            sum += e;
-        }
-        sum = warp_sum(sum);
-        for (size_t t2 = lane; t2 < T; t2 += WARP_SIZE)
-            att_row[t2] = t2 <= t ? att_row[t2] / sum : 0.0f;
+        warp_causal_softmax(att + ((b * H + h) * T + t) * T, max_score[r], t, T);
     }
 
     // 3. out_t = sum_t2 p_t2 v_t2, one chunk of 32 dims at a time (lane i: dim c + i); every

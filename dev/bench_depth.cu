@@ -7,9 +7,9 @@
 // output goes straight into an RMSNorm, so the same calls are also timed with it: as two
 // calls each way (depth attention, then rmsnorm; zeroing, rmsnorm's backward, then the depth
 // attention's) and as the step runs them, one fused call each way
-// (depth_attention_rmsnorm_*_cuda). Last, for scale, the causal attention's calls of the
-// same step. Also built against an earlier commit's cuda/ (make carry AB=...), which may not
-// have the fused calls: then their line is left out. Built by `make gpu-check`, which runs it.
+// (depth_attention_rmsnorm_*_cuda). Also built against an earlier commit's cuda/ (make carry
+// AB=...), which may not have the fused calls: then their line is left out. Built by
+// `make gpu-check`, which runs it.
 //
 // ./build/bench_depth [--repeats N]
 #include <algorithm>
@@ -123,25 +123,5 @@ int main(int argc, char** argv) {
         print_depth_line(mode, "+ rmsnorm, one fused call", counts, fused, N, C);
 #endif
     }
-    // For scale, and for the causal attention's own before/after: its calls of one step of
-    // the same model (one per layer: L = 8), forward then backward
-    const size_t B = BENCH_B, T = BENCH_T, H = 8, G = 4, hs = C / H, L = 8;
-    float *q = upload(random_floats(N * H * hs, 50)), *k = upload(random_floats(N * G * hs, 51));
-    float *v = upload(random_floats(N * G * hs, 52)), *y = cuda_malloc_floats(N * H * hs);
-    float *att = cuda_malloc_floats(B * H * T * T), *dy = upload(random_floats(N * H * hs, 53));
-    float *dq = upload(random_floats(N * H * hs, 54)), *dk = upload(random_floats(N * G * hs, 55));
-    float *dv = upload(random_floats(N * G * hs, 56));
-    Timing attention = time_forward_backward(
-        [&] {
-            for (size_t l = 0; l < L; l++) attention_forward_cuda(y, att, q, k, v, B, T, H, G, hs);
-        },
-        [&] {
-            for (size_t l = 0; l < L; l++)
-                attention_backward_cuda(dq, dk, dv, dy, att, q, k, v, B, T, H, G, hs);
-        },
-        repeats);
-    std::printf("for scale, the causal attention (B=%zu T=%zu H=%zu G=%zu hs=%zu), its %zu calls "
-                "of one step: forward %.1f us, backward %.1f us\n", B, T, H, G, hs, L,
-                1000.0 * attention.forward_ms, 1000.0 * attention.backward_ms);
     return 0;
 }

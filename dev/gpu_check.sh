@@ -11,8 +11,9 @@
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
 #      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; the depth attention's
-#      kernels; the same built with cuda/ and src/ of an earlier commit when make carry
-#      AB=commit put them in .carry/ab (before/after on one GPU); PyTorch eager on the same
+#      kernels; the causal attention's two versions (dev/bench_attention.cu); the same
+#      built with cuda/ and src/ of an earlier commit when make carry AB=commit put them in
+#      .carry/ab (before/after on one GPU); PyTorch eager on the same
 #      GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was skipped
 #      otherwise); Nsight Compute's time per kernel of one block step (dev/profile_cuda.py)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
@@ -125,6 +126,8 @@ check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed
     build/bench_gemm
 check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
     build/bench_depth
+check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
+    speed.log 120 build/bench_attention
 # Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an
 # earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
 # under build/ab, then the current build again right after, so that the two runs are
