@@ -390,6 +390,17 @@ struct DepthCase {
                                  alpha.data(), key_rstd.data(), sources.data(), query.data(),
                                  norm_weight.data(), n_sources(), N, C);
     }
+    // every source tensor's, the query's and the norm weight's gradient against finite
+    // differences of loss (which reruns the forward)
+    void check_gradients(const std::function<double()>& loss, const Vec& dquery,
+                         const Vec& dnorm_weight, Tolerance tol) {
+        for (size_t i = 0; i < tensors.size(); i++)
+            check_gradient("source tensor " + std::to_string(i), tensors[i].data(),
+                           dtensors[i].data(), N * C, loss, DEPTH_STEP, tol);
+        check_gradient("query", query.data(), dquery.data(), C, loss, DEPTH_STEP, tol);
+        check_gradient("norm_weight", norm_weight.data(), dnorm_weight.data(), C, loss,
+                       DEPTH_STEP, tol);
+    }
 };
 
 }  // namespace
@@ -420,12 +431,7 @@ TEST_CASE("depth attention backward matches finite differences, for every source
         dc.forward(out, alpha, key_rstd);
         return weighted_sum(R.data(), out.data(), N * C);
     };
-    for (size_t i = 0; i < dc.tensors.size(); i++)
-        check_gradient("source tensor " + std::to_string(i), dc.tensors[i].data(),
-                       dc.dtensors[i].data(), N * C, loss, DEPTH_STEP, DEPTH_GRAD_TOL);
-    check_gradient("query", dc.query.data(), dquery.data(), C, loss, DEPTH_STEP, DEPTH_GRAD_TOL);
-    check_gradient("norm_weight", dc.norm_weight.data(), dnorm_weight.data(), C, loss, DEPTH_STEP,
-                   DEPTH_GRAD_TOL);
+    dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
 }
 
 TEST_CASE("depth attention with its RMSNorm (one call) matches finite differences, gain and dout included") {
@@ -463,12 +469,7 @@ TEST_CASE("depth attention with its RMSNorm (one call) matches finite difference
         forward();
         return weighted_sum(R.data(), xn.data(), N * C);
     };
-    for (size_t i = 0; i < dc.tensors.size(); i++)
-        check_gradient("source tensor " + std::to_string(i), dc.tensors[i].data(),
-                       dc.dtensors[i].data(), N * C, loss, DEPTH_STEP, FUSED_GRAD_TOL);
-    check_gradient("query", dc.query.data(), dquery.data(), C, loss, DEPTH_STEP, FUSED_GRAD_TOL);
-    check_gradient("norm_weight", dc.norm_weight.data(), dnorm_weight.data(), C, loss, DEPTH_STEP,
-                   FUSED_GRAD_TOL);
+    dc.check_gradients(loss, dquery, dnorm_weight, FUSED_GRAD_TOL);
     check_gradient("gain", gain.data(), dgain.data(), C, loss, DEPTH_STEP, FUSED_GRAD_TOL);
 }
 
