@@ -129,12 +129,13 @@ check-state-study: check_state
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU.
 TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
-            build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints
+            build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
+            $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu)
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
 		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
-		                         build/bench_attention build/train_cuda_mpi)
+		                         build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
 	@tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
@@ -281,8 +282,9 @@ gpu-check:
 	@bash -c 'if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
 	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
 	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
-	              build/bench_gemm build/bench_depth build/bench_attention $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
-	          && GPU_CHECK_OUT=$(OUT) dev/gpu_check.sh'
+	              build/bench_gemm build/bench_depth build/bench_attention $(SHAPE_BINS) \
+	              $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
+	          && GPU_CHECK_OUT=$(OUT) DEPTH_SHAPES="$(DEPTH_SHAPES)" dev/gpu_check.sh'
 
 carry:
 	@dev/carry.sh $(AB)
@@ -302,6 +304,38 @@ build/bench_depth: dev/bench_depth.cu dev/bench_util.h dev/bench_gpu.h $(CUDA_OB
 
 build/bench_attention: dev/bench_attention.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+
+# The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
+# threads, 4x64 by default) is for a GPU to choose: make gpu-check also times the step
+# (bench_cuda) and the depth kernels (bench_depth, which first checks them against the CPU)
+# built with each shape ROWSxTHREADS below, under build/shape/ROWSxTHREADS/.
+DEPTH_SHAPES   = 8x32 2x64 2x128 4x128 1x256
+SHAPE_BINS     = $(foreach s,$(DEPTH_SHAPES),build/shape/$s/bench_cuda build/shape/$s/bench_depth)
+SHAPE_CUDA_OBJ = $(filter-out build/cuda/depth_attention.o,$(CUDA_OBJ))
+shape_flags    = -DDEPTH_ROWS=$(word 1,$(subst x, ,$1)) -DROW_THREADS=$(word 2,$(subst x, ,$1))
+.PRECIOUS: build/shape/%/depth_attention.o build/emu/shape/%/depth_attention.cu.o
+
+# ... and `make test` runs the depth attention's agreement tests with each shape under the
+# emulator (tests/run_all.sh), so that the kernels stay right for any shape
+build/emu/shape/%/depth_attention.cu.o: cuda/depth_attention.cu $(CUDA_DEPS) tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 $(EMU_FLAGS) $(call shape_flags,$*) -x c++ -c $< -o $@
+
+build/emu/shape/%/test_cuda_emu: build/emu/shape/%/depth_attention.cu.o \
+                                 $(filter-out build/emu/cuda/depth_attention.cu.o,$(EMU_OBJ)) $(OBJ)
+	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
+
+build/shape/%/depth_attention.o: cuda/depth_attention.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(call shape_flags,$*) -c $< -o $@
+
+build/shape/%/bench_cuda: build/bench_cuda.o build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+
+build/shape/%/bench_depth: dev/bench_depth.cu dev/bench_util.h dev/bench_gpu.h \
+                           build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev $< build/shape/$*/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ) -o $@ \
+		-Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # nvcc proves the kernels compile for the GPU wherever it is installed
 test_cuda: test_cuda_emu test_cuda_emu_asan $(if $(wildcard $(NVCC)),cuda_check)

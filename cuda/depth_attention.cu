@@ -8,15 +8,24 @@
 #include "layers.cuh"
 
 // Every kernel below gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
-// ROW_THREADS threads (two warps) of row r take its columns c = t, t + ROW_THREADS, ...
+// ROW_THREADS threads (64: two warps) of row r take its columns c = t, t + ROW_THREADS, ...
 // (four each at C = 256). At the model's sizes these kernels are bound by memory latency,
 // not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB), so a thread takes
 // the sources SOURCE_CHUNK at a time (depth_sources.cuh): their loads issued together, and
 // in the backward a chunk's gradients read before any is written.
+// The block's shape is a guess until a GPU times it: `make gpu-check` also builds and times
+// the step with other shapes (-DDEPTH_ROWS=.. -DROW_THREADS=.., the Makefile's DEPTH_SHAPES),
+// each checked against the CPU; the fastest belongs here.
+#ifndef DEPTH_ROWS
 #define DEPTH_ROWS 4
+#endif
+#ifndef ROW_THREADS
 #define ROW_THREADS 64
+#endif
 #define ROW_WARPS (ROW_THREADS / WARP_SIZE)
 #define DEPTH_BLOCK (DEPTH_ROWS * ROW_THREADS)
+static_assert(ROW_THREADS % WARP_SIZE == 0 && DEPTH_BLOCK <= 1024,
+              "a row takes whole warps, and a block at most 1024 threads");
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
@@ -93,7 +102,7 @@ __device__ __forceinline__ float gain_at(const float* norm_gain, size_t c) {
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = norm_gain * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), norm_gain NULL for
-// all ones (rmsnorm.cu's forward, with a row's 64 threads in place of one warp).
+// all ones (rmsnorm.cu's forward, with a row's ROW_THREADS threads in place of one warp).
 __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,

@@ -161,21 +161,6 @@ struct Version {
     Backward backward;
 };
 
-static std::vector<float> download(const float* device, size_t n) {
-    std::vector<float> host(n);
-    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return host;
-}
-
-// the largest |gpu - cpu| / (1e-5 + 1e-5 |cpu|): at most 1 passes
-static double tolerance_used(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-    double worst = 0.0;
-    for (size_t i = 0; i < gpu.size(); i++)
-        worst = std::max(worst, std::fabs((double)gpu[i] - cpu[i]) /
-                                    (1e-5 + 1e-5 * std::fabs(cpu[i])));
-    return worst;
-}
-
 // One version at one shape: checked against the CPU (returns 0 on a mismatch), then timed
 static int check_and_time(const Version& version, size_t B, size_t T, size_t H, size_t G,
                           size_t hs, int repeats) {

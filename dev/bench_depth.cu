@@ -7,12 +7,16 @@
 // output goes straight into an RMSNorm, so the same calls are also timed with it: as two
 // calls each way (depth attention, then rmsnorm; zeroing, rmsnorm's backward, then the depth
 // attention's) and as the step runs them, one fused call each way
-// (depth_attention_rmsnorm_*_cuda). Also built against an earlier commit's cuda/ (make carry
-// AB=...), which may not have the fused calls: then their line is left out. Built by
+// (depth_attention_rmsnorm_*_cuda), beside the 17 norms alone that `none` runs instead.
+// Before timing, one call of each mode is checked against the CPU (src/depth_attention.c),
+// since the program is also built with other block shapes (the Makefile's DEPTH_SHAPES): it
+// exits 1 on a mismatch. Also built against an earlier commit's cuda/ (make carry AB=...),
+// which may not have the fused calls: then their lines are left out. Built by
 // `make gpu-check`, which runs it.
 //
 // ./build/bench_depth [--repeats N]
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
@@ -21,6 +25,12 @@
 #include "layers.cuh"
 #include "bench_util.h"
 #include "bench_gpu.h"
+
+#ifdef HAS_DEPTH_ATTENTION_RMSNORM
+#define HAS_FUSED 1
+#else
+#define HAS_FUSED 0
+#endif
 
 // one line of the table: the calls' time per step, per call, and the GB/s of their least
 // DRAM traffic, that of the depth attention alone
@@ -42,25 +52,186 @@ static void print_depth_line(int mode, const char* calls, const std::vector<size
                 forward_bytes / (f * 1e3), backward_bytes / (b * 1e3));
 }
 
+// The inputs of one call on the host: n sources V_i and the gradients they hold (N,C) (a call
+// over fewer takes the first ones), the query, norm weight and gain (C) and the gradients the
+// backwards add to, dxn (N,C): the norm's output gradient, or the attention's dout unfused.
+// With `reversed`, every (N,C) tensor's rows in reverse order.
+struct HostInputs {
+    std::vector<std::vector<float>> sources, dsources;
+    std::vector<float> query, norm_weight, gain, dquery, dnorm_weight, dgain, dxn;
+    HostInputs(size_t n, size_t N, size_t C)
+        : query(random_floats(C, 2)), norm_weight(random_floats(C, 3)), gain(random_floats(C, 7)),
+          dquery(random_floats(C, 4)), dnorm_weight(random_floats(C, 5)),
+          dgain(random_floats(C, 8)), dxn(random_floats(N * C, 6)) {
+        for (size_t i = 0; i < n; i++) {
+            sources.push_back(random_floats(N * C, 10 + (unsigned)i));
+            dsources.push_back(random_floats(N * C, 40 + (unsigned)i));
+        }
+    }
+    HostInputs reversed(size_t N, size_t C) const {
+        HostInputs r = *this;
+        auto reverse = [&](std::vector<float>& x) {
+            for (size_t a = 0, b = N - 1; a < b; a++, b--)
+                std::swap_ranges(&x[a * C], &x[a * C] + C, &x[b * C]);
+        };
+        for (auto& x : r.sources) reverse(x);
+        for (auto& x : r.dsources) reverse(x);
+        reverse(r.dxn);
+        return r;
+    }
+};
+
+// What one call (forward, then backward) gives: per row (out, alpha, key_rstd, the sources'
+// gradients; fused also xn, rstd, dout) and sums over every row (dquery, dnorm_weight; fused
+// also dgain), all on the host, each with its name
+struct Results {
+    std::vector<std::pair<const char*, std::vector<float>>> per_row, sums;
+};
+
+// The call over n sources and the first `rows` rows on the CPU (src/depth_attention.c), the
+// depth attention alone or fused with its RMSNorm
+static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, bool fused) {
+    std::vector<const float*> sources;
+    std::vector<std::vector<float>> grads(in.dsources.begin(), in.dsources.begin() + n);
+    std::vector<float*> dsources;
+    for (size_t i = 0; i < n; i++) {
+        sources.push_back(in.sources[i].data());
+        dsources.push_back(grads[i].data());
+    }
+    std::vector<float> out(rows * C), alpha(rows * n), key_rstd(rows * n), xn(rows * C), rstd(rows);
+    std::vector<float> dout(rows * C), dquery(in.dquery), dnorm_weight(in.dnorm_weight);
+    std::vector<float> dgain(in.dgain);
+    if (fused) {
+#ifdef HAS_DEPTH_ATTENTION_RMSNORM  // an earlier commit's src/ may not have the fused call
+        depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), alpha.data(),
+                                        key_rstd.data(), sources.data(), in.query.data(),
+                                        in.norm_weight.data(), in.gain.data(), n, rows, C);
+        depth_attention_rmsnorm_backward(dsources.data(), dquery.data(), dnorm_weight.data(),
+                                         dgain.data(), dout.data(), in.dxn.data(), out.data(),
+                                         rstd.data(), in.gain.data(), alpha.data(),
+                                         key_rstd.data(), sources.data(), in.query.data(),
+                                         in.norm_weight.data(), n, rows, C);
+#endif
+    } else {
+        depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), sources.data(),
+                                in.query.data(), in.norm_weight.data(), n, rows, C);
+        depth_attention_backward(dsources.data(), dquery.data(), dnorm_weight.data(),
+                                 in.dxn.data(), alpha.data(), key_rstd.data(), sources.data(),
+                                 in.query.data(), in.norm_weight.data(), n, rows, C);
+    }
+    Results r;
+    r.per_row = {{"out", out}, {"alpha", alpha}, {"key_rstd", key_rstd}};
+    for (size_t i = 0; i < n; i++) r.per_row.push_back({"dsource", grads[i]});
+    r.sums = {{"dquery", dquery}, {"dnorm_weight", dnorm_weight}};
+    if (fused) {
+        r.per_row.insert(r.per_row.end(), {{"xn", xn}, {"rstd", rstd}, {"dout", dout}});
+        r.sums.push_back({"dgain", dgain});
+    }
+    return r;
+}
+
+// the same call on the GPU (cuda/depth_attention.cu); `fused` needs HAS_DEPTH_ATTENTION_RMSNORM
+static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, bool fused) {
+    std::vector<const float*> sources;
+    std::vector<float*> dsources;
+    for (size_t i = 0; i < n; i++) {
+        sources.push_back(upload(in.sources[i]));
+        dsources.push_back(upload(in.dsources[i]));
+    }
+    float *out = cuda_malloc_floats(rows * C), *alpha = cuda_malloc_floats(rows * n);
+    float *key_rstd = cuda_malloc_floats(rows * n), *xn = cuda_malloc_floats(rows * C);
+    float *rstd = cuda_malloc_floats(rows), *dout = cuda_malloc_floats(rows * C);
+    float *query = upload(in.query), *norm_weight = upload(in.norm_weight);
+    float *gain = upload(in.gain), *dxn = upload(in.dxn), *dquery = upload(in.dquery);
+    float *dnorm_weight = upload(in.dnorm_weight), *dgain = upload(in.dgain);
+    if (fused) {
+#ifdef HAS_DEPTH_ATTENTION_RMSNORM
+        depth_attention_rmsnorm_forward_cuda(xn, rstd, out, alpha, key_rstd, sources.data(), query,
+                                             norm_weight, gain, n, rows, C);
+        depth_attention_rmsnorm_backward_cuda(dsources.data(), dquery, dnorm_weight, dgain, dout,
+                                              dxn, out, rstd, gain, alpha, key_rstd,
+                                              sources.data(), query, norm_weight, n, rows, C);
+#endif
+    } else {
+        depth_attention_forward_cuda(out, alpha, key_rstd, sources.data(), query, norm_weight, n,
+                                     rows, C);
+        depth_attention_backward_cuda(dsources.data(), dquery, dnorm_weight, dxn, alpha, key_rstd,
+                                      sources.data(), query, norm_weight, n, rows, C);
+    }
+    Results r;
+    r.per_row = {{"out", download(out, rows * C)}, {"alpha", download(alpha, rows * n)},
+                 {"key_rstd", download(key_rstd, rows * n)}};
+    for (size_t i = 0; i < n; i++) r.per_row.push_back({"dsource", download(dsources[i], rows * C)});
+    r.sums = {{"dquery", download(dquery, C)}, {"dnorm_weight", download(dnorm_weight, C)}};
+    if (fused) {
+        r.per_row.insert(r.per_row.end(), {{"xn", download(xn, rows * C)},
+                                           {"rstd", download(rstd, rows)},
+                                           {"dout", download(dout, rows * C)}});
+        r.sums.push_back({"dgain", download(dgain, C)});
+    }
+    for (float* p : {out, alpha, key_rstd, xn, rstd, dout, query, norm_weight, gain, dxn, dquery,
+                     dnorm_weight, dgain})
+        cudaCheck(cudaFree(p));
+    for (size_t i = 0; i < n; i++) {
+        cudaCheck(cudaFree((void*)sources[i]));
+        cudaCheck(cudaFree(dsources[i]));
+    }
+    return r;
+}
+
+// One call over n sources and the first `rows` rows, alone and (where cuda/ has it) fused with
+// its RMSNorm, on the GPU against the CPU: returns the largest share of the tolerance used.
+// The tolerances are the agreement tests' at this size (tests/cuda_test_layers.cpp):
+// 1e-4 + 1e-4 |x|, and for the sums over every row (17,408 terms of either sign at the bench
+// size, summing to ~0.2, whose float result depends on the order of the sum) an atol of
+// 4 x the spread when that is more: the spread is the CPU's result against the CPU's with
+// the rows reversed, the same math rounded in another order. The kernels' block shape
+// (DEPTH_ROWS x ROW_THREADS) may be another than the tests': this says that the build being
+// timed computes the right thing.
+static double check_call(const HostInputs& in, size_t n, size_t rows, size_t C) {
+    double used = 0.0;
+    HostInputs reversed = in.reversed(rows, C);
+    for (int fused = 0; fused <= HAS_FUSED; fused++) {
+        Results gpu = gpu_call(in, n, rows, C, fused), cpu = cpu_call(in, n, rows, C, fused);
+        Results spread = cpu_call(reversed, n, rows, C, fused);
+        for (size_t k = 0; k < cpu.per_row.size(); k++)
+            used = std::max(used, tolerance_used(gpu.per_row[k].second, cpu.per_row[k].second,
+                                                 1e-4, 1e-4));
+        for (size_t k = 0; k < cpu.sums.size(); k++) {
+            const std::vector<float>&g = gpu.sums[k].second, &c = cpu.sums[k].second;
+            double most = 0.0;
+            for (size_t j = 0; j < c.size(); j++)
+                most = std::max(most, (double)std::fabs(spread.sums[k].second[j] - c[j]));
+            used = std::max(used, tolerance_used(g, c, std::max(1e-4, 4.0 * most), 1e-4));
+        }
+    }
+    return used;
+}
+
 int main(int argc, char** argv) {
     int repeats = bench_repeats(argc, argv, "bench_depth", 100);
     const size_t N = BENCH_B * BENCH_T, C = 256, most = 17;
+    HostInputs in(most, N, C);
+    cuda_workspace(std::max(depth_attention_workspace_floats_cuda(most, N, C),
+                            ceil_div(N, ROWS_PER_PART) * C));  // rmsnorm's partial sums
+    // first the check: full's largest call, and block's over rows that no block shape divides
+    double used = std::max(check_call(in, most, N, C), check_call(in, 5, N - 3, C));
+    std::printf("bench_depth: against the CPU (17 sources x %zu rows, 5 x %zu): %s (%.0f %% of "
+                "the tolerance)\n", N, N - 3, used <= 1.0 ? "ok" : "MISMATCH", 100.0 * used);
     // the sources (and their gradients) of the largest call; a call over n takes the first n
     std::vector<const float*> sources;
     std::vector<float*> dsources;
     for (size_t i = 0; i < most; i++) {
-        sources.push_back(upload(random_floats(N * C, 10 + (unsigned)i)));
-        dsources.push_back(upload(random_floats(N * C, 40 + (unsigned)i)));
+        sources.push_back(upload(in.sources[i]));
+        dsources.push_back(upload(in.dsources[i]));
     }
     float *out = cuda_malloc_floats(N * C), *dout = upload(random_floats(N * C, 1));
     float *xn = cuda_malloc_floats(N * C), *rstd = cuda_malloc_floats(N);
-    float *dxn = upload(random_floats(N * C, 6)), *dh = cuda_malloc_floats(N * C);
-    float *gain = upload(random_floats(C, 7)), *dgain = upload(random_floats(C, 8));
+    float *dxn = upload(in.dxn), *dh = upload(std::vector<float>(N * C, 0.0f));
+    float *gain = upload(in.gain), *dgain = upload(in.dgain);
     float *alpha = cuda_malloc_floats(N * most), *key_rstd = cuda_malloc_floats(N * most);
-    float *query = upload(random_floats(C, 2)), *norm_weight = upload(random_floats(C, 3));
-    float *dquery = upload(random_floats(C, 4)), *dnorm_weight = upload(random_floats(C, 5));
-    cuda_workspace(std::max(depth_attention_workspace_floats_cuda(most, N, C),
-                            ceil_div(N, ROWS_PER_PART) * C));  // rmsnorm's partial sums
+    float *query = upload(in.query), *norm_weight = upload(in.norm_weight);
+    float *dquery = upload(in.dquery), *dnorm_weight = upload(in.dnorm_weight);
     std::printf("bench_depth: the depth attention's calls of one training step, bench model "
                 "(N=%zu rows, C=%zu), median of %d runs\n", N, C, repeats);
     // the least DRAM traffic of a call over n sources of N x C floats: the forward reads the
@@ -70,6 +241,21 @@ int main(int argc, char** argv) {
     // limits them at these sizes
     std::printf("%-10s %-26s %-22s %11s %11s %13s %16s\n", "mode", "calls", "sources per call",
                 "forward us", "backward us", "us per call", "GB/s fwd / bwd");
+    // what `none` spends on the same 17 norms (2L sub-layers and the final one): its
+    // residual stream's gradient is added to, nothing zeroed
+    const size_t n_norms = 2 * (size_t)bench_config(0).n_layers + 1;
+    Timing norms = time_forward_backward(
+        [&] { for (size_t l = 0; l < n_norms; l++) rmsnorm_forward_cuda(xn, rstd, out, gain, N, C); },
+        [&] {
+            for (size_t l = 0; l < n_norms; l++)
+                rmsnorm_backward_cuda(dh, dgain, dxn, out, gain, rstd, N, C);
+        },
+        repeats);
+    char calls[32];
+    std::snprintf(calls, sizeof(calls), "%zu calls", n_norms);
+    std::printf("%-10s %-26s %-22s %11.1f %11.1f %13.1f\n", "none", "rmsnorm alone", calls,
+                1000.0 * norms.forward_ms, 1000.0 * norms.backward_ms,
+                1000.0 * (norms.forward_ms + norms.backward_ms) / n_norms);
     for (int mode = 1; mode < N_MODES; mode++) {  // full, block
         ModelConfig c = bench_config(mode);
         std::vector<size_t> counts;
@@ -121,7 +307,12 @@ int main(int argc, char** argv) {
             },
             repeats);
         print_depth_line(mode, "+ rmsnorm, one fused call", counts, fused, N, C);
+        // what the mode adds to a step over none's norms (its partial sums' adds aside)
+        std::printf("%-10s %-26s %-22s %11.1f %11.1f   (fused - none's norms)\n",
+                    mode == 1 ? "full" : "block S=4", "adds to a step", "",
+                    1000.0 * (fused.forward_ms - norms.forward_ms),
+                    1000.0 * (fused.backward_ms - norms.backward_ms));
 #endif
     }
-    return 0;
+    return used <= 1.0 ? 0 : 1;
 }

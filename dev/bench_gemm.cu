@@ -16,12 +16,6 @@
 #include "layers.cuh"
 #include "bench_gpu.h"
 
-static std::vector<float> download(const float* device, size_t n) {
-    std::vector<float> host(n);
-    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return host;
-}
-
 // max |a - b| / max |b|
 static double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
     double diff = 0.0, scale = 0.0;

@@ -1,9 +1,11 @@
-// bench_gpu.h — what the GPU kernel benchmarks (dev/bench_gemm.cu, dev/bench_depth.cu) share:
-// their command line, and random inputs on the device.
+// bench_gpu.h — what the GPU kernel benchmarks (dev/bench_gemm.cu, dev/bench_depth.cu,
+// dev/bench_attention.cu) share: their command line, random inputs on the device, the
+// comparison of a result with the CPU's, and the timing.
 #ifndef ATTNRES_BENCH_GPU_H
 #define ATTNRES_BENCH_GPU_H
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -44,6 +46,22 @@ static float* upload(const std::vector<float>& host) {
     float* device = cuda_malloc_floats(host.size());
     cudaCheck(cudaMemcpy(device, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
     return device;
+}
+
+static inline std::vector<float> download(const float* device, size_t n) {
+    std::vector<float> host(n);
+    cudaCheck(cudaMemcpy(host.data(), device, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return host;
+}
+
+// the largest |gpu - cpu| / (atol + rtol |cpu|) of two results: at most 1 passes (the
+// kernels' agreement tests' tolerances, tests/cuda_test_layers.cpp)
+static inline double tolerance_used(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                                    double atol = 1e-5, double rtol = 1e-5) {
+    double worst = 0.0;
+    for (size_t i = 0; i < gpu.size(); i++)
+        worst = std::max(worst, std::fabs((double)gpu[i] - cpu[i]) / (atol + rtol * std::fabs(cpu[i])));
+    return worst;
 }
 
 // The median milliseconds of forward() and of backward(), each between two CUDA events on

@@ -13,7 +13,8 @@
 #      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; the depth attention's
 #      kernels; the causal attention's two versions (dev/bench_attention.cu); the same
 #      built with cuda/ and src/ of an earlier commit when make carry AB=commit put them in
-#      .carry/ab (before/after on one GPU); PyTorch eager on the same
+#      .carry/ab (before/after on one GPU); the depth attention's kernels and the step built
+#      with each block shape of the Makefile's DEPTH_SHAPES; PyTorch eager on the same
 #      GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was skipped
 #      otherwise); Nsight Compute's time per kernel of one block step (dev/profile_cuda.py)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
@@ -128,6 +129,37 @@ check "depth attention kernels of one step, full and block (build/bench_depth)" 
     build/bench_depth
 check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
     speed.log 120 build/bench_attention
+# The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
+# threads; the plain build's is the default): the step and the depth kernels built with each
+# of the Makefile's DEPTH_SHAPES, bench_depth checking each build against the CPU first, the
+# default build timed the same way beside them; then one line per shape, the fastest
+# `block` step is the shape to make the default
+shape_table=()
+for shape in default ${DEPTH_SHAPES:-}; do
+    dir=build/shape/$shape; [ "$shape" = default ] && dir=build
+    [ -x "$dir/bench_cuda" ] && [ -x "$dir/bench_depth" ] || continue
+    log=shape_$shape.log
+    check "depth attention, block shape $shape: against the CPU, timed ($dir/bench_depth)" \
+        "$log" 120 "$dir/bench_depth" || continue
+    check "training step, block shape $shape ($dir/bench_cuda --rounds 200)" "$log" 120 \
+        "$dir/bench_cuda" --rounds 200 || continue
+    shape_table+=("$(awk -v shape="$shape" '
+        /^none +[0-9.]+ ms\/step/ { none = $2 }
+        /^full +[0-9.]+ ms\/step/ { full = $2; full_over = $9 }
+        /^block S=4 +[0-9.]+ ms\/step/ { block = $3; block_over = $10 }
+        /adds to a step/ { adds[++n] = sprintf("%.0f", $(NF - 5) + $(NF - 4)) }
+        END { printf "%-8s %8s %8s %7s %8s %7s %10s %10s", shape, none, full, full_over, block,
+                     block_over, adds[1], adds[2] }' "$out/$log")")
+done
+if [ ${#shape_table[@]} -gt 0 ]; then
+    {
+        echo "== the depth attention's block shape (rows x threads per row): ms/step, overhead"
+        echo "   vs none, and what the fused depth kernels add to a step over none's norms (us)"
+        printf '%-8s %8s %8s %7s %8s %7s %10s %10s\n' shape none full "" "block" "" "full adds" \
+            "block adds"
+        printf '%s\n' "${shape_table[@]}"
+    } >>"$out/speed.log"
+fi
 # Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an
 # earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
 # under build/ab, then the current build again right after, so that the two runs are
