@@ -271,7 +271,9 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 # `make gpu-check`: on a machine with a GPU (and no network: nothing is installed), build
 # everything with nvcc, then dev/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
 # against ./train_cuda, the NCCL path on one GPU, and the speed benchmarks, and prints a
-# summary (OUT=DIR keeps the logs). Without a GPU it builds, says so in one line and exits 0.
+# summary (OUT=DIR keeps the logs; BUDGET=seconds, 420 by default, is when it stops starting
+# the optional profiling and sweeps, counted from its start, build included). Without a GPU it
+# builds, says so in one line and exits 0.
 # `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
 # header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
 # OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make carry
@@ -279,12 +281,14 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 .PHONY: gpu-check carry
 gpu-check:
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }
-	@bash -c 'if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
+	@bash -c 'export GPU_CHECK_START=$$(date +%s); \
+	          if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
 	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
 	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
 	              build/bench_gemm build/bench_depth build/bench_attention $(SHAPE_BINS) \
 	              $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
-	          && GPU_CHECK_OUT=$(OUT) DEPTH_SHAPES="$(DEPTH_SHAPES)" dev/gpu_check.sh'
+	          && GPU_CHECK_OUT=$(OUT) GPU_CHECK_BUDGET=$(BUDGET) DEPTH_SHAPES="$(DEPTH_SHAPES)" \
+	             dev/gpu_check.sh'
 
 carry:
 	@dev/carry.sh $(AB)

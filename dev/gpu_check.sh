@@ -10,20 +10,27 @@
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
-#      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; the depth attention's
-#      kernels; the causal attention's two versions (dev/bench_attention.cu); the same
-#      built with cuda/ and src/ of an earlier commit when make carry AB=commit put them in
-#      .carry/ab (before/after on one GPU); the depth attention's kernels and the step built
-#      with each block shape of the Makefile's DEPTH_SHAPES; PyTorch eager on the same
-#      GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was skipped
-#      otherwise); Nsight Compute's time per kernel of one block step (dev/profile_cuda.py)
+#      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; PyTorch eager on the
+#      same GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was
+#      skipped otherwise)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
-#      on one training step at the bench size (last: the slowest part; where the machine's
-#      runtime refuses the tool, e.g. "Device not supported" under gVisor, a skip line says so)
+#      on one training step at the bench size (where the machine's runtime refuses the tool,
+#      e.g. "Device not supported" under gVisor, a skip line says so)
+#   5. what says where the time goes, while the time budget lasts (GPU_CHECK_BUDGET seconds
+#      since make gpu-check started, 420 by default: the whole stays under 8 minutes; what
+#      the budget leaves out gets a skip line): the depth attention's kernels and the causal
+#      attention's two versions (dev/bench_attention.cu), each checked against the CPU and
+#      timed; the step and the depth kernels built with each block shape of the Makefile's
+#      DEPTH_SHAPES; Nsight Compute's time per kernel of one block step (dev/profile_cuda.py);
+#      the benchmarks built with cuda/ and src/ of an earlier commit when make carry
+#      AB=commit put them in .carry/ab (before/after on one GPU)
 #
-# GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR).
+# GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
+# make gpu-check began (seconds since 1970; the build counts against the budget).
 set -u
 cd "$(dirname "$0")/.."
+start=${GPU_CHECK_START:-$(date +%s)}
+budget=${GPU_CHECK_BUDGET:-420}
 out=${GPU_CHECK_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 summary=()
@@ -125,80 +132,6 @@ check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log
     build/bench_cuda --cublas
 check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed.log 120 \
     build/bench_gemm
-check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
-    build/bench_depth
-check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
-    speed.log 120 build/bench_attention
-# The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
-# threads; the plain build's is the default): the step and the depth kernels built with each
-# of the Makefile's DEPTH_SHAPES, bench_depth checking each build against the CPU first, the
-# default build timed the same way beside them; then one line per shape, the fastest
-# `block` step is the shape to make the default
-shape_table=()
-for shape in default ${DEPTH_SHAPES:-}; do
-    dir=build/shape/$shape; [ "$shape" = default ] && dir=build
-    [ -x "$dir/bench_cuda" ] && [ -x "$dir/bench_depth" ] || continue
-    log=shape_$shape.log
-    check "depth attention, block shape $shape: against the CPU, timed ($dir/bench_depth)" \
-        "$log" 120 "$dir/bench_depth" || continue
-    check "training step, block shape $shape ($dir/bench_cuda --rounds 200)" "$log" 120 \
-        "$dir/bench_cuda" --rounds 200 || continue
-    shape_table+=("$(awk -v shape="$shape" '
-        /^none +[0-9.]+ ms\/step/ { none = $2 }
-        /^full +[0-9.]+ ms\/step/ { full = $2; full_over = $9 }
-        /^block S=4 +[0-9.]+ ms\/step/ { block = $3; block_over = $10 }
-        /adds to a step/ { adds[++n] = sprintf("%.0f", $(NF - 5) + $(NF - 4)) }
-        END { printf "%-8s %8s %8s %7s %8s %7s %10s %10s", shape, none, full, full_over, block,
-                     block_over, adds[1], adds[2] }' "$out/$log")")
-done
-if [ ${#shape_table[@]} -gt 0 ]; then
-    {
-        echo "== the depth attention's block shape (rows x threads per row): ms/step, overhead"
-        echo "   vs none, and what the fused depth kernels add to a step over none's norms (us)"
-        printf '%-8s %8s %8s %7s %8s %7s %10s %10s\n' shape none full "" "block" "" "full adds" \
-            "block adds"
-        printf '%s\n' "${shape_table[@]}"
-    } >>"$out/speed.log"
-fi
-# Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an
-# earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
-# under build/ab, then the current build again right after, so that the two runs are
-# neighbours in time
-if [ -f .carry/ab/COMMIT ]; then
-    ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
-    rm -rf build/ab && mkdir -p build/ab
-    cp -r Makefile train.c src cuda data dev tests build/ab/
-    for part in cuda src; do
-        if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
-    done
-    if check "benchmarks built with cuda/ and src/ as at $ab_commit (build/ab)" ab.log 300 \
-        make -C build/ab --no-print-directory -j"$(nproc)" build/bench_cuda build/bench_depth \
-        build/bench_gemm; then
-        for version in "before:build/ab/build" "after:build"; do
-            name=${version%%:*} dir=${version#*:}
-            echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
-            check "$name: training step speed ($dir/bench_cuda --variants)" speed.log 120 \
-                "$dir/bench_cuda" --variants
-            check "$name: depth attention kernels ($dir/bench_depth)" speed.log 120 "$dir/bench_depth"
-            check "$name: our matmul vs cuBLAS ($dir/bench_gemm)" speed.log 120 "$dir/bench_gemm"
-        done
-    fi
-fi
-# where one step's GPU time goes, kernel by kernel (Nsight Compute; a machine whose runtime
-# does not let it read the counters gets a skip line, as compute-sanitizer below)
-ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
-if [ ! -x "$ncu" ]; then
-    summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
-elif timeout 150 python3 dev/profile_cuda.py --mode block --ncu "$ncu" >"$out/profile.log" 2>&1; then
-    summary+=("ok    profile of a block step, kernel by kernel (dev/profile_cuda.py; profile.log)")
-elif grep -qiE "not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999" "$out/profile.log"; then
-    summary+=("skip  profile of a step: this machine refuses ncu: $(grep -iE 'not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999' "$out/profile.log" | head -1 | cut -c1-160)")
-else
-    summary+=("FAIL  profile of a block step (dev/profile_cuda.py; see profile.log)")
-    failed=1
-fi
-echo "${summary[-1]}"
-head -30 "$out/profile.log" >>"$out/speed.log" 2>/dev/null
 python3 dev/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
 status=$?
 if [ $status -eq 3 ]; then
@@ -209,8 +142,6 @@ elif [ $status -ne 0 ]; then
 else
     summary+=("ok    PyTorch eager on the GPU (dev/bench_pytorch.py --device cuda)")
 fi
-echo
-cat "$out/speed.log" | grep -vE "^\s*$"
 
 # ---- 4. compute-sanitizer ---------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -234,9 +165,105 @@ else
 fi
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" 2>/dev/null | sort | uniq -c
 
+# ---- 5. where the time goes, while the budget lasts ------------------------------------------
+# in_budget NAME: 0 while the budget lasts; else records a skip line for NAME and returns 1
+in_budget() {
+    local elapsed=$(($(date +%s) - start))
+    [ "$elapsed" -lt "$budget" ] && return 0
+    summary+=("skip  $1: past the time budget (${elapsed} s of ${budget} s; GPU_CHECK_BUDGET)")
+    echo "${summary[-1]}"
+    return 1
+}
+in_budget "depth attention kernels" &&
+    check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
+        build/bench_depth
+in_budget "causal attention versions" &&
+    check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
+        speed.log 120 build/bench_attention
+# The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
+# threads; the plain build's is the default): the step and the depth kernels built with each
+# of the Makefile's DEPTH_SHAPES, bench_depth checking each build against the CPU first, the
+# default build timed the same way beside them; then one line per shape, the fastest
+# `block` step is the shape to make the default
+shape_table=()
+for shape in default ${DEPTH_SHAPES:-}; do
+    dir=build/shape/$shape; [ "$shape" = default ] && dir=build
+    [ -x "$dir/bench_cuda" ] && [ -x "$dir/bench_depth" ] || continue
+    in_budget "block shape $shape" || break
+    log=shape_$shape.log
+    check "depth attention, block shape $shape: against the CPU, timed ($dir/bench_depth)" \
+        "$log" 120 "$dir/bench_depth" || continue
+    check "training step, block shape $shape ($dir/bench_cuda --rounds 200)" "$log" 120 \
+        "$dir/bench_cuda" --rounds 200 || continue
+    shape_table+=("$(awk -v shape="$shape" '
+        /^none +[0-9.]+ ms\/step/ { none = $2 }
+        /^full +[0-9.]+ ms\/step/ { full = $2; full_over = $9 }
+        /^block S=4 +[0-9.]+ ms\/step/ { block = $3; block_over = $10 }
+        /adds to a step/ { adds[++n] = sprintf("%.0f", $(NF - 5) + $(NF - 4)) }
+        END { printf "%-8s %8s %8s %7s %8s %7s %10s %10s", shape, none, full, full_over, block,
+                     block_over, adds[1], adds[2] }' "$out/$log")")
+done
+if [ ${#shape_table[@]} -gt 0 ]; then
+    {
+        echo "== the depth attention's block shape (rows x threads per row): ms/step, overhead"
+        echo "   vs none, and what the fused depth kernels add to a step over none's norms (us)"
+        printf '%-8s %8s %8s %7s %8s %7s %10s %10s\n' shape none full "" "block" "" "full adds" \
+            "block adds"
+        printf '%s\n' "${shape_table[@]}"
+    } >>"$out/speed.log"
+fi
+# where one step's GPU time goes, kernel by kernel, in `block` and in `none` (their
+# difference is what AttnRes adds; Nsight Compute: a machine whose runtime does not let it
+# read the counters gets a skip line, as compute-sanitizer above)
+ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+for mode in block none; do
+    in_budget "profile of a $mode step" || break
+    if [ ! -x "$ncu" ]; then
+        summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
+    elif timeout 150 python3 dev/profile_cuda.py --mode $mode --ncu "$ncu" >"$out/profile_$mode.log" 2>&1; then
+        summary+=("ok    profile of a $mode step, kernel by kernel (dev/profile_cuda.py; profile_$mode.log)")
+    elif grep -qiE "not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999" "$out/profile_$mode.log"; then
+        summary+=("skip  profile of a step: this machine refuses ncu: $(grep -iE 'not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999' "$out/profile_$mode.log" | head -1 | cut -c1-160)")
+    else
+        summary+=("FAIL  profile of a $mode step (dev/profile_cuda.py; see profile_$mode.log)")
+        failed=1
+    fi
+    echo "${summary[-1]}"
+    head -30 "$out/profile_$mode.log" >>"$out/speed.log" 2>/dev/null
+    [[ "${summary[-1]}" == ok* ]] || break
+done
+# Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an
+# earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
+# under build/ab, then the current build again right after, so that the two runs are
+# neighbours in time
+if [ -f .carry/ab/COMMIT ] && in_budget "before/after (.carry/ab)"; then
+    ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
+    rm -rf build/ab && mkdir -p build/ab
+    cp -r Makefile train.c src cuda data dev tests build/ab/
+    for part in cuda src; do
+        if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
+    done
+    if check "benchmarks built with cuda/ and src/ as at $ab_commit (build/ab)" ab.log 300 \
+        make -C build/ab --no-print-directory -j"$(nproc)" build/bench_cuda build/bench_depth \
+        build/bench_gemm; then
+        for version in "before:build/ab/build" "after:build"; do
+            name=${version%%:*} dir=${version#*:}
+            echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
+            check "$name: training step speed ($dir/bench_cuda --variants)" speed.log 120 \
+                "$dir/bench_cuda" --variants
+            check "$name: depth attention kernels ($dir/bench_depth)" speed.log 120 "$dir/bench_depth"
+            check "$name: our matmul vs cuBLAS ($dir/bench_gemm)" speed.log 120 "$dir/bench_gemm"
+        done
+    fi
+fi
+
+echo
+cat "$out/speed.log" | grep -vE "^\s*$"
+
 echo
 echo "gpu-check summary ($gpu; logs in $out):"
 printf '  %s\n' "${summary[@]}"
+n_ok=$(printf '%s\n' "${summary[@]}" | grep -c '^ok')
 n_fail=$(printf '%s\n' "${summary[@]}" | grep -c '^FAIL')
-echo "gpu-check: $((${#summary[@]} - n_fail)) passed, $n_fail failed"
+echo "gpu-check: $n_ok passed, $n_fail failed, $((${#summary[@]} - n_ok - n_fail)) skipped"
 exit $failed

@@ -33,8 +33,11 @@ def main():
              "--batch", "8", "--d", "256", "--L", "8", "--H", "8", "--G", "4", "--F", "704",
              "--eval-examples", "8", "--threads", "8", "--steps", "1", "--eval-every", "1",
              "--log-every", "1"] + mode + (["--cublas"] if a.cublas else [])
+    # the GPU's own clocks, and the caches as the step left them (ncu flushes them before
+    # every kernel by default, which would make each small kernel read all it needs from
+    # DRAM, where in the step its inputs were often just written and still in L2)
     cmd = [a.ncu, "--csv", "--print-units", "base", "--clock-control", "none",
-           "--metrics", "gpu__time_duration.sum"] + train
+           "--cache-control", "none", "--metrics", "gpu__time_duration.sum"] + train
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode != 0:
         sys.exit(f"error: ncu failed (exit {run.returncode}): {run.stderr.strip()[-400:]}")
