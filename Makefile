@@ -313,7 +313,7 @@ build/bench_attention: dev/bench_attention.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA
 # threads, 4x64 by default) is for a GPU to choose: make gpu-check also times the step
 # (bench_cuda) and the depth kernels (bench_depth, which first checks them against the CPU)
 # built with each shape ROWSxTHREADS below, under build/shape/ROWSxTHREADS/.
-DEPTH_SHAPES   = 8x32 2x64 2x128 4x128 1x256
+DEPTH_SHAPES   = 8x32 2x64 2x128 4x128 1x256 2x256
 SHAPE_BINS     = $(foreach s,$(DEPTH_SHAPES),build/shape/$s/bench_cuda build/shape/$s/bench_depth)
 SHAPE_CUDA_OBJ = $(filter-out build/cuda/depth_attention.o,$(CUDA_OBJ))
 shape_flags    = -DDEPTH_ROWS=$(word 1,$(subst x, ,$1)) -DROW_THREADS=$(word 2,$(subst x, ,$1))
