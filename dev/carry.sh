@@ -8,11 +8,13 @@
 #                            `mpirun -np 1 build/train_cuda_mpi` runs there (the NCCL path)
 #   .carry/openmpi/env.sh    sourced there: points PATH, LD_LIBRARY_PATH and OpenMPI's and
 #                            PMIx's relocation variables at the copy, wherever it lands
-#   .carry/ab/               only with a commit (make carry AB=commit): the files of cuda/ and
-#                            src/ as they were at that commit, those that differ from now (the
-#                            model's orchestration in src/ goes with the kernels it calls);
-#                            gpu-check then also times the step and the depth attention built
-#                            with them, a before/after on one GPU (its time is scarce, and the
+#   .carry/ab/               only with a commit (make carry AB=commit): the files of cuda/,
+#                            src/ and dev/ as they were at that commit, those that differ from
+#                            now (the model's orchestration in src/ goes with the kernels it
+#                            calls, and the benchmarks with the config and API of their time);
+#                            gpu-check then also times the step (and the matmul and depth
+#                            attention, where that commit has their benchmarks) built with
+#                            them, a before/after on one GPU (its time is scarce, and the
 #                            numbers of two different machines do not compare)
 # Then name .carry in the device run's carry list. Installs what is missing here first
 # (dev/ensure_deps.sh: doctest, OpenMPI).
@@ -26,14 +28,14 @@ if [ -n "$ab_commit" ]; then
         exit 1
     fi
     mkdir -p .carry/ab
-    git diff --name-only "$ab_commit" -- cuda src | while read -r f; do
+    git diff --name-only "$ab_commit" -- cuda src dev | while read -r f; do
         if git cat-file -e "$ab_commit:$f" 2>/dev/null; then  # not a file added since
             mkdir -p ".carry/ab/$(dirname "$f")"
             git show "$ab_commit:$f" >".carry/ab/$f"
         fi
     done
     git log -1 --format='%h %s' "$ab_commit" >.carry/ab/COMMIT
-    echo "carry: .carry/ab: $(find .carry/ab/cuda .carry/ab/src -type f 2>/dev/null | wc -l) files of cuda/ and src/ as at $(cut -c1-60 .carry/ab/COMMIT)"
+    echo "carry: .carry/ab: $(find .carry/ab/cuda .carry/ab/src .carry/ab/dev -type f 2>/dev/null | wc -l) files of cuda/, src/ and dev/ as at $(cut -c1-60 .carry/ab/COMMIT)"
 fi
 dev/ensure_deps.sh test mpi
 rm -rf .carry/doctest .carry/openmpi

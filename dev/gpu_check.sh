@@ -232,31 +232,35 @@ for mode in block none; do
     head -30 "$out/profile_$mode.log" >>"$out/speed.log" 2>/dev/null
     [[ "${summary[-1]}" == ok* ]] || break
 done
-# Before/after on this one GPU: the same benchmarks built with cuda/ and src/ as at an
+# Before/after on this one GPU: the benchmarks built with cuda/, src/ and dev/ as at an
 # earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
 # under build/ab, then the current build again right after, so that the two runs are
-# neighbours in time
+# neighbours in time. Like for like: the step per mode (bench_cuda, whose flags every
+# version has), and the matmul and the depth attention where that commit has their
+# benchmarks (make -k builds what it can)
 if [ -f .carry/ab/COMMIT ] && in_budget "before/after (.carry/ab)"; then
     ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
     rm -rf build/ab && mkdir -p build/ab
     cp -r Makefile train.c src cuda data dev tests build/ab/
-    for part in cuda src; do
+    for part in cuda src dev; do
         if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
     done
-    if check "benchmarks built with cuda/ and src/ as at $ab_commit (build/ab)" ab.log 300 \
-        make -C build/ab --no-print-directory -j"$(nproc)" build/bench_cuda build/bench_depth \
-        build/bench_gemm; then
+    make -C build/ab --no-print-directory -k -j"$(nproc)" build/bench_cuda build/bench_depth \
+        build/bench_gemm >>"$out/ab.log" 2>&1
+    if check "benchmarks built with cuda/, src/ and dev/ as at $ab_commit (build/ab)" ab.log 10 \
+        test -x build/ab/build/bench_cuda; then
         for version in "before:build/ab/build" "after:build"; do
             name=${version%%:*} dir=${version#*:}
             echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
-            check "$name: training step speed ($dir/bench_cuda --variants)" speed.log 120 \
-                "$dir/bench_cuda" --variants
-            check "$name: depth attention kernels ($dir/bench_depth)" speed.log 120 "$dir/bench_depth"
-            check "$name: our matmul vs cuBLAS ($dir/bench_gemm)" speed.log 120 "$dir/bench_gemm"
+            check "$name: training step speed ($dir/bench_cuda --rounds 100)" speed.log 120 \
+                "$dir/bench_cuda" --rounds 100
+            for bench in bench_gemm bench_depth; do
+                [ -x build/ab/build/$bench ] || continue
+                check "$name: $bench ($dir/$bench)" speed.log 120 "$dir/$bench"
+            done
         done
     fi
 fi
-
 echo
 cat "$out/speed.log" | grep -vE "^\s*$"
 
