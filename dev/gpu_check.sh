@@ -21,9 +21,9 @@
 #      the budget leaves out gets a skip line): the depth attention's kernels and the causal
 #      attention's two versions (dev/bench_attention.cu), each checked against the CPU and
 #      timed; the step and the depth kernels built with each block shape of the Makefile's
-#      DEPTH_SHAPES; Nsight Compute's time per kernel of one block step (dev/profile_cuda.py);
-#      the benchmarks built with cuda/ and src/ of an earlier commit when make carry
-#      AB=commit put them in .carry/ab (before/after on one GPU)
+#      DEPTH_SHAPES; Nsight Compute's time per kernel of a block and of a none step
+#      (dev/profile_cuda.py); the benchmarks built with cuda/, src/ and dev/ of an earlier
+#      commit when make carry AB=commit put them in .carry/ab (before/after on one GPU)
 #
 # GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
 # make gpu-check began (seconds since 1970; the build counts against the budget).
