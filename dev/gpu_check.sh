@@ -232,6 +232,11 @@ for mode in block none; do
     head -30 "$out/profile_$mode.log" >>"$out/speed.log" 2>/dev/null
     [[ "${summary[-1]}" == ok* ]] || break
 done
+if [ -s "$out/profile_block.log" ] && [ -s "$out/profile_none.log" ] &&
+   python3 dev/profile_cuda.py --diff "$out/profile_block.log" "$out/profile_none.log" \
+       >"$out/profile_diff.log" 2>&1; then
+    cat "$out/profile_diff.log" >>"$out/speed.log"  # where block's overhead goes, per kernel
+fi
 # Before/after on this one GPU: the benchmarks built with cuda/, src/ and dev/ as at an
 # earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
 # under build/ab, then the current build again right after, so that the two runs are

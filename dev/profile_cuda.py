@@ -8,6 +8,10 @@ The sum is the GPU's busy time; against the step's wall time (make gpu-check, be
 difference is launch overhead and host work.
 
   python3 dev/profile_cuda.py [--mode none|full|block] [--cublas] [--ncu PATH] [--keep FILE]
+  python3 dev/profile_cuda.py --diff A.log B.log
+
+--diff reads two of its own printouts (say a block step's and a none step's) and prints,
+kernel by kernel, what A spends more than B: where an AttnRes mode's overhead goes.
 
 Needs a GPU whose runtime lets ncu read its counters (not gVisor). The step includes one
 evaluation forward of 8 sequences (train_cuda evaluates at its last step).
@@ -21,7 +25,45 @@ import sys
 from collections import defaultdict
 
 
+# {kernel: (launches, total us)} and the header line of one printout of main()
+def read_profile(path):
+    kernels, header = {}, ""
+    with open(path) as f:
+        for line in f:
+            if line.startswith("profile_cuda:"):
+                header = line.strip()
+                continue
+            words = line.split()
+            # a kernel line: NAME... launches total_us share%
+            if len(words) >= 4 and words[-1].endswith("%") and words[-3].isdigit():
+                kernels[" ".join(words[:-3])] = (int(words[-3]), float(words[-2]))
+    if not kernels:
+        sys.exit(f"error: {path}: no kernel lines of profile_cuda.py in it")
+    return kernels, header
+
+
+def diff(path_a, path_b):
+    a, header_a = read_profile(path_a)
+    b, header_b = read_profile(path_b)
+    print(f"profile_cuda --diff: A = {header_a}\n                     B = {header_b}")
+    print(f"{'kernel':<52s} {'launches A/B':>12s} {'A us':>9s} {'B us':>9s} {'A - B us':>9s}")
+    names = set(a) | set(b)
+    delta = {n: a.get(n, (0, 0.0))[1] - b.get(n, (0, 0.0))[1] for n in names}
+    for n in sorted(names, key=lambda n: -abs(delta[n])):
+        la, ta = a.get(n, (0, 0.0))
+        lb, tb = b.get(n, (0, 0.0))
+        print(f"{n[:52]:<52s} {f'{la}/{lb}':>12s} {ta:9.1f} {tb:9.1f} {delta[n]:+9.1f}")
+    total_a, total_b = sum(t for _, t in a.values()), sum(t for _, t in b.values())
+    print(f"{'all kernels':<52s} {'':>12s} {total_a:9.1f} {total_b:9.1f} {total_a - total_b:+9.1f}"
+          f"  ({100 * (total_a - total_b) / total_b:+.1f} %)")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "--diff":
+        if len(sys.argv) != 4:
+            sys.exit("usage: profile_cuda.py --diff A.log B.log")
+        diff(sys.argv[2], sys.argv[3])
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--mode", choices=["none", "full", "block"], default="block")
     ap.add_argument("--cublas", action="store_true")
