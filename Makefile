@@ -271,13 +271,14 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 # `make gpu-check`: on a machine with a GPU (and no network: nothing is installed), build
 # everything with nvcc, then dev/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
 # against ./train_cuda, the NCCL path on one GPU, and the speed benchmarks, and prints a
-# summary (OUT=DIR keeps the logs; BUDGET=seconds, 420 by default, is when it stops starting
-# the optional profiling and sweeps, counted from its start, build included). Without a GPU it
+# summary (OUT=DIR keeps the logs; BUDGET=seconds, 450 by default, counted from its start,
+# build included, bounds the optional profiling and sweeps at its end). Without a GPU it
 # builds, says so in one line and exits 0.
 # `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
 # header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
 # OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make carry
-# AB=commit` also keeps cuda/ and src/ as at that commit, and gpu-check times both (before/after).
+# AB=commit` also keeps cuda/, src/ and dev/ as at that commit, and gpu-check times both
+# (before/after).
 .PHONY: gpu-check carry
 gpu-check:
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }

@@ -16,9 +16,9 @@
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (where the machine's runtime refuses the tool,
 #      e.g. "Device not supported" under gVisor, a skip line says so)
-#   5. what says where the time goes, while the time budget lasts (GPU_CHECK_BUDGET seconds
-#      since make gpu-check started, 420 by default: the whole stays under 8 minutes; what
-#      the budget leaves out gets a skip line): the depth attention's kernels and the causal
+#   5. what says where the time goes, as far as the time budget allows (GPU_CHECK_BUDGET
+#      seconds since make gpu-check started, 450 by default: the whole stays under 8 minutes;
+#      a part starts only if its longest expected time still fits, else a skip line): the depth attention's kernels and the causal
 #      attention's two versions (dev/bench_attention.cu), each checked against the CPU and
 #      timed; the step and the depth kernels built with each block shape of the Makefile's
 #      DEPTH_SHAPES; Nsight Compute's time per kernel of a block and of a none step
@@ -30,7 +30,7 @@
 set -u
 cd "$(dirname "$0")/.."
 start=${GPU_CHECK_START:-$(date +%s)}
-budget=${GPU_CHECK_BUDGET:-420}
+budget=${GPU_CHECK_BUDGET:-450}
 out=${GPU_CHECK_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 summary=()
@@ -168,19 +168,20 @@ else
 fi
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" 2>/dev/null | sort | uniq -c
 
-# ---- 5. where the time goes, while the budget lasts ------------------------------------------
-# in_budget NAME: 0 while the budget lasts; else records a skip line for NAME and returns 1
+# ---- 5. where the time goes, as far as the budget allows --------------------------------------
+# in_budget NAME SECONDS: 0 if SECONDS more (an estimate of the longest NAME takes) still
+# fit the budget; else records a skip line for NAME and returns 1
 in_budget() {
     local elapsed=$(($(date +%s) - start))
-    [ "$elapsed" -lt "$budget" ] && return 0
-    summary+=("skip  $1: past the time budget (${elapsed} s of ${budget} s; GPU_CHECK_BUDGET)")
+    [ $((elapsed + $2)) -le "$budget" ] && return 0
+    summary+=("skip  $1: would end past the time budget (${elapsed} s + ${2} s > ${budget} s; GPU_CHECK_BUDGET)")
     echo "${summary[-1]}"
     return 1
 }
-in_budget "depth attention kernels" &&
+in_budget "depth attention kernels" 15 &&
     check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
         build/bench_depth
-in_budget "causal attention versions" &&
+in_budget "causal attention versions" 15 &&
     check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
         speed.log 120 build/bench_attention
 # The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
@@ -192,7 +193,7 @@ shape_table=()
 for shape in default ${DEPTH_SHAPES:-}; do
     dir=build/shape/$shape; [ "$shape" = default ] && dir=build
     [ -x "$dir/bench_cuda" ] && [ -x "$dir/bench_depth" ] || continue
-    in_budget "block shape $shape" || break
+    in_budget "block shape $shape" 20 || break
     log=shape_$shape.log
     check "depth attention, block shape $shape: against the CPU, timed ($dir/bench_depth)" \
         "$log" 120 "$dir/bench_depth" || continue
@@ -220,7 +221,7 @@ fi
 # read the counters gets a skip line, as compute-sanitizer above)
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 for mode in block none; do
-    in_budget "profile of a $mode step" || break
+    in_budget "profile of a $mode step" 90 || break
     if [ ! -x "$ncu" ]; then
         summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
     elif timeout 150 python3 dev/profile_cuda.py --mode $mode --ncu "$ncu" >"$out/profile_$mode.log" 2>&1; then
@@ -246,7 +247,7 @@ fi
 # neighbours in time. Like for like: the step per mode (bench_cuda, whose flags every
 # version has), and the matmul and the depth attention where that commit has their
 # benchmarks (make -k builds what it can)
-if [ -f .carry/ab/COMMIT ] && in_budget "before/after (.carry/ab)"; then
+if [ -f .carry/ab/COMMIT ] && in_budget "before/after (.carry/ab)" 90; then
     ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
     rm -rf build/ab && mkdir -p build/ab
     cp -r Makefile train.c src cuda data dev tests build/ab/
