@@ -18,12 +18,13 @@
 #      e.g. "Device not supported" under gVisor, a skip line says so)
 #   5. what says where the time goes, as far as the time budget allows (GPU_CHECK_BUDGET
 #      seconds since make gpu-check started, 450 by default: the whole stays under 8 minutes;
-#      a part starts only if its longest expected time still fits, else a skip line): the depth attention's kernels and the causal
-#      attention's two versions (dev/bench_attention.cu), each checked against the CPU and
-#      timed; the step and the depth kernels built with each block shape of the Makefile's
-#      DEPTH_SHAPES; Nsight Compute's time per kernel of a block and of a none step
-#      (dev/profile_cuda.py); the benchmarks built with cuda/, src/ and dev/ of an earlier
-#      commit when make carry AB=commit put them in .carry/ab (before/after on one GPU)
+#      a part starts only if its longest expected time still fits, else a skip line): the
+#      causal attention's two versions (dev/bench_attention.cu) and the depth attention's
+#      kernels (dev/bench_depth.cu), each checked against the CPU and timed, the latter with
+#      the step in the plain build and with each block shape of the Makefile's DEPTH_SHAPES;
+#      Nsight Compute's time per kernel of a block and of a none step (dev/profile_cuda.py);
+#      the benchmarks built with cuda/, src/ and dev/ of an earlier commit when make carry
+#      AB=commit put them in .carry/ab (before/after on one GPU)
 #
 # GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
 # make gpu-check began (seconds since 1970; the build counts against the budget).
@@ -178,17 +179,13 @@ in_budget() {
     echo "${summary[-1]}"
     return 1
 }
-in_budget "depth attention kernels" 15 &&
-    check "depth attention kernels of one step, full and block (build/bench_depth)" speed.log 120 \
-        build/bench_depth
 in_budget "causal attention versions" 15 &&
     check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
         speed.log 120 build/bench_attention
-# The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
-# threads; the plain build's is the default): the step and the depth kernels built with each
-# of the Makefile's DEPTH_SHAPES, bench_depth checking each build against the CPU first, the
-# default build timed the same way beside them; then one line per shape, the fastest
-# `block` step is the shape to make the default
+# The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
+# step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
+# of ROW_THREADS threads, the default) and in each of the Makefile's DEPTH_SHAPES; then one
+# line per shape: the fastest `block` step is the shape to make the default
 shape_table=()
 for shape in default ${DEPTH_SHAPES:-}; do
     dir=build/shape/$shape; [ "$shape" = default ] && dir=build
@@ -199,6 +196,8 @@ for shape in default ${DEPTH_SHAPES:-}; do
         "$log" 120 "$dir/bench_depth" || continue
     check "training step, block shape $shape ($dir/bench_cuda --rounds 200)" "$log" 120 \
         "$dir/bench_cuda" --rounds 200 || continue
+    # the default build's depth-kernel table in full (its log: bench_depth's, then bench_cuda's)
+    [ "$shape" = default ] && sed -n '/^bench_cuda:/q; p' "$out/$log" >>"$out/speed.log"
     shape_table+=("$(awk -v shape="$shape" '
         /^none +[0-9.]+ ms\/step/ { none = $2 }
         /^full +[0-9.]+ ms\/step/ { full = $2; full_over = $9 }
