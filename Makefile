@@ -136,7 +136,7 @@ test:
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
 		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
 		                         build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
-	@tests/run_all.sh
+	@DEPTH_SHAPES="$(DEPTH_SHAPES)" tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
 # `./train --diagnostics DIR` (dev/plots.sh). `make compare`: none, full and block AttnRes

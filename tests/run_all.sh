@@ -96,10 +96,11 @@ if [ -x ./test_cuda_emu ]; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
 fi
 # the depth attention's kernels built with the other block shapes that make gpu-check times
-# (the Makefile's DEPTH_SHAPES: rows per block x threads per row), both thread orders
-for shape_test in build/emu/shape/*/test_cuda_emu; do
+# (DEPTH_SHAPES from the Makefile: rows per block x threads per row), both thread orders;
+# only those, not whatever older shapes a build folder still holds
+for shape in ${DEPTH_SHAPES:-}; do
+    shape_test=build/emu/shape/$shape/test_cuda_emu
     [ -x "$shape_test" ] || continue
-    shape=$(basename "$(dirname "$shape_test")")
     for order in forward reverse; do
         doctest_suite "CUDA depth attention vs CPU, block shape $shape (emulated, $order order)" \
             env CUDA_EMU_ORDER=$order "$shape_test" -tc="depth attention*"
