@@ -130,13 +130,14 @@ check-state-study: check_state
 # where there is a GPU.
 TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
             build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
-            $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu)
+            $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
+            build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
 test:
 	@dev/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
 		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
 		                         build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
-	@DEPTH_SHAPES="$(DEPTH_SHAPES)" tests/run_all.sh
+	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
 # `./train --diagnostics DIR` (dev/plots.sh). `make compare`: none, full and block AttnRes
@@ -311,13 +312,14 @@ build/bench_attention: dev/bench_attention.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA
 	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
-# threads, 4x64 by default) is for a GPU to choose: make gpu-check also times the step
-# (bench_cuda) and the depth kernels (bench_depth, which first checks them against the CPU)
-# built with each shape ROWSxTHREADS below, under build/shape/ROWSxTHREADS/.
-DEPTH_SHAPES   = 8x32 2x64 2x128 4x128 1x256 2x256
+# threads, each thread taking DEPTH_COLS of its columns at a time; 4x64x1 by default) is for a
+# GPU to choose: make gpu-check also times the step (bench_cuda) and the depth kernels
+# (bench_depth, which first checks them against the CPU) built with each shape
+# ROWSxTHREADSxCOLS below, under build/shape/ROWSxTHREADSxCOLS/.
+DEPTH_SHAPES   = 4x64x2 4x64x4 2x64x4 8x32x4 2x128x2 1x256x1
 SHAPE_BINS     = $(foreach s,$(DEPTH_SHAPES),build/shape/$s/bench_cuda build/shape/$s/bench_depth)
 SHAPE_CUDA_OBJ = $(filter-out build/cuda/depth_attention.o,$(CUDA_OBJ))
-shape_flags    = -DDEPTH_ROWS=$(word 1,$(subst x, ,$1)) -DROW_THREADS=$(word 2,$(subst x, ,$1))
+shape_flags    = $(foreach f,1 2 3,-D$(word $f,DEPTH_ROWS ROW_THREADS DEPTH_COLS)=$(word $f,$(subst x, ,$1)))
 .PRECIOUS: build/shape/%/depth_attention.o build/emu/shape/%/depth_attention.cu.o
 
 # ... and `make test` runs the depth attention's agreement tests with each shape under the
@@ -329,6 +331,18 @@ build/emu/shape/%/depth_attention.cu.o: cuda/depth_attention.cu $(CUDA_DEPS) tes
 build/emu/shape/%/test_cuda_emu: build/emu/shape/%/depth_attention.cu.o \
                                  $(filter-out build/emu/cuda/depth_attention.cu.o,$(EMU_OBJ)) $(OBJ)
 	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
+
+# ... and under AddressSanitizer with ASAN_SHAPE, the shape of the most column groups per
+# thread (5 at C = 601), the last of them partial: no load or store past a row's end
+ASAN_SHAPE = 8x32x4
+build/emu_asan/shape/%/depth_attention.cu.o: cuda/depth_attention.cu $(CUDA_DEPS) tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -fsanitize-sections=cuda_emu_shared $(EMU_FLAGS) $(call shape_flags,$*) \
+		-x c++ -c $< -o $@
+
+build/emu_asan/shape/%/test_cuda_emu_asan: build/emu_asan/shape/%/depth_attention.cu.o \
+                           $(filter-out build/emu_asan/cuda/depth_attention.cu.o,$(ASAN_OBJ))
+	$(CXX) $(ASAN_FLAGS) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
 
 build/shape/%/depth_attention.o: cuda/depth_attention.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)

@@ -10,22 +10,43 @@
 // Every kernel below gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
 // ROW_THREADS threads (64: two warps) of row r take its columns c = t, t + ROW_THREADS, ...
 // (four each at C = 256). At the model's sizes these kernels are bound by memory latency,
-// not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB), so a thread takes
-// the sources SOURCE_CHUNK at a time (depth_sources.cuh): their loads issued together, and
-// in the backward a chunk's gradients read before any is written.
-// The block's shape is a guess until a GPU times it: `make gpu-check` also builds and times
-// the step with other shapes (-DDEPTH_ROWS=.. -DROW_THREADS=.., the Makefile's DEPTH_SHAPES),
-// each checked against the CPU; the fastest belongs here.
+// not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB, and at B T = 1024
+// rows the grid holds a quarter of the threads an H100 or H200 can run at once), so what
+// counts is how many loads a thread has in flight before it waits. A thread takes the
+// sources SOURCE_CHUNK at a time (depth_sources.cuh) and its columns DEPTH_COLS at a time (a
+// column group: c, c + ROW_THREADS, ..., c + (DEPTH_COLS - 1) ROW_THREADS): it issues the
+// loads of a group's columns for a chunk's sources together (DEPTH_COLS x SOURCE_CHUNK of
+// them: 8 at 1 column, 32 at 4), and only then uses them. Taken a column at a time, a
+// thread waits out one memory latency per column and chunk, since where the kernel writes
+// between columns (out, the sources' gradients) the compiler may not move the next column's
+// reads above the write. A thread still adds its columns in order of c, so every result is
+// the same, bit for bit, whatever DEPTH_COLS is (checked under the emulator).
+// The block's shape is a guess until a GPU times it: 4 x 64 x 1 was timed on an H200 (commit
+// 135dde3); `make gpu-check` also builds and times the step with other shapes
+// (-DDEPTH_ROWS=.. -DROW_THREADS=.. -DDEPTH_COLS=.., the Makefile's DEPTH_SHAPES), each
+// checked against the CPU; the fastest belongs here.
 #ifndef DEPTH_ROWS
 #define DEPTH_ROWS 4
 #endif
 #ifndef ROW_THREADS
 #define ROW_THREADS 64
 #endif
+#ifndef DEPTH_COLS
+#define DEPTH_COLS 1
+#endif
 #define ROW_WARPS (ROW_THREADS / WARP_SIZE)
 #define DEPTH_BLOCK (DEPTH_ROWS * ROW_THREADS)
+#define GROUP_STRIDE (DEPTH_COLS * ROW_THREADS)  // from one column group of a thread to its next
 static_assert(ROW_THREADS % WARP_SIZE == 0 && DEPTH_BLOCK <= 1024,
               "a row takes whole warps, and a block at most 1024 threads");
+static_assert(DEPTH_COLS >= 1 && DEPTH_COLS <= 4, "a thread holds 1 to 4 columns at a time");
+// The forward and the backward rows kernels are compiled to fit at least 512 threads on a
+// streaming multiprocessor (at most 128 registers a thread; 64 with blocks of 1024): with
+// DEPTH_COLS 4 the backward holds 64 values of a group (its sources' and their gradients'),
+// and left alone the compiler takes 134 registers (ptxas -v), which fits one block of 256
+// threads on an SM: the bench's 256 blocks would run in two waves on 132 SMs. Capped, it
+// takes 128 and spills nothing (-warn-spills is an error in the Makefile).
+#define DEPTH_MIN_BLOCKS (DEPTH_BLOCK <= 512 ? 512 / DEPTH_BLOCK : 1)
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
@@ -39,17 +60,30 @@ __device__ __forceinline__ void row_source_sums(
     size_t row, size_t C, unsigned int t) {
     unsigned int warp = t / WARP_SIZE, lane = t % WARP_SIZE;
     for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
-        float sum_first[SOURCE_CHUNK], sum_second[SOURCE_CHUNK], v[SOURCE_CHUNK];
+        float sum_first[SOURCE_CHUNK], sum_second[SOURCE_CHUNK];
 #pragma unroll
         for (int j = 0; j < SOURCE_CHUNK; j++) sum_first[j] = sum_second[j] = 0.0f;
-        for (size_t c = t; c < C; c += ROW_THREADS) {
-            float wg = query[c] * norm_weight[c];
-            load_chunk(v, sources, first, n_sources, row * C + c);
+        for (size_t group = t; group < C; group += GROUP_STRIDE) {
+            // the group's loads first: v[k][j] = V_{first + j} at column group + k ROW_THREADS
+            float v[DEPTH_COLS][SOURCE_CHUNK], x[DEPTH_COLS], wg[DEPTH_COLS];
 #pragma unroll
-            for (int j = 0; j < SOURCE_CHUNK; j++) {
-                if (first + j < n_sources) {
-                    sum_first[j] += (x_row != NULL ? x_row[c] : v[j]) * v[j];
-                    sum_second[j] += wg * v[j];
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                size_t c = group + k * ROW_THREADS;
+                if (c < C) {
+                    wg[k] = query[c] * norm_weight[c];
+                    x[k] = x_row != NULL ? x_row[c] : 0.0f;
+                    load_chunk(v[k], sources, first, n_sources, row * C + c);
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                if (group + k * ROW_THREADS >= C) break;
+#pragma unroll
+                for (int j = 0; j < SOURCE_CHUNK; j++) {
+                    if (first + j < n_sources) {
+                        sum_first[j] += (x_row != NULL ? x[k] : v[k][j]) * v[k][j];
+                        sum_second[j] += wg[k] * v[k][j];
+                    }
                 }
             }
         }
@@ -94,16 +128,34 @@ __device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x,
     return sum;
 }
 
-// the fused norm's gain at column c: 1 without one (NULL), which leaves every product exact
-__device__ __forceinline__ float gain_at(const float* norm_gain, size_t c) {
-    return norm_gain != NULL ? norm_gain[c] : 1.0f;
+// v[k] = values[c] at a column group's columns c = group + k ROW_THREADS below C, or 1 when
+// values is NULL (the fused norm without a gain: 1 leaves every product exact), 0 past C;
+// calls one after another issue all their loads before any is used
+__device__ __forceinline__ void load_columns(float v[DEPTH_COLS], const float* values,
+                                             size_t group, size_t C) {
+#pragma unroll
+    for (int k = 0; k < DEPTH_COLS; k++) {
+        size_t c = group + k * ROW_THREADS;
+        v[k] = c >= C ? 0.0f : values != NULL ? values[c] : 1.0f;
+    }
+}
+
+// what the fused norm's backward reads at a column group: dxn, out and the gain (1 without one)
+__device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float x_k[DEPTH_COLS],
+                                                  float gain_k[DEPTH_COLS], const float* dx,
+                                                  const float* x, const float* norm_gain,
+                                                  size_t group, size_t C) {
+    load_columns(dx_k, dx, group, C);
+    load_columns(x_k, x, group, C);
+    load_columns(gain_k, norm_gain, group, C);
 }
 
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = norm_gain * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), norm_gain NULL for
 // all ones (rmsnorm.cu's forward, with a row's ROW_THREADS threads in place of one warp).
-__global__ void depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
+__global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
+depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,
                                                size_t N, size_t C, float* xn, float* out_rstd,
@@ -143,27 +195,52 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
         }
     }
     __syncthreads();
-    // 4. the weighted sum, in order of i, SOURCE_CHUNK sources' loads at a time
+    // 4. the weighted sum, in order of i, a column group's loads of SOURCE_CHUNK sources at a
+    //    time; the group's outputs are written once all its sources are summed
     float sum_sq = 0.0f;  // this thread's part of sum_c out_c^2
     if (live) {
-        for (size_t c = t; c < C; c += ROW_THREADS) {
-            float acc = 0.0f, v[SOURCE_CHUNK];
-            for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
-                load_chunk(v, sources, first, n_sources, row * C + c);
+        for (size_t group = t; group < C; group += GROUP_STRIDE) {
+            float acc[DEPTH_COLS], v[DEPTH_COLS][SOURCE_CHUNK];
 #pragma unroll
-                for (int j = 0; j < SOURCE_CHUNK; j++)
-                    if (first + j < n_sources) acc += weight[r][first + j] * v[j];
+            for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
+            for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) {
+                    size_t c = group + k * ROW_THREADS;
+                    if (c < C) load_chunk(v[k], sources, first, n_sources, row * C + c);
+                }
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) {
+                    if (group + k * ROW_THREADS >= C) break;
+#pragma unroll
+                    for (int j = 0; j < SOURCE_CHUNK; j++)
+                        if (first + j < n_sources) acc[k] += weight[r][first + j] * v[k][j];
+                }
             }
-            out[row * C + c] = acc;
-            sum_sq += acc * acc;
+#pragma unroll
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                size_t c = group + k * ROW_THREADS;
+                if (c >= C) break;
+                out[row * C + c] = acc[k];
+                sum_sq += acc[k] * acc[k];
+            }
         }
     }
     if (xn == NULL) return;  // the same for the whole grid
     // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
     float s = 1.0f / sqrtf(row_sum(out_sq, sum_sq, r, t) / (float)C + RMSNORM_EPS);
     if (live) {
-        for (size_t c = t; c < C; c += ROW_THREADS)
-            xn[row * C + c] = gain_at(norm_gain, c) * (out[row * C + c] * s);
+        for (size_t group = t; group < C; group += GROUP_STRIDE) {
+            float o[DEPTH_COLS], gain[DEPTH_COLS];
+            load_columns(o, out + row * C, group, C);
+            load_columns(gain, norm_gain, group, C);
+#pragma unroll
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                size_t c = group + k * ROW_THREADS;
+                if (c >= C) break;
+                xn[row * C + c] = gain[k] * (o[k] * s);
+            }
+        }
         if (t == 0) out_rstd[row] = s;
     }
 }
@@ -180,7 +257,8 @@ __global__ void depth_attention_forward_kernel(float* out, float* alpha, float* 
 // as the RMSNorm of out (saved out_rstd, gain norm_gain) takes dxn back (step 0, rmsnorm.c's
 // backward), writing it to dout; and with gain_parts not NULL also the block's part of the
 // gain's gradient, gain_parts[block][c] = sum over its rows of dxn_c out_c out_rstd.
-__global__ void depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
+__global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
+depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      float* dout, const float* alpha,
                                                      const float* key_rstd, SourceList sources,
                                                      const float* query,
@@ -196,8 +274,8 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
     __shared__ float value_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float key_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
-    __shared__ float row_acc[DEPTH_ROWS][ROW_THREADS];
-    __shared__ float row_gain[DEPTH_ROWS][ROW_THREADS];
+    __shared__ float row_acc[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
+    __shared__ float row_gain[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
     __shared__ float row_dot[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
@@ -205,18 +283,34 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
     float* dy = dout + row * C;
     // 0. (fused with the norm) dout = rstd w dxn - rstd^3 (sum_c dxn_c w_c out_c) / C out,
     //    w the gain; each thread writes its columns c = t, t + ROW_THREADS, ..., the same it
-    //    reads in steps 1 and 3, so no barrier stands between them
+    //    reads in steps 1 and 3, so no barrier stands between them; a column group's reads
+    //    come before its writes
     if (dxn != NULL) {
         const float* dx = dxn + row * C;
         const float* x = out + row * C;
         float dot = 0.0f;
-        if (live)
-            for (size_t c = t; c < C; c += ROW_THREADS) dot += dx[c] * gain_at(norm_gain, c) * x[c];
+        if (live) {
+            for (size_t group = t; group < C; group += GROUP_STRIDE) {
+                float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], gain_k[DEPTH_COLS];
+                load_norm_columns(dx_k, x_k, gain_k, dx, x, norm_gain, group, C);
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++)
+                    if (group + k * ROW_THREADS < C) dot += dx_k[k] * gain_k[k] * x_k[k];
+            }
+        }
         dot = row_sum(row_dot, dot, r, t);
         if (live) {
             float s = out_rstd[row], correction = s * s * s * dot / (float)C;
-            for (size_t c = t; c < C; c += ROW_THREADS)
-                dy[c] = s * gain_at(norm_gain, c) * dx[c] - correction * x[c];
+            for (size_t group = t; group < C; group += GROUP_STRIDE) {
+                float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], gain_k[DEPTH_COLS];
+                load_norm_columns(dx_k, x_k, gain_k, dx, x, norm_gain, group, C);
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) {
+                    size_t c = group + k * ROW_THREADS;
+                    if (c >= C) break;
+                    dy[c] = s * gain_k[k] * dx_k[k] - correction * x_k[k];
+                }
+            }
         }
     }
     // 1. per source, dout . V_i and (w * g) . V_i
@@ -244,44 +338,76 @@ __global__ void depth_attention_backward_rows_kernel(GradList dsources, float* a
         }
     }
     __syncthreads();
-    // 3. the sources' gradients, a chunk of sources at a time: read the chunk's values and
-    //    gradients, then write the gradients; then the block's part of acc, its rows in order
-    for (size_t first_c = 0; first_c < C; first_c += ROW_THREADS) {
-        size_t c = first_c + t;
-        float acc = 0.0f;
-        if (live && c < C) {
-            float wg = query[c] * norm_weight[c], dy_c = dy[c];
-            size_t index = row * C + c;
-            for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
-                float v[SOURCE_CHUNK], dv[SOURCE_CHUNK];
-                load_chunk(v, sources, first, n_sources, index);
-                if (distinct) load_chunk(dv, dsources, first, n_sources, index);
+    // 3. the sources' gradients, a column group and a chunk of sources at a time: read the
+    //    values and gradients of them all, then write the gradients; then the block's part of
+    //    acc, its rows in order
+    for (size_t first_c = 0; first_c < C; first_c += GROUP_STRIDE) {
+        size_t group = first_c + t;  // this thread's columns: group + k ROW_THREADS
+        float acc[DEPTH_COLS];
 #pragma unroll
-                for (int j = 0; j < SOURCE_CHUNK; j++) {
-                    size_t i = first + j;
-                    if (i < n_sources) {
-                        if (!distinct) dv[j] = dsources.source[i][index];
-                        dsources.source[i][index] =
-                            dv[j] + source_gradient(value_scale[r][i], key_scale[r][i],
-                                                    correction[r][i], dy_c, wg, v[j]);
-                        acc += key_scale[r][i] * v[j];  // ds_i rstd_i V_i
+        for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
+        if (live) {
+            float wg[DEPTH_COLS], dy_c[DEPTH_COLS];
+#pragma unroll
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                size_t c = group + k * ROW_THREADS;
+                if (c < C) {
+                    wg[k] = query[c] * norm_weight[c];
+                    dy_c[k] = dy[c];
+                }
+            }
+            for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
+                float v[DEPTH_COLS][SOURCE_CHUNK], dv[DEPTH_COLS][SOURCE_CHUNK];
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) {
+                    size_t c = group + k * ROW_THREADS;
+                    if (c < C) {
+                        load_chunk(v[k], sources, first, n_sources, row * C + c);
+                        if (distinct) load_chunk(dv[k], dsources, first, n_sources, row * C + c);
+                    }
+                }
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) {
+                    size_t c = group + k * ROW_THREADS, index = row * C + c;
+                    if (c >= C) break;
+#pragma unroll
+                    for (int j = 0; j < SOURCE_CHUNK; j++) {
+                        size_t i = first + j;
+                        if (i < n_sources) {
+                            if (!distinct) dv[k][j] = dsources.source[i][index];
+                            dsources.source[i][index] =
+                                dv[k][j] + source_gradient(value_scale[r][i], key_scale[r][i],
+                                                           correction[r][i], dy_c[k], wg[k],
+                                                           v[k][j]);
+                            acc[k] += key_scale[r][i] * v[k][j];  // ds_i rstd_i V_i
+                        }
                     }
                 }
             }
         }
-        row_acc[r][t] = acc;  // 0 past N or C
-        if (gain_parts != NULL)
-            row_gain[r][t] = live && c < C ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
-                                           : 0.0f;
+#pragma unroll
+        for (int k = 0; k < DEPTH_COLS; k++) {
+            size_t c = group + k * ROW_THREADS;
+            row_acc[r][k][t] = acc[k];  // 0 past N or C
+            if (gain_parts != NULL)
+                row_gain[r][k][t] = live && c < C
+                                        ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
+                                        : 0.0f;
+        }
         __syncthreads();
-        if (r == 0 && c < C) {
-            float sum = 0.0f;
-            for (int k = 0; k < DEPTH_ROWS; k++) sum += row_acc[k][t];
-            acc_parts[blockIdx.x * C + c] = sum;
-            if (gain_parts != NULL) {
-                float gain = 0.0f;
-                for (int k = 0; k < DEPTH_ROWS; k++) gain += row_gain[k][t];
-                gain_parts[blockIdx.x * C + c] = gain;
+        if (r == 0) {
+#pragma unroll
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                size_t c = group + k * ROW_THREADS;
+                if (c >= C) break;
+                float sum = 0.0f;
+                for (int q = 0; q < DEPTH_ROWS; q++) sum += row_acc[q][k][t];
+                acc_parts[blockIdx.x * C + c] = sum;
+                if (gain_parts != NULL) {
+                    float gain = 0.0f;
+                    for (int q = 0; q < DEPTH_ROWS; q++) gain += row_gain[q][k][t];
+                    gain_parts[blockIdx.x * C + c] = gain;
+                }
             }
         }
         __syncthreads();  // row_acc and row_gain are written again by the next columns

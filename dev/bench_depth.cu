@@ -186,8 +186,8 @@ static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
 // size, summing to ~0.2, whose float result depends on the order of the sum) an atol of
 // 4 x the spread when that is more: the spread is the CPU's result against the CPU's with
 // the rows reversed, the same math rounded in another order. The kernels' block shape
-// (DEPTH_ROWS x ROW_THREADS) may be another than the tests': this says that the build being
-// timed computes the right thing.
+// (DEPTH_ROWS x ROW_THREADS x DEPTH_COLS) may be another than the tests': this says that the
+// build being timed computes the right thing.
 static double check_call(const HostInputs& in, size_t n, size_t rows, size_t C) {
     double used = 0.0;
     HostInputs reversed = in.reversed(rows, C);

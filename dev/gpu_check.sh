@@ -184,7 +184,8 @@ in_budget "causal attention versions" 15 &&
         speed.log 120 build/bench_attention
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
-# of ROW_THREADS threads, the default) and in each of the Makefile's DEPTH_SHAPES; then one
+# of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
+# Makefile's DEPTH_SHAPES; then one
 # line per shape: the fastest `block` step is the shape to make the default
 shape_table=()
 for shape in default ${DEPTH_SHAPES:-}; do
@@ -208,8 +209,9 @@ for shape in default ${DEPTH_SHAPES:-}; do
 done
 if [ ${#shape_table[@]} -gt 0 ]; then
     {
-        echo "== the depth attention's block shape (rows x threads per row): ms/step, overhead"
-        echo "   vs none, and what the fused depth kernels add to a step over none's norms (us)"
+        echo "== the depth attention's block shape (rows x threads per row x columns a thread takes"
+        echo "   at a time; default: the plain build's): ms/step, overhead vs none, and what the"
+        echo "   fused depth kernels add to a step over none's norms (us)"
         printf '%-8s %8s %8s %7s %8s %7s %10s %10s\n' shape none full "" "block" "" "full adds" \
             "block adds"
         printf '%s\n' "${shape_table[@]}"

@@ -484,6 +484,9 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") {
         N = 301; C = 12; uses = {0, 1, 2};
     }
+    SUBCASE("9 sources, N=5 C=601: a thread's columns in 3 or more groups, the last partial") {
+        N = 5; C = 601; uses = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    }
     if (ON_GPU) {
         SUBCASE("GPU: 17 sources, N=1024 C=256") {
             N = 1024; C = 256; tol = {1e-4, 1e-4};
@@ -609,6 +612,9 @@ TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, mat
     }
     SUBCASE("3 sources, N=301: the gains' gradients summed over 76 parts of 4 rows") {
         N = 301; C = 12; uses = {0, 1, 2};
+    }
+    SUBCASE("9 sources, N=5 C=601: a thread's columns in 3 or more groups, the last partial") {
+        N = 5; C = 601; uses = {0, 1, 2, 3, 4, 5, 6, 7, 8};
     }
     if (ON_GPU) {
         SUBCASE("GPU: 17 sources, N=1024 C=256") {

@@ -96,7 +96,8 @@ if [ -x ./test_cuda_emu ]; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
 fi
 # the depth attention's kernels built with the other block shapes that make gpu-check times
-# (DEPTH_SHAPES from the Makefile: rows per block x threads per row), both thread orders;
+# (DEPTH_SHAPES from the Makefile: rows per block x threads per row x columns a thread takes
+# at a time), both thread orders;
 # only those, not whatever older shapes a build folder still holds
 for shape in ${DEPTH_SHAPES:-}; do
     shape_test=build/emu/shape/$shape/test_cuda_emu
@@ -108,6 +109,12 @@ for shape in ${DEPTH_SHAPES:-}; do
 done
 if [ -x ./test_cuda_emu_asan ]; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, AddressSanitizer)" ./test_cuda_emu_asan
+fi
+# and one of them (ASAN_SHAPE: the most column groups per thread) under AddressSanitizer
+asan_shape_test=build/emu_asan/shape/${ASAN_SHAPE:-none}/test_cuda_emu_asan
+if [ -x "$asan_shape_test" ]; then
+    doctest_suite "CUDA depth attention vs CPU, block shape $ASAN_SHAPE (emulated, AddressSanitizer)" \
+        env CUDA_EMU_ORDER=reverse "$asan_shape_test" -tc="depth attention*"
 fi
 
 # the trainer's device path: train.c built with -DATTNRES_CUDA. build/emu/train_cuda links it
