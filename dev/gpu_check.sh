@@ -215,6 +215,20 @@ if [ ${#shape_table[@]} -gt 0 ]; then
         printf '%-8s %8s %8s %7s %8s %7s %10s %10s\n' shape none full "" "block" "" "full adds" \
             "block adds"
         printf '%s\n' "${shape_table[@]}"
+        # the overheads (block vs none in one process, interleaved) compare across shapes;
+        # the ms/step of separate processes less so
+        printf '%s\n' "${shape_table[@]}" | awk '
+            $6 !~ /%$/ { next }  # a line with a number missing
+            { over = $6; sub(/%$/, "", over) }
+            best == "" || over + 0 < best + 0 { best = over; shape = $1 }
+            $1 == "default" { default_over = $6 }
+            END {
+                if (shape == "") exit
+                hint = ": its RxTxK are DEPTH_ROWS, ROW_THREADS, DEPTH_COLS in cuda/depth_attention.cu"
+                if (shape == "default") hint = ""
+                printf "   lowest block S=4 overhead: %s, %s%% (default %s)%s\n", shape, best,
+                       default_over, hint
+            }'
     } >>"$out/speed.log"
 fi
 # where one step's GPU time goes, kernel by kernel, in `block` and in `none` (their
