@@ -3,8 +3,7 @@
 
 // out_c += sum over p = 0 .. parts-1 of partial[p][c], in order of p; one thread per column.
 // There are only C threads (8 warps at C = 256), so each loads PART_CHUNK parts at once before
-// adding them: one part after another would wait out a memory latency each.
-#define PART_CHUNK 8
+// adding them (common.cuh).
 __global__ void column_partials_sum_kernel(float* out, const float* partial, size_t parts,
                                            size_t C) {
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;

@@ -153,7 +153,10 @@ inline void store_float4(float* p, float4 v) {
 // sums its rows in order into partial[part][column] (a kernel of the layer's own); then
 // add_column_partials_cuda (common.cu) adds the parts in order: out_c += sum_p partial[p][c].
 // Fixed orders both times, so the result repeats bit for bit.
+// A thread that sums many parts loads PART_CHUNK of them at once before adding them: one part
+// after another would wait out a memory latency each.
 #define ROWS_PER_PART 32
+#define PART_CHUNK 8
 void add_column_partials_cuda(float* out, const float* partial, size_t parts, size_t C);
 
 // Butterfly reductions over the 32 lanes of a warp; every lane gets the same result.

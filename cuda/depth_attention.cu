@@ -435,9 +435,21 @@ __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dn
     size_t c = (size_t)blockIdx.x * SUM_COLUMNS + column;
     float sum = 0.0f, gain = 0.0f;
     if (c < C) {
-        for (size_t p = group; p < parts; p += SUM_GROUPS) {
-            sum += acc_parts[p * C + c];
-            if (gain_parts != NULL) gain += gain_parts[p * C + c];
+        // PART_CHUNK of the thread's parts loaded at once (common.cuh), then added in order
+        for (size_t first = group; first < parts; first += PART_CHUNK * SUM_GROUPS) {
+            float a[PART_CHUNK], g[PART_CHUNK];
+#pragma unroll
+            for (int k = 0; k < PART_CHUNK; k++) {
+                size_t p = first + k * SUM_GROUPS;
+                a[k] = p < parts ? acc_parts[p * C + c] : 0.0f;
+                g[k] = p < parts && gain_parts != NULL ? gain_parts[p * C + c] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < PART_CHUNK; k++) {
+                if (first + k * SUM_GROUPS >= parts) break;
+                sum += a[k];
+                if (gain_parts != NULL) gain += g[k];
+            }
         }
     }
     group_sum[group][column] = sum;

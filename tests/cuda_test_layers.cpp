@@ -484,6 +484,9 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") {
         N = 301; C = 12; uses = {0, 1, 2};
     }
+    SUBCASE("2 sources, N=1100: 275 parts, 8-9 per group (two chunks of parts)") {
+        N = 1100; C = 12; uses = {0, 1};
+    }
     SUBCASE("9 sources, N=5 C=601: a thread's columns in 3 or more groups, the last partial") {
         N = 5; C = 601; uses = {0, 1, 2, 3, 4, 5, 6, 7, 8};
     }
@@ -612,6 +615,9 @@ TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, mat
     }
     SUBCASE("3 sources, N=301: the gains' gradients summed over 76 parts of 4 rows") {
         N = 301; C = 12; uses = {0, 1, 2};
+    }
+    SUBCASE("2 sources, N=1100: the gains' gradients summed over 275 parts, 8-9 per group") {
+        N = 1100; C = 12; uses = {0, 1};
     }
     SUBCASE("9 sources, N=5 C=601: a thread's columns in 3 or more groups, the last partial") {
         N = 5; C = 601; uses = {0, 1, 2, 3, 4, 5, 6, 7, 8};
