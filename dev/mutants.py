@@ -147,6 +147,11 @@ def matching_close(code, i):
     raise ValueError(f"unbalanced bracket at offset {i}")
 
 
+# a definition's name: the word before the parameter list that ends the header, parentheses
+# inside it one level deep (`float (*sums)[N]`); so not __launch_bounds__(...) before the name
+FUNCTION_HEADER = re.compile(r"(\w+)\s*\([^{};()]*(?:\([^{};()]*\)[^{};()]*)*\)\s*$")
+
+
 def target_functions(code, every=False):
     """(name, body_start, body_end) of every top-level definition of a backward function, or
     with `every` of every function (a CUDA file's kernels, helpers and launchers)."""
@@ -154,7 +159,7 @@ def target_functions(code, every=False):
     while i < len(code):
         if code[i] == "{":
             close = matching_close(code, i)
-            header = re.search(r"(\w+)\s*\([^{};]*\)\s*$", code[header_start:i])
+            header = FUNCTION_HEADER.search(code[header_start:i])
             if header and (TARGET_FUNCTION.fullmatch(header.group(1)) if not every
                            else header.group(1) not in CUDA_SKIPPED_FUNCTIONS):
                 found.append((header.group(1), i + 1, close))
