@@ -61,17 +61,22 @@ TESTS = {
     "swiglu.c": ["swiglu*", ACCUMULATES],
 }
 CHECK_STATE_FILES = {"model.c"}
-# The CUDA files (--cuda): their agreement tests in ./test_cuda_emu (run in forward and in
-# reverse thread order: a missing barrier may show in one order only). A new kernel file
-# needs its line here; CUDA_NOT_MUTATED hold no layer arithmetic (the whole-model tests
-# cover them).
+# The CUDA files (--cuda: cuda/*.cu, and the .cuh headers that define functions): their
+# agreement tests in ./test_cuda_emu (run in forward and in reverse thread order: a missing
+# barrier may show in one order only). A new kernel file needs its line here;
+# CUDA_NOT_MUTATED hold no layer arithmetic (the whole-model tests cover them).
 CUDA_NOT_MUTATED = {"model.cu", "distributed.cu"}
 CUDA_TESTS = {
     "adamw.cu": ["adamw update*", "global gradient norm*"],
     "attention.cu": ["attention forward and backward*"],
     "common.cu": ["rmsnorm*", "static mixing*"],
+    # the shared device helpers: warp sums (RMSNorm, both depth attentions), the causal
+    # softmax of a row (attention), 16-byte loads and stores (the matmul)
+    "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
+                   "depth attention forward and backward*"],
     "crossentropy.cu": ["crossentropy*"],
     "depth_attention.cu": ["depth attention forward and backward*", "depth attention with*"],
+    "depth_sources.cuh": ["depth attention forward and backward*", "depth attention variants*"],
     "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*"],
     "embedding.cu": ["embedding*"],
     "linear.cu": ["linear*"],
@@ -83,8 +88,12 @@ CUDA_TESTS = {
 CUDA_SKIPPED_FUNCTIONS = {"matmul_use_cublas", "linear_use_cublas_cuda"}
 # statements that only wait for the GPU (cudaStreamSynchronize, ...: the emulator runs every
 # launch and copy to completion when it is made, so a missing wait cannot show there; on a GPU
-# the agreement tests and compute-sanitizer can) or only free device memory (as `free` above)
-CUDA_SKIPPED_STATEMENT = re.compile(r"\bcuda\w*Synchronize\b|\bcudaFree(?:Host)?\b")
+# the agreement tests and compute-sanitizer can), only free device memory (as `free` above),
+# only report an error (check_source_count: too many sources for a launch's parameters, as
+# `exit` above), or ask which device is current (cudaGetDevice into a `device = 0`: the same
+# on one device, the only kind the tests have)
+CUDA_SKIPPED_STATEMENT = re.compile(r"\bcuda\w*Synchronize\b|\bcudaFree(?:Host)?\b"
+                                    r"|\bcheck_source_count\b|\bcudaGetDevice\b")
 TEST_TIMEOUT_S = 120  # per test command: a mutant that hangs longer is killed
 
 # ---------------------------------------------------------------------------------------
@@ -555,6 +564,8 @@ def main():
         folder, tests, table = "cuda", CUDA_TESTS, "CUDA_TESTS"
         files = [f"cuda/{p.name}" for p in sorted((ROOT / "cuda").glob("*.cu"))
                  if p.name not in CUDA_NOT_MUTATED]
+        files += [f"cuda/{p.name}" for p in sorted((ROOT / "cuda").glob("*.cuh"))
+                  if target_functions(blank_non_code(p.read_text()), every=True)]
     else:
         folder, tests, table = "src", TESTS, "TESTS"
         files = [f"src/{p.name}" for p in sorted((ROOT / "src").glob("*.c"))

@@ -231,6 +231,9 @@ TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around
         SUBCASE("GPU: N=1024 IN=704 OUT=256 (MLP down)") { N = 1024; IN = 704; OUT = 256; tol = {1e-4, 1e-4}; }
         SUBCASE("GPU: N=1021 IN=255 OUT=259, odd") { N = 1021; IN = 255; OUT = 259; tol = {1e-4, 1e-4}; }
     }
+    // the premise of the sizes above: the matmul's choices (tile shape, split-K) see the
+    // emulator's 4 multiprocessors, not 0 (which would take neither 64 x 64 tiles nor split-K)
+    if (!ON_GPU) REQUIRE(cuda_sm_count() == 4);
     CAPTURE(N);
     CAPTURE(IN);
     CAPTURE(OUT);
