@@ -18,10 +18,11 @@
 #      e.g. "Device not supported" under gVisor, a skip line says so)
 #   5. what says where the time goes, as far as the time budget allows (GPU_CHECK_BUDGET
 #      seconds since make gpu-check started, 450 by default: the whole stays under 8 minutes;
-#      a part starts only if its longest expected time still fits, else a skip line): the
-#      causal attention's two versions (dev/bench_attention.cu) and the depth attention's
-#      kernels (dev/bench_depth.cu), each checked against the CPU and timed, the latter with
-#      the step in the plain build and with each block shape of the Makefile's DEPTH_SHAPES;
+#      a part starts only if its longest expected time still fits, else a skip line), the
+#      most telling first: the depth attention's kernels (dev/bench_depth.cu), checked against
+#      the CPU and timed, with the step, in the plain build and with each block shape of the
+#      Makefile's DEPTH_SHAPES (which shape to make the default); the causal attention's two
+#      versions (dev/bench_attention.cu), checked and timed;
 #      Nsight Compute's time per kernel of a block and of a none step (dev/profile_cuda.py);
 #      the benchmarks built with cuda/, src/ and dev/ of an earlier commit when make carry
 #      AB=commit put them in .carry/ab (before/after on one GPU)
@@ -179,9 +180,6 @@ in_budget() {
     echo "${summary[-1]}"
     return 1
 }
-in_budget "causal attention versions" 15 &&
-    check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
-        speed.log 120 build/bench_attention
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
 # of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
@@ -231,6 +229,10 @@ if [ ${#shape_table[@]} -gt 0 ]; then
             }'
     } >>"$out/speed.log"
 fi
+# the causal attention's first and tiled versions, side by side (the tiled one is the step's)
+in_budget "causal attention versions" 15 &&
+    check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
+        speed.log 120 build/bench_attention
 # where one step's GPU time goes, kernel by kernel, in `block` and in `none` (their
 # difference is what AttnRes adds; Nsight Compute: a machine whose runtime does not let it
 # read the counters gets a skip line, as compute-sanitizer above)
