@@ -43,10 +43,47 @@ static_assert(DEPTH_COLS >= 1 && DEPTH_COLS <= 4, "a thread holds 1 to 4 columns
 // The forward and the backward rows kernels are compiled to fit at least 512 threads on a
 // streaming multiprocessor (at most 128 registers a thread; 64 with blocks of 1024): with
 // DEPTH_COLS 4 the backward holds 64 values of a group (its sources' and their gradients'),
-// and left alone the compiler takes 134 registers (ptxas -v), which fits one block of 256
-// threads on an SM: the bench's 256 blocks would run in two waves on 132 SMs. Capped, it
-// takes 128 and spills nothing (-warn-spills is an error in the Makefile).
+// and left alone the compiler may take more than 128 registers (ptxas -v: 132 at 8 x 32 x 4),
+// which fits one block of 256 threads on an SM: the bench's blocks would run in twice the
+// waves. Capped, it takes 128 and spills nothing (-warn-spills is an error in the Makefile).
 #define DEPTH_MIN_BLOCKS (DEPTH_BLOCK <= 512 ? 512 / DEPTH_BLOCK : 1)
+
+// v[k] = values[c] at a column group's columns c = group + k ROW_THREADS below C, or 1 when
+// values is NULL (the fused norm without a gain: 1 leaves every product exact), 0 past C;
+// calls one after another issue all their loads before any is used
+__device__ __forceinline__ void load_columns(float v[DEPTH_COLS], const float* values,
+                                             size_t group, size_t C) {
+#pragma unroll
+    for (int k = 0; k < DEPTH_COLS; k++) {
+        size_t c = group + k * ROW_THREADS;
+        v[k] = c >= C ? 0.0f : values != NULL ? values[c] : 1.0f;
+    }
+}
+
+// wg[k] = query[c] * norm_weight[c], the key's weights w g, at a column group's columns (0 past C)
+__device__ __forceinline__ void load_key_weights(float wg[DEPTH_COLS], const float* query,
+                                                 const float* norm_weight, size_t group,
+                                                 size_t C) {
+#pragma unroll
+    for (int k = 0; k < DEPTH_COLS; k++) {
+        size_t c = group + k * ROW_THREADS;
+        wg[k] = c < C ? query[c] * norm_weight[c] : 0.0f;
+    }
+}
+
+// v[k] = load_chunk of the sources (or their gradients) first .. at row `row`, column
+// group + k ROW_THREADS, for the group's columns below C: DEPTH_COLS x SOURCE_CHUNK loads
+template <typename List>
+__device__ __forceinline__ void load_group_chunk(float v[DEPTH_COLS][SOURCE_CHUNK],
+                                                 const List& list, size_t first,
+                                                 size_t n_sources, size_t row, size_t group,
+                                                 size_t C) {
+#pragma unroll
+    for (int k = 0; k < DEPTH_COLS; k++) {
+        size_t c = group + k * ROW_THREADS;
+        if (c < C) load_chunk(v[k], list, first, n_sources, row * C + c);
+    }
+}
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
@@ -65,16 +102,11 @@ __device__ __forceinline__ void row_source_sums(
         for (int j = 0; j < SOURCE_CHUNK; j++) sum_first[j] = sum_second[j] = 0.0f;
         for (size_t group = t; group < C; group += GROUP_STRIDE) {
             // the group's loads first: v[k][j] = V_{first + j} at column group + k ROW_THREADS
+            // (x is only read with x_row)
             float v[DEPTH_COLS][SOURCE_CHUNK], x[DEPTH_COLS], wg[DEPTH_COLS];
-#pragma unroll
-            for (int k = 0; k < DEPTH_COLS; k++) {
-                size_t c = group + k * ROW_THREADS;
-                if (c < C) {
-                    wg[k] = query[c] * norm_weight[c];
-                    x[k] = x_row != NULL ? x_row[c] : 0.0f;
-                    load_chunk(v[k], sources, first, n_sources, row * C + c);
-                }
-            }
+            load_key_weights(wg, query, norm_weight, group, C);
+            load_columns(x, x_row, group, C);
+            load_group_chunk(v, sources, first, n_sources, row, group, C);
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++) {
                 if (group + k * ROW_THREADS >= C) break;
@@ -126,18 +158,6 @@ __device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x,
     float sum = 0.0f;
     for (int w = 0; w < ROW_WARPS; w++) sum += row_warps[r][w];
     return sum;
-}
-
-// v[k] = values[c] at a column group's columns c = group + k ROW_THREADS below C, or 1 when
-// values is NULL (the fused norm without a gain: 1 leaves every product exact), 0 past C;
-// calls one after another issue all their loads before any is used
-__device__ __forceinline__ void load_columns(float v[DEPTH_COLS], const float* values,
-                                             size_t group, size_t C) {
-#pragma unroll
-    for (int k = 0; k < DEPTH_COLS; k++) {
-        size_t c = group + k * ROW_THREADS;
-        v[k] = c >= C ? 0.0f : values != NULL ? values[c] : 1.0f;
-    }
 }
 
 // what the fused norm's backward reads at a column group: dxn, out and the gain (1 without one)
@@ -204,11 +224,7 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
             for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
-#pragma unroll
-                for (int k = 0; k < DEPTH_COLS; k++) {
-                    size_t c = group + k * ROW_THREADS;
-                    if (c < C) load_chunk(v[k], sources, first, n_sources, row * C + c);
-                }
+                load_group_chunk(v, sources, first, n_sources, row, group, C);
 #pragma unroll
                 for (int k = 0; k < DEPTH_COLS; k++) {
                     if (group + k * ROW_THREADS >= C) break;
@@ -348,24 +364,12 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
         for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
         if (live) {
             float wg[DEPTH_COLS], dy_c[DEPTH_COLS];
-#pragma unroll
-            for (int k = 0; k < DEPTH_COLS; k++) {
-                size_t c = group + k * ROW_THREADS;
-                if (c < C) {
-                    wg[k] = query[c] * norm_weight[c];
-                    dy_c[k] = dy[c];
-                }
-            }
+            load_key_weights(wg, query, norm_weight, group, C);
+            load_columns(dy_c, dy, group, C);
             for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
                 float v[DEPTH_COLS][SOURCE_CHUNK], dv[DEPTH_COLS][SOURCE_CHUNK];
-#pragma unroll
-                for (int k = 0; k < DEPTH_COLS; k++) {
-                    size_t c = group + k * ROW_THREADS;
-                    if (c < C) {
-                        load_chunk(v[k], sources, first, n_sources, row * C + c);
-                        if (distinct) load_chunk(dv[k], dsources, first, n_sources, row * C + c);
-                    }
-                }
+                load_group_chunk(v, sources, first, n_sources, row, group, C);
+                if (distinct) load_group_chunk(dv, dsources, first, n_sources, row, group, C);
 #pragma unroll
                 for (int k = 0; k < DEPTH_COLS; k++) {
                     size_t c = group + k * ROW_THREADS, index = row * C + c;
@@ -448,7 +452,7 @@ __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dn
             for (int k = 0; k < PART_CHUNK; k++) {
                 if (first + k * SUM_GROUPS >= parts) break;
                 sum += a[k];
-                if (gain_parts != NULL) gain += g[k];
+                gain += g[k];  // 0 without gain_parts
             }
         }
     }

@@ -183,8 +183,8 @@ in_budget() {
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
 # of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
-# Makefile's DEPTH_SHAPES; then one
-# line per shape: the fastest `block` step is the shape to make the default
+# Makefile's DEPTH_SHAPES; then one line per shape, and the shape of the lowest `block`
+# overhead, the one to make the default
 shape_table=()
 for shape in default ${DEPTH_SHAPES:-}; do
     dir=build/shape/$shape; [ "$shape" = default ] && dir=build
@@ -237,14 +237,15 @@ in_budget "causal attention versions" 15 &&
 # difference is what AttnRes adds; Nsight Compute: a machine whose runtime does not let it
 # read the counters gets a skip line, as compute-sanitizer above)
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+ncu_refused='not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999'
 for mode in block none; do
     in_budget "profile of a $mode step" 90 || break
     if [ ! -x "$ncu" ]; then
         summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
     elif timeout 150 python3 dev/profile_cuda.py --mode $mode --ncu "$ncu" >"$out/profile_$mode.log" 2>&1; then
         summary+=("ok    profile of a $mode step, kernel by kernel (dev/profile_cuda.py; profile_$mode.log)")
-    elif grep -qiE "not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999" "$out/profile_$mode.log"; then
-        summary+=("skip  profile of a step: this machine refuses ncu: $(grep -iE 'not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999' "$out/profile_$mode.log" | head -1 | cut -c1-160)")
+    elif grep -qiE "$ncu_refused" "$out/profile_$mode.log"; then
+        summary+=("skip  profile of a step: this machine refuses ncu: $(grep -iE "$ncu_refused" "$out/profile_$mode.log" | head -1 | cut -c1-160)")
     else
         summary+=("FAIL  profile of a $mode step (dev/profile_cuda.py; see profile_$mode.log)")
         failed=1
