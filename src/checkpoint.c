@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "checkpoint.h"
+#include "dataset.h"  // TaskKind
 #include "util.h"
 
 enum { VARIANT_SLOTS = 128 };  // [128..133]: depth_score, key_norm_off, ..., mixing
@@ -171,6 +172,33 @@ int checkpoint_read_config(const char* path, ModelConfig* config, int* step,
     return 0;
 }
 
+// A run record no run could have written, named in reason: a task that does not exist (its
+// name would be read past TASK_NAMES), a negative count, or a control character in the text
+// file's name (an error message quoting it would not stay on one line). 0 if it is plausible.
+static int run_record_problem(const RunRecord* r, char* reason, size_t len) {
+    if (r->task < TASK_REVERSE || r->task > TASK_TEXT) {
+        snprintf(reason, len, "task %d", r->task);
+        return -1;
+    }
+    const char* names[] = {"length", "symbols", "seq_len", "batch", "steps", "warmup",
+                           "eval_examples", "best_step"};
+    const int values[] = {r->length, r->symbols, r->seq_len, r->batch, r->steps, r->warmup,
+                          r->eval_examples, r->best_step};
+    for (int i = 0; i < 8; i++) {
+        if (values[i] < 0) {
+            snprintf(reason, len, "%s %d", names[i], values[i]);
+            return -1;
+        }
+    }
+    for (const char* c = r->text_name; *c != '\0'; c++) {
+        if ((unsigned char)*c < 0x20 || *c == 0x7f) {
+            snprintf(reason, len, "a control character in the text file's name");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* err,
                         size_t err_len) {
     FILE* f;
@@ -180,6 +208,15 @@ int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* e
     memset(run, 0, sizeof(*run));
     *recorded = header[1] >= 2 && header[RUN_FLAG] == 1;
     if (*recorded) { header_to_run(header, run); }
+    char reason[128];
+    if (header[1] >= 2 && header[RUN_FLAG] != 0 && header[RUN_FLAG] != 1) {
+        snprintf(reason, sizeof(reason), "its flag is %d, not 0 or 1", header[RUN_FLAG]);
+    }
+    if ((header[1] >= 2 && header[RUN_FLAG] != 0 && header[RUN_FLAG] != 1) ||
+        (*recorded && run_record_problem(run, reason, sizeof(reason)) != 0)) {
+        snprintf(err, err_len, "checkpoint %s has a corrupt run record (%s)", path, reason);
+        return -1;
+    }
     return 0;
 }
 

@@ -46,7 +46,8 @@ int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int 
 // Reads the header only: the config and step stored in the file (checks magic, version, size).
 int checkpoint_read_config(const char* path, ModelConfig* config, int* step,
                            char* err, size_t err_len);
-// Reads the run record; *recorded is 0 for a file that has none (version 1).
+// Reads the run record; *recorded is 0 for a file that has none (version 1). A record no run
+// could have written (a task out of range, a negative count) is refused as corrupt.
 int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* err,
                         size_t err_len);
 // Loads parameters and optimiser state into m, whose config must equal the file's.

@@ -67,6 +67,20 @@ bool contains(const std::string& text, const std::string& word) { return text.fi
 
 const ModelConfig CONFIG = {7, 8, 2, 2, 1, 12, 2};  // V d L H G F S
 
+// the run record of a text run, every field set
+RunRecord text_run() {
+    RunRecord run{};
+    run.task = 3;
+    run.length = 12; run.symbols = 16; run.seq_len = 64; run.batch = 32; run.steps = 1000;
+    run.warmup = 100; run.eval_examples = 500; run.seed = 0x123456789abcdefull;
+    run.lr = 3e-3f; run.final_lr_frac = 0.1f; run.weight_decay = 0.1f; run.grad_clip = 1.0f;
+    run.beta1 = 0.9f; run.beta2 = 0.95f; run.adam_eps = 1e-8f;
+    std::snprintf(run.text_name, sizeof run.text_name, "%s", "shakespeare.txt");
+    run.text_bytes = 5000000000ull;
+    run.best_step = 800; run.best_val_loss = 1.25f;
+    return run;
+}
+
 }  // namespace
 
 TEST_CASE("save then load restores parameters, AdamW moments and step bit for bit") {
@@ -240,15 +254,7 @@ TEST_CASE("the run record survives a round trip, and version 1 files still load 
     TempDir dir;
     std::string path = dir.file("run.ckpt");
     RandomModel model(CONFIG, 11);
-    RunRecord run{};
-    run.task = 3;
-    run.length = 12; run.symbols = 16; run.seq_len = 64; run.batch = 32; run.steps = 1000;
-    run.warmup = 100; run.eval_examples = 500; run.seed = 0x123456789abcdefull;
-    run.lr = 3e-3f; run.final_lr_frac = 0.1f; run.weight_decay = 0.1f; run.grad_clip = 1.0f;
-    run.beta1 = 0.9f; run.beta2 = 0.95f; run.adam_eps = 1e-8f;
-    std::snprintf(run.text_name, sizeof run.text_name, "%s", "shakespeare.txt");
-    run.text_bytes = 5000000000ull;
-    run.best_step = 800; run.best_val_loss = 1.25f;
+    RunRecord run = text_run();
     char err[512] = "";
     REQUIRE_MESSAGE(checkpoint_save(&model.m, &run, path.c_str(), 900, err, sizeof err) == 0, err);
     RunRecord back{};
@@ -269,6 +275,50 @@ TEST_CASE("the run record survives a round trip, and version 1 files still load 
     REQUIRE_MESSAGE(checkpoint_load(&loaded.m, old.c_str(), &step, err, sizeof err) == 0, err);
     CHECK(step == 900);
     CHECK(same_bits(loaded.m.params_memory, model.m.params_memory, model.m.num_params));
+}
+
+TEST_CASE("a run record no run could write is refused naming the field") {
+    TempDir dir;
+    std::string path = dir.file("run.ckpt");
+    RandomModel model(CONFIG, 13);
+    RunRecord run = text_run();
+    char err[512] = "";
+    REQUIRE_MESSAGE(checkpoint_save(&model.m, &run, path.c_str(), 10, err, sizeof err) == 0, err);
+    const Bytes good = read_bytes(path);
+    struct Case { const char* name; size_t slot; int value; std::string word; };
+    // slots: [12] the record's flag, [13] task, [14..20] length .. eval_examples, [64..] name
+    const Case cases[] = {{"task past the last", 13, 4, "task 4"},
+                          {"negative task", 13, -1, "task -1"},
+                          {"negative length", 14, -12, "length -12"},
+                          {"negative batch", 17, -3, "batch -3"},
+                          {"negative eval examples", 20, -500, "eval_examples -500"},
+                          {"a flag neither 0 nor 1", 12, 2, "flag is 2"},
+                          {"a newline in the text file's name", 64, 0x0a0a4141, "control character"}};
+    for (const Case& k : cases) {
+        Bytes b = good;
+        set_header_int(b, k.slot, k.value);
+        std::string bad = dir.file("bad.ckpt");
+        write_bytes(bad, b);
+        RunRecord back{};
+        int recorded = -1;
+        err[0] = '\0';
+        INFO(k.name, ": '", err, "'");
+        CHECK(checkpoint_read_run(bad.c_str(), &back, &recorded, err, sizeof err) == -1);
+        CHECK(std::strchr(err, '\n') == nullptr);
+        CHECK(contains(err, bad));
+        CHECK(contains(err, "corrupt run record"));
+        CHECK(contains(err, k.word));
+    }
+    // the first task and the last (text, the file's) are ones a run can write
+    for (int task : {0, 3}) {
+        Bytes b = good;
+        set_header_int(b, 13, task);
+        write_bytes(path, b);
+        RunRecord back{};
+        int recorded = 0;
+        CHECK_MESSAGE(checkpoint_read_run(path.c_str(), &back, &recorded, err, sizeof err) == 0, err);
+        CHECK(back.task == task);
+    }
 }
 
 TEST_CASE("loading a checkpoint into a model of another config fails naming both configs") {

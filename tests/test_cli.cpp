@@ -344,6 +344,15 @@ TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming t
     check_error(resume(corrupt("cut.ckpt", bytes.substr(0, bytes.size() - 100))), {"cut.ckpt", "truncated"});
     check_error(resume(corrupt("long.ckpt", bytes + "extra")), {"long.ckpt", "too long"});
     check_error(resume(dir.file("missing.ckpt")), {"missing.ckpt", "No such file"});
+    // a run record naming a task that does not exist (its name was read past the task table:
+    // a crash, or a garbled message): refused by --resume and by --sample alike
+    std::string bad_task = bytes;
+    value = 7;
+    std::memcpy(&bad_task[13 * sizeof(int)], &value, sizeof value);
+    std::string task_path = corrupt("task.ckpt", bad_task);
+    check_error(resume(task_path), {"task.ckpt", "corrupt run record", "task 7"});
+    check_error(run_train(dir, {"--sample", "--checkpoint", task_path}),
+                {"task.ckpt", "corrupt run record", "task 7"});
     // the flags ask for another model than the file holds: both configs are named
     check_error(resume(good, {"--d", "32"}), {"good.ckpt", "d=16", "d=32"});
     check_error(resume(good, {"--mode", "full"}), {"S=2", "S=1"});
