@@ -111,7 +111,8 @@ asan:
 
 # `make mutants`: drop one term of one backward at a time, run its tests, name the survivors
 # (dev/mutants.py; MUTANTS_FLAGS="--files rmsnorm.c --fail-on-survivor" to narrow it;
-# MUTANTS_FLAGS=--cuda: the same, barriers included, to the CUDA kernels under the emulator).
+# MUTANTS_FLAGS=--cuda: the same, barriers included, to the CUDA kernels under the emulator;
+# "--cuda --shape 4x64x4" with another of the depth attention's DEPTH_SHAPES).
 .PHONY: mutants
 mutants:
 	@dev/ensure_deps.sh

@@ -21,7 +21,12 @@ file (kernels, device helpers, launchers) gets those mutants, a deleted __syncth
 __syncwarp() among them, and is judged by its agreement tests under the emulator
 (./test_cuda_emu) in both thread orders (CUDA_TESTS).
 
-usage: python3 dev/mutants.py [--cuda] [--files rmsnorm.c,model.c] [--list] [--fail-on-survivor]
+With --shape RxTxK (--cuda) the kernels are built with the depth attention's block shape
+DEPTH_ROWS x ROW_THREADS x DEPTH_COLS (the Makefile's DEPTH_SHAPES) instead of the default:
+the code of a thread's later column groups runs only with DEPTH_COLS > 1.
+
+usage: python3 dev/mutants.py [--cuda [--shape 4x64x4]] [--files rmsnorm.c,model.c] [--list]
+                              [--fail-on-survivor]
 The working tree is never written: the mutants live in a temporary copy, removed at the end
 (also on Ctrl-C).
 """
@@ -430,18 +435,23 @@ def copy_repository(scratch):
             shutil.copy2(ROOT / name, scratch / name)
 
 
-def emulator_flags_without_werror(scratch):
+def emulator_flags_without_werror(scratch, shape):
     """The Makefile's EMU_FLAGS less -Werror: a mutant that leaves a variable unset (a deleted
-    load) only warns, and is judged by the tests like any other."""
+    load) only warns, and is judged by the tests like any other. With a shape (R, T, K), the
+    depth attention's block shape as -D switches."""
     found = re.search(r"^EMU_FLAGS\s*=(.*)$", (scratch / "Makefile").read_text(), re.M)
     if found is None:
         fail("no EMU_FLAGS line in the Makefile")
-    return "EMU_FLAGS=" + " ".join(f for f in found.group(1).split() if f != "-Werror")
+    flags = [f for f in found.group(1).split() if f != "-Werror"]
+    if shape is not None:
+        flags += [f"-D{name}={value}"
+                  for name, value in zip(("DEPTH_ROWS", "ROW_THREADS", "DEPTH_COLS"), shape)]
+    return "EMU_FLAGS=" + " ".join(flags)
 
 
-def build(scratch, cuda):
+def build(scratch, cuda, shape=None):
     """Build the test binaries (of the CUDA files, or of src/); (ok, compiler output)."""
-    targets = ([emulator_flags_without_werror(scratch), "test_cuda_emu"] if cuda
+    targets = ([emulator_flags_without_werror(scratch, shape), "test_cuda_emu"] if cuda
                else ["test_attnres", "check_state"])
     status, output = run(["make", f"-j{os.cpu_count() or 2}", "--no-print-directory", *targets],
                          scratch)
@@ -486,7 +496,7 @@ def check_baseline(scratch, files):
                         fail(f"the test filter '{pattern}' for {path} selects no test")
 
 
-def run_study(files, mutants):
+def run_study(files, mutants, shape=None):
     """Judge every mutant; returns {file: (killed list, survivor list, stillborn list)}."""
     results = {path: ([], [], []) for path in files}
     scratch = Path(tempfile.mkdtemp(prefix="attnres-mutants-"))
@@ -495,7 +505,7 @@ def run_study(files, mutants):
         started = time.monotonic()
         cuda = any(is_cuda(path) for path in files)
         print(f"building the unmutated copy in {scratch} ...", flush=True)
-        ok, output = build(scratch, cuda)
+        ok, output = build(scratch, cuda, shape)
         if not ok:
             fail(f"the unmutated tree does not build:\n{output}")
         check_baseline(scratch, files)
@@ -510,7 +520,7 @@ def run_study(files, mutants):
                 number += 1
                 print(f"[{number:{width}}/{len(mutants)}] {m.name()} ... ", end="", flush=True)
                 (scratch / path).write_text(m.source)
-                ok, output = build(scratch, cuda)
+                ok, output = build(scratch, cuda, shape)
                 if not ok:  # a mutant the parser got wrong: show the compiler's complaint
                     results[path][2].append(m)
                     error = next((l for l in output.splitlines() if "error:" in l), "")
@@ -552,11 +562,19 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--cuda", action="store_true",
                         help="the CUDA kernels (cuda/*.cu) under the emulator instead of src/")
+    parser.add_argument("--shape", help="--cuda: the depth attention's block shape RxTxK "
+                        "(DEPTH_ROWS x ROW_THREADS x DEPTH_COLS, e.g. 4x64x4)")
     parser.add_argument("--files", help="only these files, comma separated (rmsnorm.c,model.c)")
     parser.add_argument("--list", action="store_true", help="list the mutants, run nothing")
     parser.add_argument("--fail-on-survivor", action="store_true",
                         help="exit 1 if any mutant survives")
     args = parser.parse_args()
+    shape = None
+    if args.shape is not None:
+        found = re.fullmatch(r"(\d+)x(\d+)x(\d+)", args.shape)
+        if not args.cuda or found is None:
+            fail(f"--shape {args.shape}: expected RxTxK (e.g. 4x64x4), with --cuda")
+        shape = tuple(int(v) for v in found.groups())
 
     # the files with a backward function (each needs its tests in TESTS), or the CUDA files
     # with layer arithmetic (CUDA_TESTS)
@@ -590,13 +608,15 @@ def main():
     started = time.monotonic()
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # a kill cleans up as Ctrl-C does
     try:
-        results = run_study(files, mutants)
+        results = run_study(files, mutants, shape)
     except KeyboardInterrupt:
         print("\ninterrupted: the scratch copy is removed; the working tree was never written",
               file=sys.stderr)
         return 130
-    survivors = report(results, time.monotonic() - started,
-                       "the CUDA kernels (emulated)" if args.cuda else "the backward passes")
+    what = "the backward passes"
+    if args.cuda:
+        what = "the CUDA kernels (emulated" + (f", shape {args.shape})" if shape else ")")
+    survivors = report(results, time.monotonic() - started, what)
     return 1 if args.fail_on_survivor and survivors else 0
 
 
