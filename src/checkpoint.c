@@ -1,10 +1,11 @@
 // checkpoint.c — save and load checkpoints (format in checkpoint.h).
-#define _POSIX_C_SOURCE 200809L  // stat
+#define _POSIX_C_SOURCE 200809L  // stat, fileno, fsync
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "checkpoint.h"
 #include "dataset.h"  // TaskKind
 #include "util.h"
@@ -97,6 +98,9 @@ int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int 
              fwrite(m->params_memory, sizeof(float), P, f) == P &&
              fwrite(m->m_memory, sizeof(float), P, f) == P &&
              fwrite(m->v_memory, sizeof(float), P, f) == P;
+    // on the disk before the rename: after a power cut PATH is then the old file or the new
+    // one, whole (without fsync the rename may reach the disk before the data)
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         snprintf(err, err_len, "cannot write checkpoint %s: %s", path, strerror(errno));

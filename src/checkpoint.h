@@ -9,9 +9,9 @@
 //                      (ModelConfig's depth_score .. mixing, the values of a state file's
 //                      [13..18]); rest 0
 //   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
-// Version 1 files (no run record) and 2 (no variant: the default model) still load. Files are written to PATH.tmp and renamed over
-// PATH, so a crash never leaves a torn file. A file whose parameters hold NaN or Inf is
-// refused at load.
+// Version 1 files (no run record) and 2 (no variant: the default model) still load. Files
+// are written to PATH.tmp, synced to the disk and renamed over PATH, so neither a crash nor a
+// power cut leaves a torn file. A file whose parameters hold NaN or Inf is refused at load.
 #ifndef ATTNRES_CHECKPOINT_H
 #define ATTNRES_CHECKPOINT_H
 
