@@ -88,6 +88,23 @@ struct Results {
     std::vector<std::pair<const char*, std::vector<float>>> per_row, sums;
 };
 
+// The Results of one call from its tensors (host copies); xn, rstd, dout and dgain only fused
+static Results named_results(std::vector<float> out, std::vector<float> alpha,
+                             std::vector<float> key_rstd, std::vector<std::vector<float>> dsources,
+                             std::vector<float> dquery, std::vector<float> dnorm_weight, bool fused,
+                             std::vector<float> xn, std::vector<float> rstd,
+                             std::vector<float> dout, std::vector<float> dgain) {
+    Results r;
+    r.per_row = {{"out", out}, {"alpha", alpha}, {"key_rstd", key_rstd}};
+    for (const std::vector<float>& d : dsources) r.per_row.push_back({"dsource", d});
+    r.sums = {{"dquery", dquery}, {"dnorm_weight", dnorm_weight}};
+    if (fused) {
+        r.per_row.insert(r.per_row.end(), {{"xn", xn}, {"rstd", rstd}, {"dout", dout}});
+        r.sums.push_back({"dgain", dgain});
+    }
+    return r;
+}
+
 // The call over n sources and the first `rows` rows on the CPU (src/depth_attention.c), the
 // depth attention alone or fused with its RMSNorm
 static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, bool fused) {
@@ -119,15 +136,8 @@ static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
                                  in.dxn.data(), alpha.data(), key_rstd.data(), sources.data(),
                                  in.query.data(), in.norm_weight.data(), n, rows, C);
     }
-    Results r;
-    r.per_row = {{"out", out}, {"alpha", alpha}, {"key_rstd", key_rstd}};
-    for (size_t i = 0; i < n; i++) r.per_row.push_back({"dsource", grads[i]});
-    r.sums = {{"dquery", dquery}, {"dnorm_weight", dnorm_weight}};
-    if (fused) {
-        r.per_row.insert(r.per_row.end(), {{"xn", xn}, {"rstd", rstd}, {"dout", dout}});
-        r.sums.push_back({"dgain", dgain});
-    }
-    return r;
+    return named_results(out, alpha, key_rstd, grads, dquery, dnorm_weight, fused, xn, rstd, dout,
+                         dgain);
 }
 
 // the same call on the GPU (cuda/depth_attention.cu); `fused` needs HAS_DEPTH_ATTENTION_RMSNORM
@@ -158,17 +168,16 @@ static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
         depth_attention_backward_cuda(dsources.data(), dquery, dnorm_weight, dxn, alpha, key_rstd,
                                       sources.data(), query, norm_weight, n, rows, C);
     }
-    Results r;
-    r.per_row = {{"out", download(out, rows * C)}, {"alpha", download(alpha, rows * n)},
-                 {"key_rstd", download(key_rstd, rows * n)}};
-    for (size_t i = 0; i < n; i++) r.per_row.push_back({"dsource", download(dsources[i], rows * C)});
-    r.sums = {{"dquery", download(dquery, C)}, {"dnorm_weight", download(dnorm_weight, C)}};
-    if (fused) {
-        r.per_row.insert(r.per_row.end(), {{"xn", download(xn, rows * C)},
-                                           {"rstd", download(rstd, rows)},
-                                           {"dout", download(dout, rows * C)}});
-        r.sums.push_back({"dgain", download(dgain, C)});
-    }
+    std::vector<std::vector<float>> grads;
+    for (size_t i = 0; i < n; i++) grads.push_back(download(dsources[i], rows * C));
+    auto fused_only = [&](const float* p, size_t count) {  // unfused, never written
+        return fused ? download(p, count) : std::vector<float>();
+    };
+    Results r = named_results(download(out, rows * C), download(alpha, rows * n),
+                              download(key_rstd, rows * n), grads, download(dquery, C),
+                              download(dnorm_weight, C), fused, fused_only(xn, rows * C),
+                              fused_only(rstd, rows), fused_only(dout, rows * C),
+                              fused_only(dgain, C));
     for (float* p : {out, alpha, key_rstd, xn, rstd, dout, query, norm_weight, gain, dxn, dquery,
                      dnorm_weight, dgain})
         cudaCheck(cudaFree(p));
