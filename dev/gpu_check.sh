@@ -10,9 +10,9 @@
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
-#      with cuBLAS; our matmul against cuBLAS SGEMM on the bench shapes; PyTorch eager on the
-#      same GPU when the machine's python3 has a CUDA-enabled torch (a line saying it was
-#      skipped otherwise)
+#      with cuBLAS; the matmul version by version (naive, 16x16 tiles, ours) and cuBLAS SGEMM
+#      on the bench shapes; PyTorch eager on the same GPU when the machine's python3 has a
+#      CUDA-enabled torch (a line saying it was skipped otherwise)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (where the machine's runtime refuses the tool,
 #      e.g. "Device not supported" under gVisor, a skip line says so)
@@ -132,7 +132,7 @@ check "training step speed, our matmul, modes and SPEC's variants (build/bench_c
     speed.log 120 build/bench_cuda --variants
 check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log 120 \
     build/bench_cuda --cublas
-check "our matmul vs cuBLAS SGEMM, agreement and speed (build/bench_gemm)" speed.log 120 \
+check "the matmul version by version and cuBLAS SGEMM vs the CPU, and their speed (build/bench_gemm)" speed.log 120 \
     build/bench_gemm
 python3 dev/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
 status=$?
