@@ -1044,15 +1044,26 @@ static void build_model(Run* r) {
     }
 }
 
+// how the threads wait, for the header: the policy the user set, or the spin before sleeping
+static void describe_waiting(char* out, size_t len) {
+    const char* policy = getenv("OMP_WAIT_POLICY");
+    const char* spin = getenv("GOMP_SPINCOUNT");
+    if (policy != NULL && spin != NULL) { snprintf(out, len, "%s waiting, spin %s", policy, spin); }
+    else if (policy != NULL) { snprintf(out, len, "%s waiting", policy); }
+    else if (spin != NULL) { snprintf(out, len, "spin %s, then sleep", spin); }
+    else { snprintf(out, len, "libgomp's default waiting"); }
+}
+
 static void print_header(const Run* r) {
     const Options* o = &r->o;
     const ModelConfig* c = &o->model;
+    char waiting[128];
+    describe_waiting(waiting, sizeof(waiting));
     printf("attnres.c | mode %s (S=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
-           "task %s T=%zu B=%zu | threads %d (%s waiting) | memory %.1f MiB\n", o->mode,
+           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB\n", o->mode,
            c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
-           getenv("OMP_WAIT_POLICY") ? getenv("OMP_WAIT_POLICY") : "libgomp's default",
-           (double)r->memory_bytes / 1048576.0);
+           waiting, (double)r->memory_bytes / 1048576.0);
     char variant[128];
     variant_describe(c, variant, sizeof(variant));
     if (strcmp(variant, "no variant") != 0) { printf("depth-attention variant: %s\n", variant); }
@@ -1257,14 +1268,20 @@ static void free_run(Run* r) {
     dataset_free(&r->ds);
 }
 
-// OpenMP threads waiting for work spin by default, and a run collapses when other programs
-// keep the cores busy (measured on 2 cores under load: 100 steps in 4-5 s waiting passively,
-// 18-33 s by default, 43-59 s spinning). Unless the user chose (OMP_WAIT_POLICY), wait
-// passively. libgomp reads the variable when it loads, before main runs, so the program
-// starts itself again with it set (if that fails, it runs on as it is).
-static void wait_passively(char** argv) {
-    if (getenv("OMP_WAIT_POLICY") != NULL) { return; }
-    setenv("OMP_WAIT_POLICY", "passive", 1);
+// How OpenMP threads wait for work. libgomp's default spins for ~3 ms before sleeping, and a
+// run collapses when other programs keep the cores busy (measured on 2 cores under load: 100
+// steps in 4-5 s sleeping at once, 18-33 s by default, 43-59 s spinning). Sleeping at once
+// (OMP_WAIT_POLICY=passive) costs a wake-up in every parallel region instead: the default
+// model then stepped in 20-25 ms on 2 threads, no faster than on 1 (14 ms spinning). A spin
+// of 1000 rounds (microseconds) before sleeping: 13.6-18 ms a step on a quiet machine, and
+// under two busy loops on the 2 cores 5.2-8.3 s for the 100 steps (sleeping at once 2.9-9.7
+// s), far from the collapse of longer spins. Unless the user chose (OMP_WAIT_POLICY or
+// GOMP_SPINCOUNT), that is what threads do. libgomp reads the variables when it loads,
+// before main runs, so the program starts itself again with GOMP_SPINCOUNT set (if that
+// fails, it runs on as it is).
+static void wait_briefly(char** argv) {
+    if (getenv("OMP_WAIT_POLICY") != NULL || getenv("GOMP_SPINCOUNT") != NULL) { return; }
+    setenv("GOMP_SPINCOUNT", "1000", 1);
     execv("/proc/self/exe", argv);
 }
 
@@ -1321,7 +1338,7 @@ static void check_processes(const Options* o, int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-    wait_passively(argv);
+    wait_briefly(argv);
     dist_init(&dist, &argc, &argv);
     Run r = {0};
     r.o = defaults();

@@ -76,7 +76,8 @@ struct Run {
 // Runs the trainer with args; stdout and stderr go to files in dir. OpenMP threads sleep
 // rather than spin at barriers, so runs stay fast on a busy machine (results do not depend
 // on it).
-// wait_policy: the OMP_WAIT_POLICY the program gets (nullptr: none, the trainer's default)
+// wait_policy: the OMP_WAIT_POLICY the program gets (nullptr: none, the trainer's default);
+// GOMP_SPINCOUNT is never passed on
 Run run_program(const TempDir& dir, const std::string& binary, const Args& args,
                 const char* wait_policy = "PASSIVE") {
     Run run;
@@ -91,8 +92,9 @@ Run run_program(const TempDir& dir, const std::string& binary, const Args& args,
     argv.push_back(nullptr);
     std::vector<std::string> env_strings;
     if (wait_policy != nullptr) env_strings.push_back(std::string("OMP_WAIT_POLICY=") + wait_policy);
-    for (char** e = environ; *e != nullptr; e++)
-        if (std::strncmp(*e, "OMP_WAIT_POLICY=", 16) != 0) env_strings.push_back(*e);
+    for (char** e = environ; *e != nullptr; e++)  // how threads wait: only as asked here
+        if (std::strncmp(*e, "OMP_WAIT_POLICY=", 16) != 0 && std::strncmp(*e, "GOMP_SPINCOUNT=", 15) != 0)
+            env_strings.push_back(*e);
     std::vector<char*> envp;
     for (std::string& s : env_strings) envp.push_back(&s[0]);
     envp.push_back(nullptr);
@@ -681,11 +683,11 @@ TEST_CASE("the header says how much memory the run takes and how threads wait") 
     CHECK(contains(header, "| memory "));
     CHECK(contains(header, " MiB"));
     CHECK(contains(header, "PASSIVE waiting"));  // run_train sets OMP_WAIT_POLICY=PASSIVE
-    // without OMP_WAIT_POLICY the trainer sets it to passive (restarting itself so libgomp
-    // reads it); one the user set is kept
+    // without OMP_WAIT_POLICY (or GOMP_SPINCOUNT) the trainer sets GOMP_SPINCOUNT=1000
+    // (restarting itself so libgomp reads it); a policy the user set is kept
     Run unset = run_program(dir, train_binary(), tiny({"--steps", "1", "--eval-every", "1"}), nullptr);
     check_success(unset);
-    CHECK(contains(lines_of(unset.out).at(0), "(passive waiting)"));
+    CHECK(contains(lines_of(unset.out).at(0), "(spin 1000, then sleep)"));
     Run active = run_program(dir, train_binary(), tiny({"--steps", "1", "--eval-every", "1"}), "active");
     check_success(active);
     CHECK(contains(lines_of(active.out).at(0), "(active waiting)"));
