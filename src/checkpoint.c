@@ -213,11 +213,13 @@ int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* e
     *recorded = header[1] >= 2 && header[RUN_FLAG] == 1;
     if (*recorded) { header_to_run(header, run); }
     char reason[128];
-    if (header[1] >= 2 && header[RUN_FLAG] != 0 && header[RUN_FLAG] != 1) {
+    int corrupt = header[1] >= 2 && header[RUN_FLAG] != 0 && header[RUN_FLAG] != 1;
+    if (corrupt) {
         snprintf(reason, sizeof(reason), "its flag is %d, not 0 or 1", header[RUN_FLAG]);
+    } else if (*recorded) {
+        corrupt = run_record_problem(run, reason, sizeof(reason)) != 0;
     }
-    if ((header[1] >= 2 && header[RUN_FLAG] != 0 && header[RUN_FLAG] != 1) ||
-        (*recorded && run_record_problem(run, reason, sizeof(reason)) != 0)) {
+    if (corrupt) {
         snprintf(err, err_len, "checkpoint %s has a corrupt run record (%s)", path, reason);
         return -1;
     }
