@@ -22,10 +22,10 @@
 #      most telling first: the depth attention's kernels (dev/bench_depth.cu), checked against
 #      the CPU and timed, with the step, in the plain build and with each block shape of the
 #      Makefile's DEPTH_SHAPES (which shape to make the default); the causal attention's two
-#      versions (dev/bench_attention.cu), checked and timed;
-#      Nsight Compute's time per kernel of a block and of a none step (dev/profile_cuda.py);
-#      the benchmarks built with cuda/, src/ and dev/ of an earlier commit when make carry
-#      AB=commit put them in .carry/ab (before/after on one GPU)
+#      versions (dev/bench_attention.cu), checked and timed; Nsight Compute's time per kernel
+#      of a block and of a none step (dev/profile_cuda.py); the benchmarks built with cuda/,
+#      src/ and dev/ of an earlier commit when make carry AB=commit put them in .carry/ab
+#      (before/after on one GPU)
 #
 # GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
 # make gpu-check began (seconds since 1970; the build counts against the budget).
