@@ -198,6 +198,16 @@ static void die(const char* fmt, ...) {
     dist_abort(1);
 }
 
+// The exit status once the run is done: 1, with one line, if some of what it printed did
+// not reach stdout (redirected to a full disk), else `status`
+static int exit_status(int status) {
+    errno = 0;
+    if (fflush(stdout) == 0 && !ferror(stdout)) { return status; }
+    fprintf(stderr, "error: cannot write the output%s%s\n", errno != 0 ? ": " : "",
+            errno != 0 ? strerror(errno) : "");
+    return 1;
+}
+
 static void parse_flags(Options* o, int argc, char** argv) {
     Flag flags[MAX_FLAGS];
     int n = flag_table(o, flags);
@@ -1125,7 +1135,7 @@ static float train_step(Run* r, int step, float* norm, float* lr) {
     if (o->diagnostics != NULL && (done % o->log_every == 0 || done == r->end_step)) {
         trainer_host_gradients(&r->trainer, r->x, r->y, r->B, r->T);
         diagnostics_measure_layers(&r->diag, &r->model);  // before clipping: the raw gradients
-        diagnostics_write_layers(&r->diag, done);
+        if (diagnostics_write_layers(&r->diag, done) != 0) { die("%s", r->diag.error); }
     }
     *lr = learning_rate(o, step);
     trainer_update(&r->trainer, o, *norm, *lr, done);
@@ -1144,7 +1154,10 @@ static void log_progress(Run* r, int done, float loss, float lr, float norm) {
            done, r->o.steps, mean_loss, (double)lr, (double)norm,
            (double)((size_t)r->window_steps * r->B * r->T) / elapsed, ms_per_step);
     fflush(stdout);
-    diagnostics_write_train(&r->diag, done, (float)mean_loss, lr, norm, (float)ms_per_step);
+    if (diagnostics_write_train(&r->diag, done, (float)mean_loss, lr, norm,
+                                (float)ms_per_step) != 0) {
+        die("%s", r->diag.error);
+    }
     r->loss_window = 0.0;
     r->window_steps = 0;
     r->window_start = now;
@@ -1221,10 +1234,12 @@ static void evaluate_and_save(Run* r, int done) {
     }
     if (r->ds.kind == TASK_TEXT) { print_text_sample(r); }
     if (o->diagnostics != NULL) {
-        diagnostics_write_eval(&r->diag, done, r->last.val_loss, r->last.accuracy,
-                               r->last.exact_match);
         measure_eval_alpha(&r->model, &r->ds, o, r->x, r->y, &r->diag);
-        diagnostics_write_alpha(&r->diag, done);
+        if (diagnostics_write_eval(&r->diag, done, r->last.val_loss, r->last.accuracy,
+                                   r->last.exact_match) != 0 ||
+            diagnostics_write_alpha(&r->diag, done) != 0) {
+            die("%s", r->diag.error);
+        }
     }
     r->window_start += now_seconds() - eval_start;  // keep eval time out of ms/step
 }
@@ -1349,7 +1364,7 @@ int main(int argc, char** argv) {
     if (r.o.sample) {  // decoding runs on the host, in every binary
         int status = sample_main(&r.o);
         dist_finalize();
-        return status;
+        return exit_status(status);
     }
 #ifdef ATTNRES_CUDA
     const char* problem = cuda_device_problem();
@@ -1385,5 +1400,5 @@ int main(int argc, char** argv) {
     dist_finalize_cuda();
 #endif
     dist_finalize();
-    return 0;
+    return exit_status(0);
 }

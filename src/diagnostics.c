@@ -31,6 +31,7 @@ void diagnostics_init(Diagnostics* dg, const ModelConfig* c) {
 void diagnostics_free(Diagnostics* dg) {
     FILE* files[] = {dg->train_csv, dg->eval_csv, dg->layers_csv, dg->alpha_csv};
     for (int i = 0; i < 4; i++) { if (files[i] != NULL) { fclose(files[i]); } }
+    free(dg->dir);
     free(dg->input_rms);
     free(dg->output_rms);
     free(dg->grad_norm);
@@ -73,8 +74,12 @@ static int drop_rows_after(const char* path, int last_step) {
     return rename(tmp, path);
 }
 
+// 0 when what was written to f so far is in the file, -1 (errno says why) when some of it
+// is not: a full disk fails the flush, and a row lost on the way leaves f's error flag
+static int flush_csv(FILE* f) { return fflush(f) == 0 && !ferror(f) ? 0 : -1; }
+
 // opens dir/name for writing (resume_step >= 0: keep what is there up to that step) and
-// writes the header if the file is empty
+// writes the header if the file is empty; NULL (errno says why) if any of it fails
 static FILE* open_csv(const char* dir, const char* name, const char* header, int resume_step) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -82,7 +87,20 @@ static FILE* open_csv(const char* dir, const char* name, const char* header, int
     FILE* f = fopen(path, resume_step >= 0 ? "a" : "w");
     if (f == NULL) { return NULL; }
     if (ftell(f) == 0) { fprintf(f, "%s\n", header); }
+    if (flush_csv(f) != 0) {
+        int why = errno;
+        fclose(f);
+        errno = why;
+        return NULL;
+    }
     return f;
+}
+
+// A row that did not reach dir/name: -1, with "cannot write dir/name: reason" in dg->error
+static int write_failed(Diagnostics* dg, const char* name) {
+    snprintf(dg->error, sizeof(dg->error), "cannot write %s/%s: %s", dg->dir, name,
+             strerror(errno));
+    return -1;
 }
 
 int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const char* command,
@@ -128,7 +146,17 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
             "depth_window,%d\nmixing,%s\ncommand,%s\n", c->depth_score ? "sigmoid" : "softmax",
             c->key_norm_off ? "off" : "on", c->depth_query ? "input" : "static", dg->depth_heads,
             c->depth_window, mixings[c->mixing], command != NULL ? command : "");
-    fclose(files[0]);
+    int meta_failed = flush_csv(files[0]) != 0, why = errno;  // meta.csv is whole, or no run
+    if (fclose(files[0]) != 0 && !meta_failed) {
+        meta_failed = 1;
+        why = errno;
+    }
+    if (meta_failed) {
+        snprintf(err, err_len, "cannot write %s/meta.csv: %s", dir, strerror(why));
+        for (int j = 1; j < 5; j++) { fclose(files[j]); }
+        return -1;
+    }
+    dg->dir = strdup(dir);
     dg->train_csv = files[1];
     dg->eval_csv = files[2];
     dg->layers_csv = files[3];
@@ -238,26 +266,26 @@ void diagnostics_source_name(const Diagnostics* dg, int col, char* name, size_t 
     else { snprintf(name, len, "b%d", col); }
 }
 
-void diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
-                             float ms_per_step) {
-    if (dg->train_csv == NULL) { return; }
+int diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
+                            float ms_per_step) {
+    if (dg->train_csv == NULL) { return 0; }
     fprintf(dg->train_csv, "%d,%.6g,%.6g,%.6g,%.4g\n", step, (double)loss, (double)lr,
             (double)grad_norm, (double)ms_per_step);
-    fflush(dg->train_csv);
+    return flush_csv(dg->train_csv) == 0 ? 0 : write_failed(dg, "train.csv");
 }
 
-void diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
-                            float exact_match) {
-    if (dg->eval_csv == NULL) { return; }
+int diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
+                           float exact_match) {
+    if (dg->eval_csv == NULL) { return 0; }
     fprintf(dg->eval_csv, "%d,%.6g,%.4f,", step, (double)val_loss, (double)accuracy);
     if (exact_match >= 0.0f) { fprintf(dg->eval_csv, "%.4f", (double)exact_match); }
     fprintf(dg->eval_csv, "\n");
-    fflush(dg->eval_csv);
+    return flush_csv(dg->eval_csv) == 0 ? 0 : write_failed(dg, "eval.csv");
 }
 
-void diagnostics_write_layers(Diagnostics* dg, int step) {
+int diagnostics_write_layers(Diagnostics* dg, int step) {
     FILE* f = dg->layers_csv;
-    if (f == NULL) { return; }
+    if (f == NULL) { return 0; }
     int attnres = dg->config.block_size > 0;
     char name[32];
     fprintf(f, "%d,-1,emb,,,%.6g,\n", step, (double)dg->grad_norm[0]);
@@ -272,11 +300,11 @@ void diagnostics_write_layers(Diagnostics* dg, int step) {
             (double)dg->grad_norm[dg->n_sub + 1]);
     if (attnres) { fprintf(f, "%.6g", (double)dg->res_grad_norm[dg->n_sub + 1]); }
     fprintf(f, "\n");
-    fflush(f);
+    return flush_csv(f) == 0 ? 0 : write_failed(dg, "layers.csv");
 }
 
-void diagnostics_write_alpha(Diagnostics* dg, int step) {
-    if (dg->alpha_csv == NULL || dg->alpha == NULL) { return; }
+int diagnostics_write_alpha(Diagnostics* dg, int step) {
+    if (dg->alpha_csv == NULL || dg->alpha == NULL) { return 0; }
     char row_name[32], source_name[32];
     for (int l = 0; l <= dg->n_sub; l++) {
         diagnostics_row_name(dg, l, row_name, sizeof(row_name));
@@ -293,7 +321,7 @@ void diagnostics_write_alpha(Diagnostics* dg, int step) {
             fprintf(dg->alpha_csv, "\n");
         }
     }
-    fflush(dg->alpha_csv);
+    return flush_csv(dg->alpha_csv) == 0 ? 0 : write_failed(dg, "alpha.csv");
 }
 
 // What the cells are, for this variant: the title's parenthesis

@@ -48,6 +48,8 @@ typedef struct {
     float* alpha;         // (2L+1, n_cols), the mean over heads; NULL in none mode
     float* head_alpha;    // (K, 2L+1, n_cols) each head's matrix; NULL for one head
     FILE *train_csv, *eval_csv, *layers_csv, *alpha_csv;  // NULL without a directory
+    char* dir;            // that directory (NULL without one)
+    char error[4400];     // why the last diagnostics_write_* failed
 } Diagnostics;
 
 void diagnostics_init(Diagnostics* dg, const ModelConfig* c);
@@ -87,13 +89,15 @@ void diagnostics_measure_alpha(Diagnostics* dg, const Model* m);
 void diagnostics_row_name(const Diagnostics* dg, int row, char* name, size_t len);
 void diagnostics_source_name(const Diagnostics* dg, int col, char* name, size_t len);
 
-// The CSV rows (no-ops without a directory). exact_match < 0: not applicable.
-void diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
-                             float ms_per_step);
-void diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
-                            float exact_match);
-void diagnostics_write_layers(Diagnostics* dg, int step);  // what measure_layers found
-void diagnostics_write_alpha(Diagnostics* dg, int step);   // what measure_alpha found
+// The CSV rows (no-ops without a directory), each flushed to its file. exact_match < 0: not
+// applicable. 0, or -1 when the row did not reach the file (a full disk): then dg->error
+// says "cannot write DIR/NAME.csv: reason", and the file may have lost rows.
+int diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
+                            float ms_per_step);
+int diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
+                           float exact_match);
+int diagnostics_write_layers(Diagnostics* dg, int step);  // what measure_layers found
+int diagnostics_write_alpha(Diagnostics* dg, int step);   // what measure_alpha found
 
 // The alpha matrix as text: one row per sub-layer, shaded cells " ░▒▓█" and the weight in %.
 // The title and legend name the variant's weights: with K >= 2 heads the matrix is the mean

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -118,6 +120,20 @@ Run run_program(const TempDir& dir, const std::string& binary, const Args& args,
     return run;
 }
 Run run_train(const TempDir& dir, const Args& args) { return run_program(dir, train_binary(), args); }
+
+// The trainer run under prlimit, every file it writes (stdout and stderr included) capped at
+// max_bytes: a write past it fails with EFBIG, as one on a full disk fails with ENOSPC.
+// SIGXFSZ, which would end the run instead, is ignored here and so in the run too.
+Run run_train_with_file_limit(const TempDir& dir, size_t max_bytes, const Args& args) {
+    const std::string prlimit = "/usr/bin/prlimit";
+    REQUIRE_MESSAGE(fs::exists(prlimit), "this test needs prlimit (util-linux)");
+    Args command = {"--fsize=" + std::to_string(max_bytes), train_binary()};
+    command.insert(command.end(), args.begin(), args.end());
+    void (*previous)(int) = std::signal(SIGXFSZ, SIG_IGN);
+    Run run = run_program(dir, prlimit, command);
+    std::signal(SIGXFSZ, previous);
+    return run;
+}
 
 // A successful run: exit status 0, nothing on stderr.
 void check_success(const Run& run) {
@@ -722,6 +738,38 @@ TEST_CASE("a resumed run's diagnostics hold each step once, however often it was
         REQUIRE(steps.size() == 12);
         for (int i = 0; i < 12; i++) CHECK(steps[i] == i + 1);
     }
+}
+
+TEST_CASE("diagnostics that cannot be written end the run with one line naming the file") {
+    TempDir dir;
+    std::string diag = dir.file("diag");
+    SUBCASE("at the start: a CSV on a full disk (/dev/full fails every write)") {
+        fs::create_directories(diag);
+        fs::create_symlink("/dev/full", diag + "/train.csv");
+        Run run = run_train(dir, tiny({"--steps", "4", "--diagnostics", diag}));
+        check_error(run, {"cannot write " + diag + "/train.csv: " + std::strerror(ENOSPC)}, false);
+    }
+    SUBCASE("while training: layers.csv outgrows a file size limit") {
+        // every file capped at 3000 bytes: layers.csv (~165 bytes a step at --log-every 1)
+        // reaches it near step 18, stdout (~90 a step) is still under it
+        Run run = run_train_with_file_limit(dir, 3000, tiny({"--steps", "30", "--eval-every", "10",
+                                                             "--log-every", "1", "--diagnostics", diag}));
+        check_error(run, {"cannot write " + diag + "/layers.csv: " + std::strerror(EFBIG)}, false);
+        CHECK(contains(run.out, "eval step    10"));  // it trained until then
+    }
+}
+
+TEST_CASE("output that does not reach stdout (a full disk) is exit 1 and one line, not exit 0") {
+    // every file capped at 60 bytes: the header line (and the samples) are longer, the error
+    // line (48 bytes on stderr) is not
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    const std::string why = std::string("error: cannot write the output: ") + std::strerror(EFBIG);
+    check_error(run_train_with_file_limit(dir, 60, tiny({"--steps", "4"})), {why}, false);
+    check_success(run_train(dir, tiny({"--steps", "4", "--checkpoint", path})));
+    Run sample = run_train_with_file_limit(dir, 60, {"--sample", "--checkpoint", path, "--prompt-tokens",
+                                                     "1,2,3", "--tokens", "40"});
+    check_error(sample, {why}, false);
 }
 
 TEST_CASE("make plots on a run stopped before its first evaluation: one error line") {

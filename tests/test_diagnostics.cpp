@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -674,6 +675,53 @@ TEST_CASE("the CSV files get their headers and one row per record, and append on
     std::ofstream(blocked) << "x";
     CHECK(diagnostics_open(&sd.dg, (blocked + "/run").c_str(), -1, "", err, sizeof(err)) == -1);
     CHECK(std::string(err).find(blocked) != std::string::npos);
+}
+
+// /dev/full takes every open and fails every write with ENOSPC: a full disk, on demand
+TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the file, not lost rows") {
+    REQUIRE_MESSAGE(fs::exists("/dev/full"), "this test needs /dev/full");
+    ModelConfig c = {9, 8, 2, 2, 1, 12, 2};
+    ScopedModel scoped(c, 1, 4);
+    Model& m = scoped.m;
+    model_init_params(&m, 1);
+    std::vector<int> tokens = {1, 2, 3, 4}, targets = {2, 3, 4, -1};
+    model_forward(&m, tokens.data(), targets.data(), 1, 4);
+    model_zero_grad(&m);
+    model_backward(&m);
+    char err[4400];
+    const char* names[] = {"train.csv", "eval.csv", "layers.csv", "alpha.csv"};
+    SUBCASE("a row written while training") {
+        for (int i = 0; i < 4; i++) {
+            INFO(names[i]);
+            TempDir dir;
+            ScopedDiagnostics sd(c);
+            REQUIRE(diagnostics_open(&sd.dg, dir.path.c_str(), -1, "", err, sizeof(err)) == 0);
+            diagnostics_measure_layers(&sd.dg, &m);
+            diagnostics_measure_alpha(&sd.dg, &m);
+            // each writes its rows, and every file still takes them, except file i
+            FILE** files[] = {&sd.dg.train_csv, &sd.dg.eval_csv, &sd.dg.layers_csv, &sd.dg.alpha_csv};
+            std::fclose(*files[i]);
+            *files[i] = std::fopen("/dev/full", "w");
+            REQUIRE(*files[i] != nullptr);
+            int status[] = {diagnostics_write_train(&sd.dg, 1, 2.5f, 1e-3f, 0.75f, 12.0f),
+                            diagnostics_write_eval(&sd.dg, 1, 2.0f, 40.0f, -1.0f),
+                            diagnostics_write_layers(&sd.dg, 1), diagnostics_write_alpha(&sd.dg, 1)};
+            for (int j = 0; j < 4; j++) CHECK(status[j] == (j == i ? -1 : 0));
+            CHECK(std::string(sd.dg.error) ==
+                  "cannot write " + dir.path + "/" + names[i] + ": " + std::strerror(ENOSPC));
+        }
+    }
+    SUBCASE("a header, or meta.csv, when the directory is opened") {
+        for (const char* name : {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv"}) {
+            INFO(name);
+            TempDir dir;
+            fs::create_symlink("/dev/full", dir.path + "/" + name);
+            ScopedDiagnostics sd(c);
+            CHECK(diagnostics_open(&sd.dg, dir.path.c_str(), -1, "", err, sizeof(err)) == -1);
+            CHECK(std::string(err) ==
+                  "cannot write " + dir.path + "/" + name + ": " + std::strerror(ENOSPC));
+        }
+    }
 }
 
 TEST_CASE("training with diagnostics on is bit-identical to training with them off") {
