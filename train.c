@@ -327,7 +327,11 @@ static void validate(Options* o) {
             die("%s is for training, not --sample", training_only[i]);
         }
     }
-    if (o->checkpoint != NULL && o->checkpoint[0] == '\0') { die("--checkpoint is empty"); }
+    const char* paths[] = {o->checkpoint, o->diagnostics};
+    const char* path_flags[] = {"--checkpoint", "--diagnostics"};
+    for (int i = 0; i < 2; i++) {
+        if (paths[i] != NULL && paths[i][0] == '\0') { die("%s is empty", path_flags[i]); }
+    }
 #ifndef ATTNRES_CUDA
     if (o->cublas) { die("--cublas is a flag of ./train_cuda (the GPU trainer), not of ./train"); }
 #endif
@@ -863,7 +867,8 @@ static void load_data(Run* r) {
     if (strcmp(o->task, "text") == 0) {
         if (o->text_path == NULL) { die("--task text needs --text FILE"); }
         if (o->seq_len == 0) { o->seq_len = 64; }
-        status = dataset_init_text(&r->ds, o->text_path, o->seq_len, o->seed, err, sizeof(err));
+        status = dataset_init_text(&r->ds, o->text_path, o->seq_len, TEXT_MAX_BYTES, o->seed, err,
+                                   sizeof(err));
     } else {
         if (o->seq_len != 0 && o->seq_len != 2 * o->length) {
             die("--seq-len %d does not fit the task: --length %d needs T = 2 * length = %d",

@@ -184,8 +184,8 @@ static void task_eval_row(const Dataset* ds, int* x, int* y, size_t e) {
 // ----------------------------------------------------------------------------
 // text
 
-int dataset_init_text(Dataset* ds, const char* path, int seq_len, uint64_t seed,
-                      char* err, size_t err_len) {
+int dataset_init_text(Dataset* ds, const char* path, int seq_len, size_t max_bytes,
+                      uint64_t seed, char* err, size_t err_len) {
     memset(ds, 0, sizeof(*ds));
     if (seq_len < 1) {
         return fail(err, err_len, "text '%s': seq_len %d must be positive", path, seq_len);
@@ -197,15 +197,21 @@ int dataset_init_text(Dataset* ds, const char* path, int seq_len, uint64_t seed,
     if (S_ISDIR(st.st_mode)) {
         return fail(err, err_len, "text '%s': is a directory, not a file", path);
     }
+    if (st.st_size > 0 && (uintmax_t)st.st_size > max_bytes) {
+        return fail(err, err_len, "text '%s': %jd bytes, more than the %zu --task text reads",
+                    path, (intmax_t)st.st_size, max_bytes);
+    }
     FILE* f = fopen(path, "rb");
     if (!f) {
         return fail(err, err_len, "text '%s': cannot open: %s", path, strerror(errno));
     }
-    // read in doubling chunks, so a file whose size changes, or a pipe, reads correctly too
+    // read in doubling chunks, so a file whose size changes, or a pipe, reads correctly too;
+    // one byte more than max_bytes tells a file that is too large (or endless)
     size_t capacity = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     unsigned char* text = NULL;
     for (;;) {
-        unsigned char* bigger = capacity < SIZE_MAX / 2 ? realloc(text, capacity) : NULL;
+        if (capacity > max_bytes + 1) { capacity = max_bytes + 1; }
+        unsigned char* bigger = realloc(text, capacity);
         if (!bigger) {
             free(text);
             fclose(f);
@@ -213,8 +219,14 @@ int dataset_init_text(Dataset* ds, const char* path, int seq_len, uint64_t seed,
         }
         text = bigger;
         n += fread(text + n, 1, capacity - n, f);
-        if (n < capacity) { break; }
+        if (n < capacity || n > max_bytes) { break; }
         capacity *= 2;
+    }
+    if (n > max_bytes) {
+        free(text);
+        fclose(f);
+        return fail(err, err_len, "text '%s': more than the %zu bytes --task text reads", path,
+                    max_bytes);
     }
     int read_error = ferror(f);
     fclose(f);

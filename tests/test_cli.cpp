@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "checkpoint.h"
+#include "dataset.h"  // TEXT_MAX_BYTES
 
 extern char** environ;
 
@@ -272,6 +273,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--steps", " 5"}, {"--steps", "integer"}},
         // checkpoint paths that cannot be written are found before training
         {{"--checkpoint", ""}, {"--checkpoint", "empty"}},
+        {{"--diagnostics", ""}, {"--diagnostics", "empty"}},
         {{"--checkpoint", "/nonexistent-dir/model.ckpt"}, {"/nonexistent-dir/model.ckpt", "No such file"}},
         {{"--checkpoint", "/tmp"}, {"/tmp", "is a directory"}},
         {{"--resume", "--checkpoint", "/tmp"}, {"/tmp", "is a directory"}},
@@ -336,6 +338,10 @@ TEST_CASE("bad text files exit 1 with one error line naming the file and the pro
     check_error(run_train(dir, with(empty)), {empty, "empty"});
     check_error(run_train(dir, with(dir.path)), {dir.path, "directory"});
     check_error(run_train(dir, with(short_text)), {short_text, "too short", "100 bytes", "330"});
+    std::string huge = dir.file("huge.txt");  // sparse: takes no disk, refused by its size
+    write_text(huge, "");
+    fs::resize_file(huge, TEXT_MAX_BYTES + 1);
+    check_error(run_train(dir, with(huge)), {huge, "1073741825 bytes, more than the 1073741824"});
 }
 
 TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming the problem") {

@@ -228,7 +228,7 @@ TEST_CASE("text rows are windows of the train split and eval rows tile the val s
     Dataset ds;
     char err[256] = "";
     const int T = 16;
-    REQUIRE_MESSAGE(dataset_init_text(&ds, path.c_str(), T, 11, err, sizeof err) == 0, err);
+    REQUIRE_MESSAGE(dataset_init_text(&ds, path.c_str(), T, TEXT_MAX_BYTES, 11, err, sizeof err) == 0, err);
     CHECK(ds.kind == TASK_TEXT);
     CHECK(ds.vocab_size == 256);
     CHECK(ds.seq_len == T);
@@ -313,9 +313,9 @@ TEST_CASE("bad text files fail with a one-line reason naming the path") {
     TempDir dir;
     Dataset ds;
     char err[512] = "";
-    auto init = [&](const std::string& path, int seq_len) {
+    auto init = [&](const std::string& path, int seq_len, size_t max_bytes = TEXT_MAX_BYTES) {
         err[0] = '\0';
-        return dataset_init_text(&ds, path.c_str(), seq_len, 1, err, sizeof err);
+        return dataset_init_text(&ds, path.c_str(), seq_len, max_bytes, 1, err, sizeof err);
     };
     std::string missing = (dir.path / "missing.txt").string();
     CHECK(fails_with(init(missing, 8), ds, err, "No such file"));
@@ -328,4 +328,12 @@ TEST_CASE("bad text files fail with a one-line reason naming the path") {
     CHECK(init(dir.write("enough.txt", std::string(90, 'a')), 8) == 0);  // val split 9 = 9
     CHECK(dataset_eval_rows(&ds) == 1);
     dataset_free(&ds);
+    // at most max_bytes: a larger file is refused by its size, an endless one (/dev/zero
+    // has size 0) once max_bytes + 1 bytes have come, never read until memory runs out
+    std::string kilobyte = dir.write("kilobyte.txt", std::string(1000, 'a'));
+    CHECK(fails_with(init(kilobyte, 8, 999), ds, err, "1000 bytes, more than the 999"));
+    CHECK(init(kilobyte, 8, 1000) == 0);
+    dataset_free(&ds);
+    CHECK(fails_with(init("/dev/zero", 8, 5000), ds, err, "more than the 5000 bytes"));
+    CHECK(fails_with(init("/dev/zero", 8, 1 << 20), ds, err, "'/dev/zero'"));  // past a doubling
 }
