@@ -971,14 +971,14 @@ static void check_resumed_run(Run* r) {
 }
 
 // A checkpoint path that cannot be written is found now, not at the first evaluation: write
-// and remove PATH.tmp (what checkpoint_save writes first).
+// and remove PATH.tmp.<pid> (what checkpoint_save writes first).
 static void check_checkpoint_path(const char* path) {
     struct stat info;
     if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
         die("--checkpoint %s is a directory, not a file", path);
     }
     char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
         die("--checkpoint path is too long");
     }
     FILE* f = fopen(tmp, "wb");

@@ -73,10 +73,15 @@ static void header_to_run(const int* h, RunRecord* r) {
     r->text_name[sizeof(r->text_name) - 1] = '\0';
 }
 
+int checkpoint_temp_path(char* tmp, size_t len, const char* path) {
+    int n = snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
+    return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
 int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,
                     char* err, size_t err_len) {
     char tmp[4096];
-    if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
+    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
         snprintf(err, err_len, "checkpoint path is too long");
         return -1;
     }

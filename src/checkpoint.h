@@ -10,8 +10,10 @@
 //                      [13..18]); rest 0
 //   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
 // Version 1 files (no run record) and 2 (no variant: the default model) still load. Files
-// are written to PATH.tmp, synced to the disk and renamed over PATH, so neither a crash nor a
-// power cut leaves a torn file. A file whose parameters hold NaN or Inf is refused at load.
+// are written to PATH.tmp.<pid> (the process's own: two runs saving to one PATH never write
+// into the same file), synced to the disk and renamed over PATH, so neither a crash, a power
+// cut nor a second run leaves a torn file. A file whose parameters hold NaN or Inf is
+// refused at load.
 #ifndef ATTNRES_CHECKPOINT_H
 #define ATTNRES_CHECKPOINT_H
 
@@ -39,6 +41,9 @@ typedef struct {
     float best_val_loss;
 } RunRecord;
 
+// The temporary file checkpoint_save writes before the rename: PATH.tmp.<this process's
+// id>. 0, or -1 if it does not fit in len bytes.
+int checkpoint_temp_path(char* tmp, size_t len, const char* path);
 // Each returns 0 on success, or -1 after writing a one-line reason into err.
 // run (may be NULL: none recorded) is stored in the header.
 int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,

@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 #include "temp_dir.h"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -112,15 +115,23 @@ TEST_CASE("save then load restores parameters, AdamW moments and step bit for bi
     }
 }
 
-TEST_CASE("a save replaces the checkpoint by rename and leaves no PATH.tmp behind") {
+// what checkpoint_save writes before its rename, in this process
+std::string temp_path_of(const std::string& path) {
+    char tmp[4096];
+    REQUIRE(checkpoint_temp_path(tmp, sizeof tmp, path.c_str()) == 0);
+    return tmp;
+}
+
+TEST_CASE("a save replaces the checkpoint by rename and leaves no temporary file behind") {
     TempDir dir;
     std::string path = dir.file("model.ckpt");
+    CHECK(temp_path_of(path) == path + ".tmp." + std::to_string(getpid()));
     RandomModel first(CONFIG, 1), second(CONFIG, 2);
     char err[512] = "";
     REQUIRE_MESSAGE(checkpoint_save(&first.m, nullptr, path.c_str(), 10, err, sizeof err) == 0, err);
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_FALSE(fs::exists(temp_path_of(path)));
     REQUIRE_MESSAGE(checkpoint_save(&second.m, nullptr, path.c_str(), 20, err, sizeof err) == 0, err);
-    CHECK_FALSE(fs::exists(path + ".tmp"));
+    CHECK_FALSE(fs::exists(temp_path_of(path)));
     RandomModel loaded(CONFIG, 3);
     int step = -1;
     REQUIRE_MESSAGE(checkpoint_load(&loaded.m, path.c_str(), &step, err, sizeof err) == 0, err);
@@ -129,6 +140,53 @@ TEST_CASE("a save replaces the checkpoint by rename and leaves no PATH.tmp behin
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
     CHECK(names == std::vector<std::string>{"model.ckpt"});
+}
+
+// Two runs started with the same --checkpoint (twice the same command, say) save into one
+// PATH. Each writes its own temporary file, so PATH is always one of the two checkpoints,
+// whole; with one shared PATH.tmp each run truncated and overwrote the file the other was
+// writing, and a rename could publish the mixture (the right size: it loaded).
+TEST_CASE("two runs saving to one PATH at once: PATH is always one of their checkpoints, whole") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    const ModelConfig c = {7, 32, 2, 2, 1, 64, 2};  // 360 KB a file: writes that overlap
+    RandomModel a(c, 11), b(c, 12);
+    const int saves = 100;
+    pid_t other = fork();
+    REQUIRE(other >= 0);
+    if (other == 0) {  // the other run: saves a (step 1) as fast as it can
+        char other_err[512];
+        int failed = 0;
+        for (int i = 0; i < saves; i++)
+            failed |= checkpoint_save(&a.m, nullptr, path.c_str(), 1, other_err, sizeof other_err) != 0;
+        _exit(failed);
+    }
+    char err[512] = "";
+    int failed_saves = 0, bad_files = 0;
+    RandomModel loaded(c, 13);
+    for (int i = 0; i < saves; i++) {  // this run saves b (step 2), then reads PATH back
+        failed_saves += checkpoint_save(&b.m, nullptr, path.c_str(), 2, err, sizeof err) != 0;
+        int step = -1;
+        if (checkpoint_load(&loaded.m, path.c_str(), &step, err, sizeof err) != 0) {
+            bad_files++;
+            continue;
+        }
+        const Model& saved = step == 1 ? a.m : b.m;
+        size_t P = saved.num_params;
+        bad_files += !(same_bits(loaded.m.params_memory, saved.params_memory, P) &&
+                       same_bits(loaded.m.m_memory, saved.m_memory, P) &&
+                       same_bits(loaded.m.v_memory, saved.v_memory, P));
+    }
+    int status = 0;
+    REQUIRE(waitpid(other, &status, 0) == other);
+    INFO("last error: ", err);
+    CHECK(failed_saves == 0);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);  // none of the other run's saves failed either
+    CHECK(bad_files == 0);
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
+    CHECK(names == std::vector<std::string>{"model.ckpt"});  // no temporary file left
 }
 
 TEST_CASE("a save into a missing directory fails with a reason and creates nothing") {
@@ -152,21 +210,21 @@ TEST_CASE("a failing save leaves the existing checkpoint untouched") {
     REQUIRE_MESSAGE(checkpoint_save(&old_model.m, nullptr, path.c_str(), 7, err, sizeof err) == 0, err);
     Bytes before = read_bytes(path);
 
-    SUBCASE("PATH.tmp cannot be created") {
-        fs::create_directory(path + ".tmp");  // fopen(PATH.tmp, "wb") fails on a directory
+    SUBCASE("the temporary file cannot be created") {
+        fs::create_directory(temp_path_of(path));  // fopen(.., "wb") fails on a directory
         CHECK(checkpoint_save(&new_model.m, nullptr, path.c_str(), 8, err, sizeof err) == -1);
         INFO("err: ", err);
         CHECK(contains(err, "cannot write checkpoint"));
         CHECK(read_bytes(path) == before);
     }
-    SUBCASE("PATH.tmp cannot be renamed over PATH: no PATH.tmp is left behind") {
+    SUBCASE("the temporary file cannot be renamed over PATH: it is not left behind") {
         std::string dir_path = dir.file("a_directory.ckpt");
         fs::create_directory(dir_path);
         fs::create_directory(dir_path + "/inside");  // a non-empty directory cannot be replaced
         CHECK(checkpoint_save(&new_model.m, nullptr, dir_path.c_str(), 8, err, sizeof err) == -1);
         INFO("err: ", err);
         CHECK(contains(err, "a_directory.ckpt"));
-        CHECK_FALSE(fs::exists(dir_path + ".tmp"));
+        CHECK_FALSE(fs::exists(temp_path_of(dir_path)));
         CHECK(fs::is_directory(dir_path + "/inside"));
         CHECK(read_bytes(path) == before);
     }
