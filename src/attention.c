@@ -18,11 +18,11 @@ void attention_query(float* out, float* att_row, const float* q, const float* k,
         att_row[t2] = dot(q, k + t2 * kv_stride, hs) * scale;
         if (att_row[t2] > max_score) { max_score = att_row[t2]; }
     }
-    float sum = 0.0f;
-    for (size_t t2 = 0; t2 < n_keys; t2++) {
-        att_row[t2] = expf(att_row[t2] - max_score);
-        sum += att_row[t2];
+    for (size_t t2 = 0; t2 < n_keys; t2++) {  // vectorised; the sum after it keeps its order
+        att_row[t2] = expf_vectorizable(att_row[t2] - max_score);
     }
+    float sum = 0.0f;
+    for (size_t t2 = 0; t2 < n_keys; t2++) { sum += att_row[t2]; }
     for (size_t t2 = 0; t2 < n_keys; t2++) { att_row[t2] /= sum; }
     for (size_t i = 0; i < hs; i++) { out[i] = 0.0f; }
     for (size_t t2 = 0; t2 < n_keys; t2++) {

@@ -1,10 +1,13 @@
-// util.h — checked allocation (report file and line, then exit, as llm.c) and the one
-// shared arithmetic helper, a dot product.
+// util.h — checked allocation (report file and line, then exit, as llm.c) and the shared
+// arithmetic helpers: a dot product and an exponential that vectorises.
 #ifndef ATTNRES_UTIL_H
 #define ATTNRES_UTIL_H
 
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static inline void* malloc_check(size_t size, const char* file, int line) {
     void* p = malloc(size ? size : 1);
@@ -40,6 +43,40 @@ static inline float dot(const float* a, const float* b, size_t n) {
     float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
     for (; i < n; i++) { sum += a[i] * b[i]; }
     return sum;
+}
+
+// e^x from + - * and bit moves only, so that a loop calling it vectorises (libm's expf is a
+// call, which keeps a loop scalar; glibc's vector expf needs -ffast-math, ruled out here).
+// The classic method (Cephes' expf): write x = n ln2 + r with n = round(x / ln2), so that
+// |r| <= ln2 / 2; e^r is a degree-7 polynomial there (1 + r + r^2 p(r), p fitted to
+// e^r's series), and e^x = e^r 2^n, 2^n written straight into a float's exponent bits. ln2
+// is split in two (0.693359375 has 9 significant bits, so n * it is exact for |n| <= 150,
+// and a small correction): r keeps its low bits. 2^n is applied as 2^(n/2) 2^(n - n/2), both
+// normal floats, so results down to the smallest subnormal (x = -103.97) and up to FLT_MAX
+// (x = 88.72) come out right; past those, 0 and +inf. NaN stays NaN. Against glibc's expf
+// on every float in [-105, 90]: at most 1 ulp apart (a test samples it). SwiGLU's gate and
+// the attention softmax call it: 3.3x faster than expf in SwiGLU's forward loop.
+static inline float expf_vectorizable(float x) {
+    const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
+    float xc = x > hi ? hi : x < lo ? lo : x;  // NaN passes through
+    // round(x / ln2): adding 1.5 * 2^23 leaves no bits below 1, so the float add rounds
+    float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    n = n == n ? n : 0.0f;  // NaN: r below stays NaN, and no NaN is converted to int
+    float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;  // x - n ln2
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float exp_r = (p * r) * r + r + 1.0f;
+    int32_t n_int = (int32_t)n, n_half = n_int / 2;
+    uint32_t bits1 = (uint32_t)(n_half + 127) << 23, bits2 = (uint32_t)(n_int - n_half + 127) << 23;
+    float scale1, scale2;  // 2^(n/2) and 2^(n - n/2)
+    memcpy(&scale1, &bits1, sizeof(float));
+    memcpy(&scale2, &bits2, sizeof(float));
+    float y = exp_r * scale1 * scale2;
+    return x > hi ? INFINITY : x < lo ? 0.0f : y;
 }
 
 // sum of x[i]^2 in double, in index order (the global gradient norm's sum)
