@@ -977,6 +977,10 @@ static void check_checkpoint_path(const char* path) {
     if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
         die("--checkpoint %s is a directory, not a file", path);
     }
+    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {  // a device, a pipe, a socket
+        die("--checkpoint %s is not a regular file: a checkpoint is renamed over its path, and "
+            "would replace it", path);
+    }
     char tmp[4096];
     if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
         die("--checkpoint path is too long");

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "layers.h"
 #include "model.h"
 #include "rng.h"
@@ -134,6 +135,11 @@ static void load_state(StateFile* s, const char* path) {
 
 // Writes s with its results replaced by `results` (what the C code computed).
 static void write_state(const StateFile* s, const float* results, const char* path) {
+    struct stat info;  // the rename below would replace a device (/dev/null) or a pipe
+    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
+        fprintf(stderr, "error: cannot write %s: it exists and is not a regular file\n", path);
+        exit(2);
+    }
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");

@@ -88,6 +88,18 @@ check_state_refuses() {
 }
 single "check_state refuses a bad state file (variant slots, truncated, wrong magic): exit 2" check_state_refuses
 
+# --out writes OUT.tmp and renames it over OUT: a pipe (or a device such as /dev/null) at OUT
+# is refused with exit 2, not replaced by a file
+check_state_out_keeps_a_pipe() {
+    local pipe=$TEST_DIR/pipe out status
+    rm -f "$pipe" && mkfifo "$pipe" || return 1
+    out=$(./check_state tests/data/none_mha_rand.bin --out "$pipe" 2>&1 >/dev/null)
+    status=$?
+    [ "$status" -eq 2 ] && [ "$out" = "error: cannot write $pipe: it exists and is not a regular file" ] &&
+        [ -p "$pipe" ] || { echo "status $status: $out; still a pipe: $([ -p "$pipe" ] && echo yes || echo no)"; return 1; }
+}
+single "check_state --out onto a pipe: refused (exit 2), the pipe kept" check_state_out_keeps_a_pipe
+
 echo "== every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include "temp_dir.h"
 
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -187,6 +188,22 @@ TEST_CASE("two runs saving to one PATH at once: PATH is always one of their chec
     std::vector<std::string> names;
     for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
     CHECK(names == std::vector<std::string>{"model.ckpt"});  // no temporary file left
+}
+
+// The rename would replace whatever PATH is: as root, --checkpoint /dev/null would have
+// replaced the machine's /dev/null by a checkpoint. A pipe stands in for a device here.
+TEST_CASE("a save never replaces what is not a regular file: a pipe at PATH is refused, kept") {
+    TempDir dir;
+    std::string path = dir.file("pipe");
+    REQUIRE(mkfifo(path.c_str(), 0600) == 0);
+    RandomModel model(CONFIG, 4);
+    char err[512] = "";
+    CHECK(checkpoint_save(&model.m, nullptr, path.c_str(), 1, err, sizeof err) == -1);
+    CHECK(std::string(err) == "cannot write checkpoint " + path + ": it exists and is not a regular file");
+    CHECK(fs::is_fifo(path));
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
+    CHECK(names == std::vector<std::string>{"pipe"});  // and no temporary file
 }
 
 TEST_CASE("a save into a missing directory fails with a reason and creates nothing") {

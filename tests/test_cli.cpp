@@ -8,6 +8,7 @@
 
 #include <fcntl.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -324,6 +325,14 @@ TEST_CASE("every variant trains, and its checkpoint resumes and samples only wit
         Args other = {"--sample", "--checkpoint", path, "--depth-heads", "4"};
         check_error(run_train(dir, other), {path, "--depth-heads disagrees"});
     }
+}
+
+TEST_CASE("--checkpoint onto a pipe (or a device such as /dev/null) is refused before training, not replaced") {
+    TempDir dir;
+    std::string pipe = dir.file("pipe");
+    REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", pipe})), {pipe, "not a regular file"});
+    CHECK(fs::is_fifo(pipe));
 }
 
 TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {

@@ -711,6 +711,15 @@ TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the fil
                   "cannot write " + dir.path + "/" + names[i] + ": " + std::strerror(ENOSPC));
         }
     }
+    SUBCASE("a resumed run's CSV on a device is written to, never read or replaced") {
+        TempDir dir;
+        fs::create_symlink("/dev/null", dir.path + "/train.csv");  // reads as empty, takes writes
+        ScopedDiagnostics sd(c);
+        REQUIRE(diagnostics_open(&sd.dg, dir.path.c_str(), 10, "", err, sizeof(err)) == 0);
+        CHECK(diagnostics_write_train(&sd.dg, 11, 2.5f, 1e-3f, 0.75f, 12.0f) == 0);
+        CHECK(fs::is_character_file("/dev/null"));
+        CHECK(fs::is_symlink(dir.path + "/train.csv"));  // not replaced by a file
+    }
     SUBCASE("a header, or meta.csv, when the directory is opened") {
         for (const char* name : {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv"}) {
             INFO(name);
