@@ -977,7 +977,7 @@ static void check_checkpoint_path(const char* path) {
     if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
         die("--checkpoint %s is a directory, not a file", path);
     }
-    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {  // a device, a pipe, a socket
+    if (!replaceable_by_rename(path)) {  // a device, a pipe, a socket
         die("--checkpoint %s is not a regular file: a checkpoint is renamed over its path, and "
             "would replace it", path);
     }

@@ -19,7 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
+#include "checkpoint.h"  // checkpoint_temp_path
 #include "layers.h"
 #include "model.h"
 #include "rng.h"
@@ -135,13 +135,15 @@ static void load_state(StateFile* s, const char* path) {
 
 // Writes s with its results replaced by `results` (what the C code computed).
 static void write_state(const StateFile* s, const float* results, const char* path) {
-    struct stat info;  // the rename below would replace a device (/dev/null) or a pipe
-    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
+    if (!replaceable_by_rename(path)) {
         fprintf(stderr, "error: cannot write %s: it exists and is not a regular file\n", path);
         exit(2);
     }
-    char tmp[4096];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+    char tmp[4096];  // this process's own, as a checkpoint's
+    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
+        fprintf(stderr, "error: cannot write %s: the path is too long\n", path);
+        exit(2);
+    }
     FILE* f = fopen(tmp, "wb");
     if (f == NULL) {
         fprintf(stderr, "error: cannot write %s: %s\n", tmp, strerror(errno));

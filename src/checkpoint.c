@@ -80,10 +80,7 @@ int checkpoint_temp_path(char* tmp, size_t len, const char* path) {
 
 int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,
                     char* err, size_t err_len) {
-    // the rename below would replace whatever PATH is: a device such as /dev/null (as root,
-    // for every program on the machine), a pipe or a socket are refused, not replaced
-    struct stat info;
-    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) {
+    if (!replaceable_by_rename(path)) {
         snprintf(err, err_len, "cannot write checkpoint %s: it exists and is not a regular file",
                  path);
         return -1;

@@ -60,8 +60,7 @@ static int make_dirs(const char* dir) {
 // last_step: a resumed run replays the steps after its checkpoint, whose rows an interrupted
 // run may have written already. Rewritten through name.tmp and a rename. 0, or -1.
 static int drop_rows_after(const char* path, int last_step) {
-    struct stat info;  // a device or a pipe (say /dev/null) has no rows to keep: never replaced
-    if (stat(path, &info) == 0 && !S_ISREG(info.st_mode)) { return 0; }
+    if (!replaceable_by_rename(path)) { return 0; }  // a device or a pipe: no rows to keep
     FILE* in = fopen(path, "r");
     if (in == NULL) { return errno == ENOENT ? 0 : -1; }
     char tmp[4200], line[8192];

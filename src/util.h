@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static inline void* malloc_check(size_t size, const char* file, int line) {
     void* p = malloc(size ? size : 1);
@@ -77,6 +78,15 @@ static inline float expf_vectorizable(float x) {
     memcpy(&scale2, &bits2, sizeof(float));
     float y = exp_r * scale1 * scale2;
     return x > hi ? INFINITY : x < lo ? 0.0f : y;
+}
+
+// 1 if a file may be renamed over path: nothing is there, or a regular file. A rename
+// replaces whatever path names, so the writers that rename (checkpoints, check_state --out,
+// a resumed run's CSV) refuse a directory, a device such as /dev/null, a pipe or a socket
+// there rather than replace it (as root, /dev/null for every program on the machine).
+static inline int replaceable_by_rename(const char* path) {
+    struct stat info;
+    return stat(path, &info) != 0 || S_ISREG(info.st_mode);
 }
 
 // sum of x[i]^2 in double, in index order (the global gradient norm's sum)

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -116,6 +117,14 @@ TEST_CASE("save then load restores parameters, AdamW moments and step bit for bi
     }
 }
 
+// the names in dir, sorted
+std::vector<std::string> file_names(const TempDir& dir) {
+    std::vector<std::string> names;
+    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
 // what checkpoint_save writes before its rename, in this process
 std::string temp_path_of(const std::string& path) {
     char tmp[4096];
@@ -138,9 +147,7 @@ TEST_CASE("a save replaces the checkpoint by rename and leaves no temporary file
     REQUIRE_MESSAGE(checkpoint_load(&loaded.m, path.c_str(), &step, err, sizeof err) == 0, err);
     CHECK(step == 20);
     CHECK(same_bits(loaded.m.params_memory, second.m.params_memory, second.m.num_params));
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
-    CHECK(names == std::vector<std::string>{"model.ckpt"});
+    CHECK(file_names(dir) == std::vector<std::string>{"model.ckpt"});
 }
 
 // Two runs started with the same --checkpoint (twice the same command, say) save into one
@@ -185,9 +192,7 @@ TEST_CASE("two runs saving to one PATH at once: PATH is always one of their chec
     CHECK(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);  // none of the other run's saves failed either
     CHECK(bad_files == 0);
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
-    CHECK(names == std::vector<std::string>{"model.ckpt"});  // no temporary file left
+    CHECK(file_names(dir) == std::vector<std::string>{"model.ckpt"});  // no temporary file left
 }
 
 // The rename would replace whatever PATH is: as root, --checkpoint /dev/null would have
@@ -201,9 +206,7 @@ TEST_CASE("a save never replaces what is not a regular file: a pipe at PATH is r
     CHECK(checkpoint_save(&model.m, nullptr, path.c_str(), 1, err, sizeof err) == -1);
     CHECK(std::string(err) == "cannot write checkpoint " + path + ": it exists and is not a regular file");
     CHECK(fs::is_fifo(path));
-    std::vector<std::string> names;
-    for (const auto& entry : fs::directory_iterator(dir.path)) names.push_back(entry.path().filename());
-    CHECK(names == std::vector<std::string>{"pipe"});  // and no temporary file
+    CHECK(file_names(dir) == std::vector<std::string>{"pipe"});  // and no temporary file
 }
 
 TEST_CASE("a save into a missing directory fails with a reason and creates nothing") {

@@ -717,7 +717,6 @@ TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the fil
         ScopedDiagnostics sd(c);
         REQUIRE(diagnostics_open(&sd.dg, dir.path.c_str(), 10, "", err, sizeof(err)) == 0);
         CHECK(diagnostics_write_train(&sd.dg, 11, 2.5f, 1e-3f, 0.75f, 12.0f) == 0);
-        CHECK(fs::is_character_file("/dev/null"));
         CHECK(fs::is_symlink(dir.path + "/train.csv"));  // not replaced by a file
     }
     SUBCASE("a header, or meta.csv, when the directory is opened") {
