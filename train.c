@@ -367,9 +367,10 @@ typedef struct {
 
 // Greedy decoding of the answers of eval rows x (rows, T): the prompt and separator are given,
 // each answer token is the argmax given everything before it, fed back as the next input.
-// All rows decode in lockstep with the cached decoder (inference.h), one position per step.
+// All rows decode in lockstep with the cached decoder (inference.h): the prompt by one prefill,
+// then one position per step.
 // Returns the number of rows whose whole answer equals the target in y.
-static size_t greedy_exact_matches(Model* m, const Dataset* ds, const int* x, const int* y,
+static size_t greedy_exact_matches(Decoder* dec, const Dataset* ds, const int* x, const int* y,
                                    size_t rows, int* work) {
     size_t T = (size_t)ds->seq_len, start = (size_t)ds->answer_start;
     size_t n_prompt = start + 1, n_answer = (size_t)ds->answer_len;  // prompt + separator
@@ -377,10 +378,7 @@ static size_t greedy_exact_matches(Model* m, const Dataset* ds, const int* x, co
         memcpy(work + r * n_prompt, x + r * T, n_prompt * sizeof(int));
     }
     int* answer = mallocCheck(rows * n_answer * sizeof(int));
-    Decoder dec;
-    decoder_build(&dec, m, rows, n_prompt + n_answer - 1);
-    decoder_generate(&dec, work, n_prompt, answer, n_answer, 0.0f, 0, NULL);  // greedy
-    decoder_free(&dec);
+    decoder_generate(dec, rows, work, n_prompt, answer, n_answer, 0.0f, 0, NULL);  // greedy
     size_t matches = 0;
     for (size_t r = 0; r < rows; r++) {
         int ok = 1;
@@ -391,8 +389,8 @@ static size_t greedy_exact_matches(Model* m, const Dataset* ds, const int* x, co
     return matches;
 }
 
-static EvalResult evaluate(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
-                           int* work) {
+static EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o, int* x,
+                           int* y, int* work) {
     size_t T = (size_t)ds->seq_len, V = (size_t)ds->vocab_size;
     size_t rows = dataset_eval_rows(ds);
     if (rows > (size_t)o->eval_examples) { rows = (size_t)o->eval_examples; }
@@ -411,7 +409,7 @@ static EvalResult evaluate(Model* m, const Dataset* ds, const Options* o, int* x
         }
         loss_sum += (double)m->loss * (double)count;
         scored += count;
-        if (ds->kind != TASK_TEXT) { matches += greedy_exact_matches(m, ds, x, y, b, work); }
+        if (ds->kind != TASK_TEXT) { matches += greedy_exact_matches(dec, ds, x, y, b, work); }
     }
     EvalResult r;
     r.val_loss = (float)(loss_sum / (double)scored);
@@ -691,12 +689,20 @@ static void check_sample_flags(const Options* o) {
 }
 
 // the checkpoint's config, then a model built for it with the parameters loaded
-static void load_model(Model* model, const char* path) {
+static ModelConfig read_config(const char* path) {
     char err[512];
     ModelConfig config;
     int step;
     if (checkpoint_read_config(path, &config, &step, err, sizeof(err)) != 0) { die("%s", err); }
-    model_build(model, &config, 1, 1);
+    return config;
+}
+
+// the checkpoint's model, its buffers for B x T positions
+static void load_model(Model* model, const char* path, size_t B, size_t T) {
+    char err[512];
+    ModelConfig config = read_config(path);
+    int step;
+    model_build(model, &config, B, T);
     if (checkpoint_load(model, path, &step, err, sizeof(err)) != 0) { die("%s", err); }
 }
 
@@ -817,19 +823,22 @@ static int sample_main(const Options* flags) {
     Options options = *flags, *o = &options;
     check_sample_flags(o);
     size_t context = sample_defaults(o);
-    Model model;
-    load_model(&model, o->checkpoint);
-    check_sample_variant(o, &model.config);
-    int V = model.config.vocab_size, is_text = V == 256;
+    ModelConfig config = read_config(o->checkpoint);
+    check_sample_variant(o, &config);
+    int V = config.vocab_size, is_text = V == 256;
     Prompt p = make_prompt(o, V, is_text);
     size_t n_new = o->sample_tokens > 0 ? (size_t)o->sample_tokens
                                         : (is_text ? 256 : (size_t)o->length);
     size_t positions = p.n_prompt + n_new - 1;  // the decoder holds at most the trained T
+    size_t max_T = context > 0 && context < positions ? context : positions;
+    Model model;
+    load_model(&model, o->checkpoint, 1, max_T);
     Decoder dec;
-    decoder_build(&dec, &model, 1, context > 0 && context < positions ? context : positions);
+    decoder_build(&dec, &model, 1, max_T);
     int* generated = mallocCheck(n_new * sizeof(int));
     uint64_t rng = o->seed;
-    decoder_generate(&dec, p.prompt, p.n_prompt, generated, n_new, o->temperature, o->top_k, &rng);
+    decoder_generate(&dec, 1, p.prompt, p.n_prompt, generated, n_new, o->temperature, o->top_k,
+                     &rng);
     print_sample(&p, generated, n_new, is_text);
     free(p.prompt);
     free(p.expected);
@@ -844,6 +853,7 @@ typedef struct {
     Options o;
     Dataset ds;
     Model model;          // on the host: evaluation, decoding, diagnostics, checkpoints
+    Decoder decoder;      // rank 0: the evaluation's greedy decoding (max(B, 64) rows, T)
     Trainer trainer;      // where the training step runs (the host model, or its GPU twin)
     Diagnostics diag;
     size_t B, T;          // the training batch
@@ -858,6 +868,19 @@ typedef struct {
     size_t memory_bytes;  // what the run allocates (check_memory)
     double step_seconds;  // the training steps' time, evaluation left out
 } Run;
+
+// MemAvailable of /proc/meminfo in bytes: what can be allocated without swapping; 0 if unknown
+static size_t available_memory(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f == NULL) { return 0; }
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1) { break; }
+    }
+    fclose(f);
+    return kib * 1024;
+}
 
 // the task or text file fixes V and T
 static void load_data(Run* r) {
@@ -991,22 +1014,10 @@ static void check_checkpoint_path(const char* path) {
     remove(tmp);
 }
 
-// MemAvailable of /proc/meminfo in bytes: what can be allocated without swapping; 0 if unknown
-static size_t available_memory(void) {
-    FILE* f = fopen("/proc/meminfo", "r");
-    if (f == NULL) { return 0; }
-    char line[256];
-    size_t kib = 0;
-    while (fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1) { break; }
-    }
-    fclose(f);
-    return kib * 1024;
-}
 
 // What the run will allocate, before it does: parameters, gradients and AdamW state (4 floats
 // per parameter), the activations of the evaluation batch (the size table of model.h), the
-// batch buffers. A run that does not fit in the memory available is refused: it would swap
+// evaluation's decoder, the batch buffers. A run that does not fit in the memory available is refused: it would swap
 // for minutes (or be killed) rather than train.
 static void check_memory(Run* r, size_t eval_B) {
     const ModelConfig* c = &r->o.model;
@@ -1020,7 +1031,9 @@ static void check_memory(Run* r, size_t eval_B) {
     // summed gradients) of this process's shard alone
     size_t world = (size_t)dist.world, shard = (params + world - 1) / world;
     size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
-    r->memory_bytes = (state + activations) * sizeof(float) + 3 * eval_B * r->T * sizeof(int);
+    // rank 0's decoder for the evaluation
+    size_t decoder = dist.rank == 0 ? decoder_floats(c, eval_B, r->T) : 0;
+    r->memory_bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * r->T * sizeof(int);
     size_t available = available_memory();
     if (available > 0 && r->memory_bytes > available) {
         size_t maps = (size_t)c->n_layers * eval_B * (size_t)c->n_heads * r->T * r->T * sizeof(float);
@@ -1055,6 +1068,7 @@ static void build_model(Run* r) {
     r->x = mallocCheck(eval_B * r->T * sizeof(int));
     r->y = mallocCheck(eval_B * r->T * sizeof(int));
     r->work = mallocCheck(eval_B * r->T * sizeof(int));
+    if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, eval_B, r->T); }
     trainer_init(&r->trainer, &r->model, r->B, r->T);
     // --stop-after interrupts the run early, as a crash would
     r->end_step = o->steps;
@@ -1201,10 +1215,7 @@ static void print_text_sample(Run* r) {
     if (r->T < n_prompt) { return; }
     dataset_eval_batch(&r->ds, r->x, r->y, 1, 0);
     int out[72];
-    Decoder dec;
-    decoder_build(&dec, &r->model, 1, r->T);
-    decoder_generate(&dec, r->x, n_prompt, out, n_new, 0.0f, 0, NULL);
-    decoder_free(&dec);
+    decoder_generate(&r->decoder, 1, r->x, n_prompt, out, n_new, 0.0f, 0, NULL);
     printf("sample: \"");
     const int* parts[] = {r->x, out};
     size_t lengths[] = {n_prompt, n_new};
@@ -1230,7 +1241,7 @@ static void evaluate_and_save(Run* r, int done) {
     if (o->checkpoint != NULL) { trainer_gather_moments(&r->trainer); }
     if (dist.rank != 0) { return; }
     trainer_to_host(&r->trainer);
-    r->last = evaluate(&r->model, &r->ds, o, r->x, r->y, r->work);
+    r->last = evaluate(&r->model, &r->decoder, &r->ds, o, r->x, r->y, r->work);
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "eval step %5d", done);
     print_eval(prefix, &r->last);
@@ -1287,6 +1298,7 @@ static void free_run(Run* r) {
     free(r->x);
     free(r->y);
     free(r->work);
+    decoder_free(&r->decoder);
     trainer_free(&r->trainer);
     model_free(&r->model);
     dataset_free(&r->ds);
@@ -1391,7 +1403,7 @@ int main(int argc, char** argv) {
     r.last = (EvalResult){NAN, NAN, NAN};
     r.start_time = r.window_start = now_seconds();
     if (r.start_step == r.end_step && dist.rank == 0) {
-        r.last = evaluate(&r.model, &r.ds, &r.o, r.x, r.y, r.work);
+        r.last = evaluate(&r.model, &r.decoder, &r.ds, &r.o, r.x, r.y, r.work);
     }
     for (int step = r.start_step; step < r.end_step; step++) {
         float norm, lr;

@@ -26,12 +26,13 @@
 #include "rng.h"
 #include "util.h"
 
-void decoder_build(Decoder* dec, const Model* model, size_t B, size_t max_T) {
+void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     const ModelConfig* c = &model->config;
     const ModelDims* z = &model->dims;
     memset(dec, 0, sizeof(*dec));
     dec->model = model;
-    dec->B = B;
+    size_t B = max_B;  // every buffer for max_B rows
+    dec->max_B = dec->B = B;
     dec->max_T = max_T;
     size_t cache = z->L * B * max_T * z->kv_dim, S = z->S;
     dec->k_cache = mallocCheck(cache * sizeof(float));
@@ -43,6 +44,24 @@ void decoder_build(Decoder* dec, const Model* model, size_t B, size_t max_T) {
     dec->phase_o = mallocCheck(S * B * z->d * sizeof(float));
     dec->phase_max = mallocCheck(S * B * z->K * sizeof(float));
     dec->phase_sumexp = mallocCheck(S * B * z->K * sizeof(float));
+    if (model->max_B < B || model->max_T < max_T) {
+        fprintf(stderr, "error: a decoder of %zux%zu needs a model built for as many (%zux%zu)\n",
+                B, max_T, model->max_B, model->max_T);
+        exit(1);
+    }
+    dec->window_tokens = mallocCheck(B * max_T * sizeof(int));
+}
+
+// what decoder_build allocates, in the same order
+size_t decoder_floats(const ModelConfig* c, size_t max_B, size_t max_T) {
+    ModelDims z = model_dims(c);
+    size_t B = max_B, S = z.S;
+    Activations sizing;
+    sizing.sub = callocCheck(z.n_sub + 1, sizeof(SubLayer));
+    size_t floats = 2 * z.L * B * max_T * z.kv_dim + point_activations(&sizing, c, B, 1, 0, NULL)
+                    + B * z.H * max_T + S * B * z.d + 2 * S * B * z.K;
+    free(sizing.sub);
+    return floats + (B * max_T * sizeof(int) + sizeof(float) - 1) / sizeof(float);
 }
 
 void decoder_free(Decoder* dec) {
@@ -50,10 +69,18 @@ void decoder_free(Decoder* dec) {
                   dec->phase_max, dec->phase_sumexp};
     for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) { free(p[i]); }
     free(dec->acts.sub);
+    free(dec->window_tokens);
     memset(dec, 0, sizeof(*dec));
 }
 
-void decoder_reset(Decoder* dec) { dec->T = 0; }
+void decoder_reset(Decoder* dec, size_t B) {
+    if (B < 1 || B > dec->max_B) {
+        fprintf(stderr, "error: %zu sequences do not fit the decoder (%zu)\n", B, dec->max_B);
+        exit(1);
+    }
+    dec->B = B;
+    dec->T = 0;
+}
 
 // Attention sub-layer of layer `layer` at position t = dec->T: s->f = Attn(rmsnorm(s->h)).
 static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
@@ -195,32 +222,56 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
     dec->T++;
 }
 
-void decoder_generate(Decoder* dec, const int* prompt, size_t n_prompt, int* out,
+// The positions [0, n): model_forward over (B, n), then each attention layer's k (after RoPE)
+// and v rows, (B, n, G*hs), copied into the caches' first n positions
+void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits) {
+    if (n < 1 || n > dec->max_T) {
+        fprintf(stderr, "error: a prefill of %zu positions does not fit the decoder (%zu)\n", n,
+                dec->max_T);
+        exit(1);
+    }
+    Model* w = dec->model;
+    const ModelDims* z = &w->dims;
+    size_t B = dec->B, max_T = dec->max_T, kv_dim = z->kv_dim, V = z->V;
+    model_forward(w, tokens, NULL, B, n);
+    for (size_t layer = 0; layer < z->L; layer++) {
+        const SubLayer* s = &w->acts.sub[2 * layer];
+        for (size_t b = 0; b < B; b++) {
+            size_t cache = (layer * B + b) * max_T * kv_dim;
+            memcpy(dec->k_cache + cache, s->k + b * n * kv_dim, n * kv_dim * sizeof(float));
+            memcpy(dec->v_cache + cache, s->v + b * n * kv_dim, n * kv_dim * sizeof(float));
+        }
+    }
+    for (size_t b = 0; b < B; b++) {
+        memcpy(logits + b * V, model_logits(w) + (b * n + n - 1) * V, V * sizeof(float));
+    }
+    dec->T = n;
+}
+
+void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt, int* out,
                       size_t n_new, float temperature, int top_k, uint64_t* rng) {
-    size_t B = dec->B, V = dec->model->config.vocab_size, total = n_prompt + n_new;
+    decoder_reset(dec, B);
+    size_t V = dec->model->config.vocab_size, total = n_prompt + n_new;
     int* seq = mallocCheck(B * total * sizeof(int));    // (B, total): prompt, then drawn
     int* tokens = mallocCheck(B * sizeof(int));
     for (size_t b = 0; b < B; b++) { memcpy(seq + b * total, prompt + b * n_prompt, n_prompt * sizeof(int)); }
-    decoder_reset(dec);
     size_t start = 0;  // the cache holds the positions seq[start .. start + dec->T)
-    // position p reads seq[p]; its logits draw seq[p+1]
-    for (size_t p = 0; p + 1 < total; p++) {
-        int draws = p + 1 >= n_prompt;
-        size_t first;  // feed seq[first .. p]
-        if (start + dec->T == p && dec->T < dec->max_T) {
-            first = p;  // the cache ends just before p and has room: append p
-        } else if (draws) {
-            // past the window: start again on the last max_T tokens up to p
-            decoder_reset(dec);
-            start = first = p + 1 > dec->max_T ? p + 1 - dec->max_T : 0;
-        } else {
-            continue;  // a prompt token past the window, needed only once the window slides
-        }
-        for (size_t q = first; q <= p; q++) {
-            for (size_t b = 0; b < B; b++) { tokens[b] = seq[b * total + q]; }
+    // position p reads seq[p]; its logits draw seq[p+1]. The prompt is fed when the first
+    // draw needs it, at p = n_prompt - 1.
+    for (size_t p = n_prompt - 1; p + 1 < total; p++) {
+        if (dec->T > 0 && start + dec->T == p && dec->T < dec->max_T) {
+            // the cache ends just before p and has room: append p
+            for (size_t b = 0; b < B; b++) { tokens[b] = seq[b * total + p]; }
             decoder_step(dec, tokens, dec->acts.logits);
+        } else {
+            // the prompt, or past the window: the last max_T tokens up to p, afresh
+            start = p + 1 > dec->max_T ? p + 1 - dec->max_T : 0;
+            size_t n = p + 1 - start;
+            for (size_t b = 0; b < B; b++) {
+                memcpy(dec->window_tokens + b * n, seq + b * total + start, n * sizeof(int));
+            }
+            decoder_prefill(dec, dec->window_tokens, n, dec->acts.logits);
         }
-        if (!draws) { continue; }
         for (size_t b = 0; b < B; b++) {
             seq[b * total + p + 1] = sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
         }

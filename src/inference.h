@@ -93,32 +93,46 @@ void depth_mixing_phase2(float* out, const float* o1, float max1, float sumexp1,
 
 // ---- inference.c -------------------------------------------------------------------------
 typedef struct {
-    const Model* model;    // parameters are read from here at every step (not copied)
-    size_t B, max_T;       // B sequences, at most max_T positions each
+    Model* model;          // parameters are read from here at every step (not copied); a
+                           // prefill runs on its activation buffers, overwriting them
+    size_t max_B, max_T;   // at most max_B sequences of at most max_T positions each
+    size_t B;              // the sequences being decoded (decoder_reset), B <= max_B
     size_t T;              // positions decoded so far (the next step's position)
     float* k_cache;        // (L, B, max_T, G*hs) keys after RoPE
     float* v_cache;        // (L, B, max_T, G*hs) values
     Activations acts;      // the current position: the model's buffers (point_activations)
-    float* acts_memory;    // for B rows (B x 1), without the backward's; logits are acts.logits
+    float* acts_memory;    // for max_B rows (x 1), without the backward's; logits: acts.logits
     float* att;            // (B,H,max_T) attention weights of the current position
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
     float* phase_max;      // (S, B, K) phase 1: max scores per head ((S) with --mixing)
     float* phase_sumexp;   // (S, B, K) phase 1: sums of exponentials, likewise
+    int* window_tokens;    // (max_B, max_T) the positions a prefill feeds
 } Decoder;
 
-// Allocates caches and buffers for B sequences of up to max_T positions; starts empty.
-void decoder_build(Decoder* dec, const Model* model, size_t B, size_t max_T);
+// Allocates caches and buffers for up to max_B sequences of up to max_T positions (build
+// it once and decode many batches with it: fresh memory costs a page fault per 4 KB);
+// starts empty, with B = max_B. The model's own buffers must hold max_B x max_T (model_build):
+// a prefill runs model_forward on them. decoder_floats: the floats it allocates.
+void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T);
+size_t decoder_floats(const ModelConfig* c, size_t max_B, size_t max_T);
 void decoder_free(Decoder* dec);
-// Forgets every position: the next step is position 0.
-void decoder_reset(Decoder* dec);
+// Forgets every position and decodes B <= max_B sequences from now on: the next step is
+// position 0.
+void decoder_reset(Decoder* dec, size_t B);
 // Appends position dec->T with tokens (B), one per sequence, and writes its logits (B,V).
 void decoder_step(Decoder* dec, const int* tokens, float* logits);
-// Resets, feeds prompt (B, n_prompt) position by position (n_prompt >= 1), then draws
-// n_new tokens per sequence with sample_token, each fed back as the next input, into
-// out (B, n_new). The model sees at most max_T positions (build the decoder with the
+// Resets and feeds positions 0 .. n-1 of the dec->B sequences tokens (B, n), 1 <= n <= max_T,
+// in one model_forward over them (matmuls over all B x n positions at once, where n steps
+// would multiply one row per sequence at a time): the caches then hold their k and v, as n
+// steps would leave them (to float rounding), and logits (B,V) are those of position n-1.
+void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits);
+// Resets to B sequences, feeds prompt (B, n_prompt) (n_prompt >= 1) by a prefill, then draws
+// n_new tokens per sequence with sample_token, each fed back as the next input by a step,
+// into out (B, n_new). The model sees at most max_T positions (build the decoder with the
 // trained T as max_T): past it the context slides, each new token read from the window of
-// the last max_T tokens, encoded afresh (positions 0 .. max_T-1, as in training).
-void decoder_generate(Decoder* dec, const int* prompt, size_t n_prompt, int* out,
+// the last max_T tokens, encoded afresh (positions 0 .. max_T-1, as in training) by a
+// prefill of the window.
+void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt, int* out,
                       size_t n_new, float temperature, int top_k, uint64_t* rng);
 
 // A token drawn from softmax(logits / temperature) restricted to the top_k largest logits

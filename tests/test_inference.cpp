@@ -86,9 +86,11 @@ static const ModeCase MODES[] = {
 
 // Decodes B = 2 sequences of T = 9 tokens with caches, after a first pair of sequences that
 // the reset must forget, and compares the logits with model_forward's over the whole
-// sequences at every position. Returns the largest max_v |diff| / max_v |full| over
-// positions; each position past DECODER_LOGITS_RTOL fails.
-static double decoding_error(const ModelConfig& c, uint64_t seed) {
+// sequences at every position. The first n_prefill positions (0: none) go in by one
+// decoder_prefill, whose logits are those of its last position; every later position by a
+// step, which reads the keys and values the prefill left in the caches. Returns the largest
+// max_v |diff| / max_v |full| over positions; each position past DECODER_LOGITS_RTOL fails.
+static double decoding_error(const ModelConfig& c, uint64_t seed, size_t n_prefill = 0) {
     const size_t B = 2, T = 9;
     size_t V = c.vocab_size;
     Model m;
@@ -96,7 +98,8 @@ static double decoding_error(const ModelConfig& c, uint64_t seed) {
     randomize_params(&m, seed);
     std::vector<int> tokens = random_tokens(B * T, c.vocab_size, seed + 4);
     model_forward(&m, tokens.data(), nullptr, B, T);
-    const float* full = model_logits(&m);
+    // a prefill runs on the model's buffers: the full forward's logits are kept apart
+    const Vec full(model_logits(&m), model_logits(&m) + B * T * V);
 
     Decoder dec;
     decoder_build(&dec, &m, B, T);
@@ -107,13 +110,20 @@ static double decoding_error(const ModelConfig& c, uint64_t seed) {
         for (size_t b = 0; b < B; b++) step_tokens[b] = other[b * T + t];
         decoder_step(&dec, step_tokens.data(), logits.data());
     }
-    decoder_reset(&dec);
+    decoder_reset(&dec, B);
     double max_rel = 0.0;
-    for (size_t t = 0; t < T; t++) {
-        for (size_t b = 0; b < B; b++) step_tokens[b] = tokens[b * T + t];
-        decoder_step(&dec, step_tokens.data(), logits.data());
+    std::vector<int> window(B * n_prefill);
+    for (size_t b = 0; b < B; b++)
+        for (size_t t = 0; t < n_prefill; t++) window[b * n_prefill + t] = tokens[b * T + t];
+    for (size_t t = n_prefill > 0 ? n_prefill - 1 : 0; t < T; t++) {
+        if (n_prefill > 0 && t == n_prefill - 1) {
+            decoder_prefill(&dec, window.data(), n_prefill, logits.data());
+        } else {
+            for (size_t b = 0; b < B; b++) step_tokens[b] = tokens[b * T + t];
+            decoder_step(&dec, step_tokens.data(), logits.data());
+        }
         for (size_t b = 0; b < B; b++) {
-            const float* want = full + (b * T + t) * V;
+            const float* want = full.data() + (b * T + t) * V;
             const float* got = logits.data() + b * V;
             double scale = 0.0, diff = 0.0;
             for (size_t v = 0; v < V; v++) {
@@ -142,6 +152,22 @@ TEST_CASE("decoding with caches gives the logits of a full forward at every posi
                 MESSAGE(std::string(mode.name) << ": max relative logit difference " << max_rel);
             }
             CHECK(max_rel <= DECODER_LOGITS_RTOL);
+        }
+    }
+}
+
+// A prefill is model_forward itself (the same logits at its last position, bit for bit); the
+// steps after it read its keys and values from the caches: a prefill that left the caches
+// empty, or filled them at the wrong positions, turns the later positions red.
+TEST_CASE("a prefill of the first positions, then steps, gives the logits of a full forward") {
+    for (const ModeCase& mode : MODES) {
+        SUBCASE(mode.name) {
+            ModelConfig c = small_config(mode.n_layers, mode.block_size);
+            for (size_t n_prefill : {1, 5, 9}) {
+                CAPTURE(n_prefill);
+                double max_rel = decoding_error(c, 11, n_prefill);
+                CHECK(max_rel <= DECODER_LOGITS_RTOL);
+            }
         }
     }
 }
@@ -202,6 +228,7 @@ TEST_CASE("decoding every variant with caches gives the logits of a full forward
                 MESSAGE(std::string(v.name) << ": max relative logit difference " << max_rel);
             }
             CHECK(max_rel <= DECODER_LOGITS_RTOL);
+            CHECK(decoding_error(c, 37, 4) <= DECODER_LOGITS_RTOL);  // a prefill, then steps
         }
     }
 }
@@ -233,26 +260,35 @@ static std::vector<int> greedy_by_full_forwards(Model* m, const std::vector<int>
 }
 
 // Greedy decoding with a decoder of max_T = window positions against
-// greedy_by_full_forwards, in every mode.
+// greedy_by_full_forwards, in every mode. The decoder holds 3 sequences and decodes 3 other
+// ones first, then the B = 2 of the test, then the second of them alone: each decode must
+// forget the one before, whatever its number of sequences.
 static void check_greedy_decoding(size_t n_prompt, size_t n_new, size_t window, uint64_t seed) {
-    const size_t B = 2;
+    const size_t B = 2, max_B = 3;
     for (const ModeCase& mode : MODES) {
         SUBCASE(mode.name) {
             ModelConfig c = small_config(mode.n_layers, mode.block_size);
             Model m;
-            model_build(&m, &c, B, window);
+            model_build(&m, &c, max_B, window);
             randomize_params(&m, seed);
             std::vector<int> prompt = random_tokens(B * n_prompt, c.vocab_size, seed + 1);
+            std::vector<int> others = random_tokens(max_B * n_prompt, c.vocab_size, seed + 2);
             Decoder dec;
-            decoder_build(&dec, &m, B, window);
-            std::vector<int> generated(B * n_new);
+            decoder_build(&dec, &m, max_B, window);
+            std::vector<int> generated(max_B * n_new);
             uint64_t rng = 1;
-            decoder_generate(&dec, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
+            decoder_generate(&dec, max_B, others.data(), n_prompt, generated.data(), n_new,
+                             0.0f, 0, &rng);
+            decoder_generate(&dec, B, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
                              &rng);
             CHECK(rng == 1);  // greedy draws no random numbers
             std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, window);
             for (size_t i = 0; i < B * n_new; i++)
                 CHECK_MESSAGE(generated[i] == want[i], "b=" << i / n_new << " token " << i % n_new);
+            decoder_generate(&dec, 1, prompt.data() + n_prompt, n_prompt, generated.data(), n_new,
+                             0.0f, 0, &rng);
+            for (size_t i = 0; i < n_new; i++)
+                CHECK_MESSAGE(generated[i] == want[n_new + i], "alone: token " << i);
             decoder_free(&dec);
             model_free(&m);
         }
