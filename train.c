@@ -897,6 +897,14 @@ static void load_data(Run* r) {
             die("--seq-len %d does not fit the task: --length %d needs T = 2 * length = %d",
                 o->seq_len, o->length, 2 * o->length);
         }
+        // the held-out set is built first: one larger than the memory there is is refused
+        size_t bytes = dataset_task_bytes(o->length, (size_t)o->eval_examples);
+        size_t available = available_memory();
+        if (available > 0 && bytes > available) {
+            die("--eval-examples %d would take %.2f GiB (with --length %d), more than the %.2f "
+                "GiB available", o->eval_examples, (double)bytes / 1073741824.0, o->length,
+                (double)available / 1073741824.0);
+        }
         status = dataset_init_task(&r->ds, o->task, o->length, o->symbols,
                                    (size_t)o->eval_examples, o->seed, err, sizeof(err));
     }
@@ -1017,7 +1025,7 @@ static void check_checkpoint_path(const char* path) {
 
 // What the run will allocate, before it does: parameters, gradients and AdamW state (4 floats
 // per parameter), the activations of the evaluation batch (the size table of model.h), the
-// evaluation's decoder, the batch buffers. A run that does not fit in the memory available is refused: it would swap
+// evaluation's decoder, the batch buffers, the data (allocated before, so counted here). A run that does not fit in the memory available is refused: it would swap
 // for minutes (or be killed) rather than train.
 static void check_memory(Run* r, size_t eval_B) {
     const ModelConfig* c = &r->o.model;
@@ -1033,7 +1041,8 @@ static void check_memory(Run* r, size_t eval_B) {
     size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
     // rank 0's decoder for the evaluation
     size_t decoder = dist.rank == 0 ? decoder_floats(c, eval_B, r->T) : 0;
-    r->memory_bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * r->T * sizeof(int);
+    r->memory_bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * r->T * sizeof(int)
+                      + dataset_bytes(&r->ds);
     size_t available = available_memory();
     if (available > 0 && r->memory_bytes > available) {
         size_t maps = (size_t)c->n_layers * eval_B * (size_t)c->n_heads * r->T * r->T * sizeof(float);
@@ -1340,9 +1349,18 @@ static void check_same_flags(int argc, char** argv) {
 
 // OpenMP threads: --threads, or all the cores (with several processes on this machine, its
 // share of them, within the cores mpirun lets it use); a warning when that is more than the
-// cores there are
+// cores there are, an error past MAX_THREADS_PER_CORE times the machine's cores: threads
+// that take turns on a core wait for each other at every parallel region (on 2 cores, one
+// step of a d=16 model took 37 s with 4096 threads), and libgomp itself fails past some tens
+// of thousands (a crash at 100000)
+#define MAX_THREADS_PER_CORE 8
 static void set_threads(const Options* o) {
     int mine = omp_get_num_procs(), machine = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (machine < mine) { machine = mine; }
+    if (o->threads > MAX_THREADS_PER_CORE * machine) {
+        die("--threads %d is more than %d per core (%d cores here): at most %d", o->threads,
+            MAX_THREADS_PER_CORE, machine, MAX_THREADS_PER_CORE * machine);
+    }
     if (o->threads > 0) { omp_set_num_threads(o->threads); }
     else if (dist.local_size > 1) {
         int share = machine / dist.local_size;

@@ -101,6 +101,24 @@ static int prompt_space_holds(int n_symbols, int length, size_t need) {
     return space >= need;
 }
 
+// the eval set's hash set: a power of two, at least twice n_eval (load <= 1/2)
+static size_t hash_capacity_for(size_t n_eval) {
+    size_t capacity = 1;
+    while (capacity < 2 * n_eval) { capacity *= 2; }
+    return capacity;
+}
+
+size_t dataset_task_bytes(int length, size_t n_eval) {
+    if (length < 1 || length > MAX_LENGTH || n_eval > SIZE_MAX / 4 / (2 * MAX_LENGTH + 1) / sizeof(int)) {
+        return 0;  // dataset_init_task refuses these, saying why
+    }
+    return n_eval * (2 * (size_t)length + 1) * sizeof(int) + hash_capacity_for(n_eval) * sizeof(uint64_t);
+}
+
+size_t dataset_bytes(const Dataset* ds) {
+    return ds->kind == TASK_TEXT ? ds->n_text : dataset_task_bytes(ds->length, ds->n_eval);
+}
+
 int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symbols,
                       size_t n_eval, uint64_t seed, char* err, size_t err_len) {
     memset(ds, 0, sizeof(*ds));
@@ -141,8 +159,7 @@ int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symb
     ds->length = length;
     ds->n_symbols = n_symbols;
     ds->n_eval = n_eval;
-    ds->hash_capacity = 1;
-    while (ds->hash_capacity < 2 * n_eval) { ds->hash_capacity *= 2; }  // load <= 1/2
+    ds->hash_capacity = hash_capacity_for(n_eval);
     ds->eval_examples = malloc(n_eval * example_len * sizeof(int));
     ds->eval_hashes = calloc(ds->hash_capacity, sizeof(uint64_t));
     if (!ds->eval_examples || !ds->eval_hashes) {

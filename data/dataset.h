@@ -48,6 +48,11 @@ int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symb
 int dataset_init_text(Dataset* ds, const char* path, int seq_len, size_t max_bytes,
                       uint64_t seed, char* err, size_t err_len);
 void dataset_free(Dataset* ds);
+// The bytes a dataset holds: a task's held-out set of n_eval examples with its hash set
+// (what dataset_init_task will allocate, known before it does; 0 for a length or n_eval it
+// refuses), or a text file's bytes.
+size_t dataset_task_bytes(int length, size_t n_eval);
+size_t dataset_bytes(const Dataset* ds);
 
 // x, y are (B, seq_len). Deterministic in (seed, step): resuming at a step replays it.
 void dataset_train_batch(const Dataset* ds, int* x, int* y, size_t B, uint64_t step);

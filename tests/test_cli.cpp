@@ -353,6 +353,15 @@ TEST_CASE("bad text files exit 1 with one error line naming the file and the pro
     check_error(run_train(dir, with(huge)), {huge, "1073741825 bytes, more than the 1073741824"});
 }
 
+TEST_CASE("a held-out set larger than the memory there is is refused before it is built") {
+    // 2e9 examples of 2 * 4096 + 1 tokens: 65 TB; before, it was allocated and filled
+    // (--eval-examples 1e8 at --length 12: 11 GB, not in the header's memory)
+    TempDir dir;
+    check_error(run_train(dir, tiny({"--eval-examples", "2000000000", "--length", "4096"})),
+                {"--eval-examples 2000000000 would take", "GiB (with --length 4096)",
+                 "GiB available"});
+}
+
 TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming the problem") {
     TempDir dir;
     std::string good = dir.file("good.ckpt");
@@ -725,11 +734,18 @@ TEST_CASE("the header says how much memory the run takes and how threads wait") 
     CHECK(contains(lines_of(active.out).at(0), "(active waiting)"));
 }
 
-TEST_CASE("more threads than cores: a warning, and the run goes on") {
+TEST_CASE("more threads than cores: a warning, and the run goes on; past 8 per core, an error") {
     TempDir dir;
-    Run run = run_train(dir, tiny({"--steps", "1", "--eval-every", "1", "--threads", "4096"}));
+    int cores = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    std::string over = std::to_string(cores + 1), limit = std::to_string(8 * cores);
+    Run run = run_train(dir, tiny({"--steps", "1", "--eval-every", "1", "--threads", over}));
     CHECK(run.exit_code == 0);
-    CHECK(contains(run.err, "warning: --threads 4096 is more than the"));
+    CHECK(contains(run.err, "warning: --threads " + over + " is more than the"));
+    // 100000 threads crashed libgomp (SIGSEGV), 16384 took minutes a step
+    for (std::string threads : {std::to_string(8 * cores + 1), std::string("100000")}) {
+        check_error(run_train(dir, tiny({"--threads", threads})),
+                    {"--threads " + threads + " is more than 8 per core", "at most " + limit});
+    }
 }
 
 TEST_CASE("a resumed run's diagnostics hold each step once, however often it was interrupted") {

@@ -137,6 +137,22 @@ TEST_CASE("a length-1 task has the separator as its only answer input") {
     dataset_free(&ds);
 }
 
+TEST_CASE("dataset_task_bytes is what dataset_init_task allocates, known before it does") {
+    for (size_t n_eval : {1, 50, 64, 65, 100}) {
+        CAPTURE(n_eval);
+        Dataset ds;
+        char err[256] = "";
+        REQUIRE(dataset_init_task(&ds, "reverse", 7, 10, n_eval, 3, err, sizeof err) == 0);
+        size_t allocated = ds.n_eval * 15 * sizeof(int) + ds.hash_capacity * sizeof(uint64_t);
+        CHECK(ds.hash_capacity >= 2 * n_eval);
+        CHECK(dataset_task_bytes(7, n_eval) == allocated);
+        CHECK(dataset_bytes(&ds) == allocated);
+        dataset_free(&ds);
+    }
+    CHECK(dataset_task_bytes(0, 10) == 0);     // lengths dataset_init_task refuses
+    CHECK(dataset_task_bytes(4097, 10) == 0);
+}
+
 TEST_CASE("held-out prompts never appear in 2000 training batches, and all others do") {
     // 4^4 = 256 prompts, 100 of them held out: without rejection, training would hit them
     for (const char* name : {"reverse", "copy", "sort"}) {
