@@ -99,6 +99,12 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) { omp_set_num_threads(atoi(argv[++i])); }
         else if (strcmp(argv[i], "--modes") == 0) { n_configs = N_MODES; }
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: ./bench [--rounds N] [--threads N] [--modes]\n"
+                   "  times a training step of the bench model in each mode (--modes: the three\n"
+                   "  modes alone, else the variants too), configs taking turns each round\n");
+            return 0;
+        }
         else { fprintf(stderr, "error: unknown argument '%s' (usage: ./bench [--rounds N] [--threads N] [--modes])\n", argv[i]); return 1; }
     }
     if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }

@@ -285,6 +285,13 @@ int main(int argc, char** argv) {
     const char* path = NULL;
     const char* out_path = NULL;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: ./check_state FILE [--out OUT]\n"
+                   "  compares the C forward, backward and AdamW steps with a PyTorch state file\n"
+                   "  (dev/reference.py); --out OUT writes what the C code computed\n"
+                   "  exit status: 0 within tolerance, 1 a difference too large, 2 a bad file or flag\n");
+            return 0;
+        }
         if (strcmp(argv[i], "--out") == 0) {
             if (i + 1 >= argc) { fprintf(stderr, "error: --out needs a path\n"); return 2; }
             out_path = argv[++i];

@@ -688,6 +688,13 @@ int main(int argc, char** argv) {
     int selected[N_LAYERS];
     for (size_t j = 0; j < N_LAYERS; j++) { selected[j] = argc == 1; }
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: build/gradcheck [LAYER ...]   (no LAYER: all of them)\n"
+                   "  checks each layer's backward against central finite differences\n  layers:");
+            for (size_t k = 0; k < N_LAYERS; k++) { printf(" %s", LAYERS[k].name); }
+            printf("\n");
+            return 0;
+        }
         size_t j = 0;
         while (j < N_LAYERS && strcmp(argv[i], LAYERS[j].name) != 0) { j++; }
         if (j == N_LAYERS) {

@@ -100,6 +100,18 @@ check_state_out_keeps_a_pipe() {
 }
 single "check_state --out onto a pipe: refused (exit 2), the pipe kept" check_state_out_keeps_a_pipe
 
+# --help (and -h) prints the usage on stdout and exits 0 in the tools a reader runs by hand
+tools_help() {
+    local ok=0 tool out
+    for tool in ./check_state ./build/gradcheck; do
+        for flag in --help -h; do
+            out=$($tool $flag 2>&1) && [[ "$out" == usage:* ]] || { echo "$tool $flag: $out"; ok=1; }
+        done
+    done
+    return $ok
+}
+single "check_state and gradcheck: --help prints the usage, exit 0" tools_help
+
 echo "== every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 
