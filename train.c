@@ -853,7 +853,7 @@ typedef struct {
     Options o;
     Dataset ds;
     Model model;          // on the host: evaluation, decoding, diagnostics, checkpoints
-    Decoder decoder;      // rank 0: the evaluation's greedy decoding (max(B, 64) rows, T)
+    Decoder decoder;      // rank 0: the evaluation's greedy decoding (decoder_rows x T)
     Trainer trainer;      // where the training step runs (the host model, or its GPU twin)
     Diagnostics diag;
     size_t B, T;          // the training batch
@@ -1023,6 +1023,10 @@ static void check_checkpoint_path(const char* path) {
 }
 
 
+// The sequences the evaluation decodes at once: tasks, an evaluation batch of prompts; text,
+// the one sample it prints
+static size_t decoder_rows(const Run* r, size_t eval_B) { return r->ds.kind == TASK_TEXT ? 1 : eval_B; }
+
 // What the run will allocate, before it does: parameters, gradients and AdamW state (4 floats
 // per parameter), the activations of the evaluation batch (the size table of model.h), the
 // evaluation's decoder, the batch buffers, the data (allocated before, so counted here). A run that does not fit in the memory available is refused: it would swap
@@ -1040,7 +1044,7 @@ static void check_memory(Run* r, size_t eval_B) {
     size_t world = (size_t)dist.world, shard = (params + world - 1) / world;
     size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
     // rank 0's decoder for the evaluation
-    size_t decoder = dist.rank == 0 ? decoder_floats(c, eval_B, r->T) : 0;
+    size_t decoder = dist.rank == 0 ? decoder_floats(c, decoder_rows(r, eval_B), r->T) : 0;
     r->memory_bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * r->T * sizeof(int)
                       + dataset_bytes(&r->ds);
     size_t available = available_memory();
@@ -1077,7 +1081,7 @@ static void build_model(Run* r) {
     r->x = mallocCheck(eval_B * r->T * sizeof(int));
     r->y = mallocCheck(eval_B * r->T * sizeof(int));
     r->work = mallocCheck(eval_B * r->T * sizeof(int));
-    if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, eval_B, r->T); }
+    if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, decoder_rows(r, eval_B), r->T); }
     trainer_init(&r->trainer, &r->model, r->B, r->T);
     // --stop-after interrupts the run early, as a crash would
     r->end_step = o->steps;
