@@ -1318,13 +1318,14 @@ static void free_run(Run* r) {
 }
 
 // How OpenMP threads wait for work. libgomp's default spins for ~3 ms before sleeping, and a
-// run collapses when other programs keep the cores busy (measured on 2 cores under load: 100
-// steps in 4-5 s sleeping at once, 18-33 s by default, 43-59 s spinning). Sleeping at once
+// run slows down, or collapses, when other programs keep the cores busy (on 2 cores under
+// two busy loops, 100 steps of the default model: 6.0-9.7 s by default, 7.8-22.5 s spinning,
+// and 18-33 s and 43-59 s in an earlier measurement). Sleeping at once
 // (OMP_WAIT_POLICY=passive) costs a wake-up in every parallel region instead: the default
-// model then stepped in 20-25 ms on 2 threads, no faster than on 1 (14 ms spinning). A spin
-// of 1000 rounds (microseconds) before sleeping: 13.6-18 ms a step on a quiet machine, and
-// under two busy loops on the 2 cores 5.2-8.3 s for the 100 steps (sleeping at once 2.9-9.7
-// s), far from the collapse of longer spins. Unless the user chose (OMP_WAIT_POLICY or
+// model then steps in 18.8-19.3 ms on 2 threads, slower than on 1 (16.3-16.6 ms). A spin of
+// 1000 rounds (microseconds) before sleeping: 12.2-12.3 ms a step on a quiet machine, and
+// under the two busy loops 4.5-5.3 s for the 100 steps (sleeping at once 2.5-11.2 s).
+// Measured 2026-11-27 (README, "Threads and memory"). Unless the user chose (OMP_WAIT_POLICY or
 // GOMP_SPINCOUNT), that is what threads do. libgomp reads the variables when it loads,
 // before main runs, so the program starts itself again with GOMP_SPINCOUNT set (if that
 // fails, it runs on as it is).
