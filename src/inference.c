@@ -249,7 +249,8 @@ void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits) {
 }
 
 void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt, int* out,
-                      size_t n_new, float temperature, int top_k, uint64_t* rng) {
+                      size_t n_new, float temperature, int top_k, uint64_t* rng,
+                      TokenCallback on_token, void* context) {
     decoder_reset(dec, B);
     size_t V = dec->model->config.vocab_size, total = n_prompt + n_new;
     int* seq = mallocCheck(B * total * sizeof(int));    // (B, total): prompt, then drawn
@@ -273,8 +274,10 @@ void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt
             decoder_prefill(dec, dec->window_tokens, n, dec->acts.logits);
         }
         for (size_t b = 0; b < B; b++) {
-            seq[b * total + p + 1] = sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
+            tokens[b] = sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
+            seq[b * total + p + 1] = tokens[b];
         }
+        if (on_token != NULL) { on_token(context, tokens, B); }
     }
     for (size_t b = 0; b < B; b++) { memcpy(out + b * n_new, seq + b * total + n_prompt, n_new * sizeof(int)); }
     free(tokens);

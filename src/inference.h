@@ -126,14 +126,18 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits);
 // would multiply one row per sequence at a time): the caches then hold their k and v, as n
 // steps would leave them (to float rounding), and logits (B,V) are those of position n-1.
 void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits);
+// Called with the B tokens just drawn, one per sequence, as soon as they are drawn (./train
+// --sample prints a text model's bytes as they come).
+typedef void (*TokenCallback)(void* context, const int* tokens, size_t B);
 // Resets to B sequences, feeds prompt (B, n_prompt) (n_prompt >= 1) by a prefill, then draws
 // n_new tokens per sequence with sample_token, each fed back as the next input by a step,
-// into out (B, n_new). The model sees at most max_T positions (build the decoder with the
+// into out (B, n_new); on_token (NULL: none) sees each position's draws. The model sees at most max_T positions (build the decoder with the
 // trained T as max_T): past it the context slides, each new token read from the window of
 // the last max_T tokens, encoded afresh (positions 0 .. max_T-1, as in training) by a
 // prefill of the window.
 void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt, int* out,
-                      size_t n_new, float temperature, int top_k, uint64_t* rng);
+                      size_t n_new, float temperature, int top_k, uint64_t* rng,
+                      TokenCallback on_token, void* context);
 
 // A token drawn from softmax(logits / temperature) restricted to the top_k largest logits
 // (top_k 0 or >= V: all of them). temperature 0 or top_k 1: the argmax (first on ties),

@@ -259,6 +259,15 @@ static std::vector<int> greedy_by_full_forwards(Model* m, const std::vector<int>
     return out;
 }
 
+// decoder_generate's TokenCallback for the tests: every draw, position after position
+struct Seen {
+    std::vector<int> tokens;
+};
+static void record_tokens(void* context, const int* tokens, size_t B) {
+    Seen* seen = static_cast<Seen*>(context);
+    seen->tokens.insert(seen->tokens.end(), tokens, tokens + B);
+}
+
 // Greedy decoding with a decoder of max_T = window positions against
 // greedy_by_full_forwards, in every mode. The decoder holds 3 sequences and decodes 3 other
 // ones first, then the B = 2 of the test, then the second of them alone: each decode must
@@ -278,15 +287,21 @@ static void check_greedy_decoding(size_t n_prompt, size_t n_new, size_t window, 
             std::vector<int> generated(max_B * n_new);
             uint64_t rng = 1;
             decoder_generate(&dec, max_B, others.data(), n_prompt, generated.data(), n_new,
-                             0.0f, 0, &rng);
+                             0.0f, 0, &rng, nullptr, nullptr);
+            Seen seen;
             decoder_generate(&dec, B, prompt.data(), n_prompt, generated.data(), n_new, 0.0f, 0,
-                             &rng);
+                             &rng, record_tokens, &seen);
             CHECK(rng == 1);  // greedy draws no random numbers
+            // the callback saw every position's B draws, in order, as out holds them
+            REQUIRE(seen.tokens.size() == B * n_new);
+            for (size_t k = 0; k < n_new; k++)
+                for (size_t b = 0; b < B; b++)
+                    CHECK(seen.tokens[k * B + b] == generated[b * n_new + k]);
             std::vector<int> want = greedy_by_full_forwards(&m, prompt, B, n_prompt, n_new, window);
             for (size_t i = 0; i < B * n_new; i++)
                 CHECK_MESSAGE(generated[i] == want[i], "b=" << i / n_new << " token " << i % n_new);
             decoder_generate(&dec, 1, prompt.data() + n_prompt, n_prompt, generated.data(), n_new,
-                             0.0f, 0, &rng);
+                             0.0f, 0, &rng, nullptr, nullptr);
             for (size_t i = 0; i < n_new; i++)
                 CHECK_MESSAGE(generated[i] == want[n_new + i], "alone: token " << i);
             decoder_free(&dec);
