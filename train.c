@@ -833,8 +833,11 @@ static int sample_main(const Options* flags) {
                                         : (is_text ? 256 : (size_t)o->length);
     size_t positions = p.n_prompt + n_new - 1;  // the decoder holds at most the trained T
     size_t max_T = context > 0 && context < positions ? context : positions;
+    // the model's buffers hold the longest prefill: the prompt, or a window of max_T once the
+    // context slides (a version 1 checkpoint, whose T is not known, never slides)
+    size_t prefill = max_T < positions ? max_T : p.n_prompt;
     Model model;
-    load_model(&model, o->checkpoint, 1, max_T);
+    load_model(&model, o->checkpoint, 1, prefill);
     Decoder dec;
     decoder_build(&dec, &model, 1, max_T);
     int* generated = mallocCheck(n_new * sizeof(int));

@@ -44,9 +44,9 @@ void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     dec->phase_o = mallocCheck(S * B * z->d * sizeof(float));
     dec->phase_max = mallocCheck(S * B * z->K * sizeof(float));
     dec->phase_sumexp = mallocCheck(S * B * z->K * sizeof(float));
-    if (model->max_B < B || model->max_T < max_T) {
-        fprintf(stderr, "error: a decoder of %zux%zu needs a model built for as many (%zux%zu)\n",
-                B, max_T, model->max_B, model->max_T);
+    if (model->max_B < B) {
+        fprintf(stderr, "error: a decoder of %zu sequences needs a model built for as many (%zu)\n",
+                B, model->max_B);
         exit(1);
     }
     dec->window_tokens = mallocCheck(B * max_T * sizeof(int));
@@ -225,9 +225,9 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
 // The positions [0, n): model_forward over (B, n), then each attention layer's k (after RoPE)
 // and v rows, (B, n, G*hs), copied into the caches' first n positions
 void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits) {
-    if (n < 1 || n > dec->max_T) {
-        fprintf(stderr, "error: a prefill of %zu positions does not fit the decoder (%zu)\n", n,
-                dec->max_T);
+    if (n < 1 || n > dec->max_T || n > dec->model->max_T) {
+        fprintf(stderr, "error: a prefill of %zu positions does not fit the decoder (%zu) or the "
+                "model's buffers (%zu)\n", n, dec->max_T, dec->model->max_T);
         exit(1);
     }
     Model* w = dec->model;

@@ -111,8 +111,10 @@ typedef struct {
 
 // Allocates caches and buffers for up to max_B sequences of up to max_T positions (build
 // it once and decode many batches with it: fresh memory costs a page fault per 4 KB);
-// starts empty, with B = max_B. The model's own buffers must hold max_B x max_T (model_build):
-// a prefill runs model_forward on them. decoder_floats: the floats it allocates.
+// starts empty, with B = max_B. The model's own buffers must hold max_B sequences, and as many
+// positions as the longest prefill (model_build): a prefill runs model_forward on them; with
+// max_T positions, decoder_generate prefills the prompt, and past max_T every window of max_T.
+// decoder_floats: the floats it allocates.
 void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T);
 size_t decoder_floats(const ModelConfig* c, size_t max_B, size_t max_T);
 void decoder_free(Decoder* dec);
