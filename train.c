@@ -184,7 +184,7 @@ static void let_rank0_speak(void) {
 // One line on stderr (one write, so that other processes' output cannot cut into it), then
 // the end of the run (of every rank of it, under mpirun).
 static void die(const char* fmt, ...) {
-    char message[1024];
+    char message[ERROR_MAX];
     va_list args;
     va_start(args, fmt);
     vsnprintf(message, sizeof(message), fmt, args);
@@ -690,7 +690,7 @@ static void check_sample_flags(const Options* o) {
 
 // the checkpoint's config, then a model built for it with the parameters loaded
 static ModelConfig read_config(const char* path) {
-    char err[512];
+    char err[ERROR_MAX];
     ModelConfig config;
     int step;
     if (checkpoint_read_config(path, &config, &step, err, sizeof(err)) != 0) { die("%s", err); }
@@ -699,7 +699,7 @@ static ModelConfig read_config(const char* path) {
 
 // the checkpoint's model, its buffers for B x T positions
 static void load_model(Model* model, const char* path, size_t B, size_t T) {
-    char err[512];
+    char err[ERROR_MAX];
     ModelConfig config = read_config(path);
     int step;
     model_build(model, &config, B, T);
@@ -709,7 +709,7 @@ static void load_model(Model* model, const char* path, size_t B, size_t T) {
 // the first held-out example of the task the flags describe: its prompt and separator, and
 // its answer
 static Prompt task_prompt(const Options* o, int V) {
-    char err[512];
+    char err[ERROR_MAX];
     Dataset ds;
     if (dataset_init_task(&ds, o->task, o->length, o->symbols, (size_t)o->eval_examples,
                           o->seed, err, sizeof(err)) != 0) { die("%s", err); }
@@ -776,7 +776,7 @@ static void print_task_sample(const Prompt* p, const int* generated, size_t n_ne
 // trained on, which generation never exceeds. A flag that contradicts the record is refused.
 // Returns T (0 for a version 1 checkpoint: no limit known).
 static size_t sample_defaults(Options* o) {
-    char err[512];
+    char err[ERROR_MAX];
     RunRecord run;
     int recorded;
     if (checkpoint_read_run(o->checkpoint, &run, &recorded, err, sizeof(err)) != 0) { die("%s", err); }
@@ -895,7 +895,7 @@ static size_t available_memory(void) {
 // the task or text file fixes V and T
 static void load_data(Run* r) {
     Options* o = &r->o;
-    char err[512];
+    char err[ERROR_MAX];
     int status;
     if (strcmp(o->task, "text") == 0) {
         if (o->text_path == NULL) { die("--task text needs --text FILE"); }
@@ -960,7 +960,7 @@ static RunRecord run_record(const Run* r) {
 // difference is refused naming its flag. Version 1 checkpoints record no run: not checked.
 static void check_resumed_run(Run* r) {
     const Options* o = &r->o;
-    char err[512];
+    char err[ERROR_MAX];
     RunRecord was, now = run_record(r);
     int recorded;
     if (checkpoint_read_run(o->checkpoint, &was, &recorded, err, sizeof(err)) != 0) { die("%s", err); }
@@ -1070,7 +1070,7 @@ static void check_memory(Run* r, size_t eval_B) {
 // the model, initialised or resumed, its trainer, and the batch buffers
 static void build_model(Run* r) {
     const Options* o = &r->o;
-    char err[512];
+    char err[ERROR_MAX];
     r->B = (size_t)o->batch;
     r->T = (size_t)r->ds.seq_len;
     size_t eval_B = r->B < 64 ? 64 : r->B;  // evaluation runs in bigger batches
@@ -1217,7 +1217,7 @@ static void print_eval(const char* prefix, const EvalResult* e) {
 
 // PATH always (the latest), and PATH.best when this evaluation is the best so far
 static void save_checkpoints(Run* r, int done) {
-    char err[512], best_path[4200];
+    char err[ERROR_MAX], best_path[4200];
     snprintf(best_path, sizeof(best_path), "%s.best", r->o.checkpoint);
     int best = r->best_step == 0 || r->last.val_loss < r->best_val_loss;
     if (best) {

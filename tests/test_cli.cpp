@@ -353,6 +353,19 @@ TEST_CASE("bad text files exit 1 with one error line naming the file and the pro
     check_error(run_train(dir, with(huge)), {huge, "1073741825 bytes, more than the 1073741824"});
 }
 
+TEST_CASE("an error about a long path still says what is wrong, after the whole path") {
+    // 7 folders of 200 characters: the messages were cut at 512 or 1024 bytes, mid-path
+    TempDir dir;
+    std::string deep = dir.path;
+    for (int i = 0; i < 7; i++) deep += "/" + std::string(200, 'd');
+    fs::create_directories(deep);
+    std::string text = deep + "/missing.txt", checkpoint = deep + "/none.ckpt";
+    check_error(run_train(dir, tiny({"--task", "text", "--text", text})),
+                {text + "': cannot open: No such file or directory"});
+    check_error(run_train(dir, tiny({"--resume", "--checkpoint", checkpoint})),
+                {checkpoint + ": No such file or directory"});
+}
+
 TEST_CASE("a held-out set larger than the memory there is is refused before it is built") {
     // 2e9 examples of 2 * 4096 + 1 tokens: 65 TB; before, it was allocated and filled
     // (--eval-examples 1e8 at --length 12: 11 GB, not in the header's memory)
