@@ -17,6 +17,8 @@
 //   out = h_{2L} (none) or DA_out(b_0 .. b_{n_blocks}); logits = rmsnorm(out) lm_head^T
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and
 // attends over positions 0 .. t of it, in the arithmetic order of attention.c.
+// A prefill feeds positions 0 .. n-1 at once: model_forward over them (matmuls over all the
+// positions, where a step multiplies one row per sequence), whose k and v rows fill the caches.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,11 @@
 void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     const ModelConfig* c = &model->config;
     const ModelDims* z = &model->dims;
+    if (model->max_B < max_B) {
+        fprintf(stderr, "error: a decoder of %zu sequences needs a model built for as many (%zu)\n",
+                max_B, model->max_B);
+        exit(1);
+    }
     memset(dec, 0, sizeof(*dec));
     dec->model = model;
     size_t B = max_B;  // every buffer for max_B rows
@@ -44,11 +51,6 @@ void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     dec->phase_o = mallocCheck(S * B * z->d * sizeof(float));
     dec->phase_max = mallocCheck(S * B * z->K * sizeof(float));
     dec->phase_sumexp = mallocCheck(S * B * z->K * sizeof(float));
-    if (model->max_B < B) {
-        fprintf(stderr, "error: a decoder of %zu sequences needs a model built for as many (%zu)\n",
-                B, model->max_B);
-        exit(1);
-    }
     dec->window_tokens = mallocCheck(B * max_T * sizeof(int));
 }
 
