@@ -378,7 +378,8 @@ static size_t greedy_exact_matches(Decoder* dec, const Dataset* ds, const int* x
         memcpy(work + r * n_prompt, x + r * T, n_prompt * sizeof(int));
     }
     int* answer = mallocCheck(rows * n_answer * sizeof(int));
-    decoder_generate(dec, rows, work, n_prompt, answer, n_answer, 0.0f, 0, NULL, NULL, NULL);  // greedy
+    decoder_generate(dec, rows, work, n_prompt, answer, n_answer, 0.0f, 0, NULL,  // greedy
+                     NULL, NULL);
     size_t matches = 0;
     for (size_t r = 0; r < rows; r++) {
         int ok = 1;
@@ -697,12 +698,12 @@ static ModelConfig read_config(const char* path) {
     return config;
 }
 
-// the checkpoint's model, its buffers for B x T positions
-static void load_model(Model* model, const char* path, size_t B, size_t T) {
+// the checkpoint's model (config: its read_config), its buffers for B x T positions
+static void load_model(Model* model, const char* path, const ModelConfig* config, size_t B,
+                       size_t T) {
     char err[ERROR_MAX];
-    ModelConfig config = read_config(path);
     int step;
-    model_build(model, &config, B, T);
+    model_build(model, config, B, T);
     if (checkpoint_load(model, path, &step, err, sizeof(err)) != 0) { die("%s", err); }
 }
 
@@ -837,7 +838,7 @@ static int sample_main(const Options* flags) {
     // context slides (a version 1 checkpoint, whose T is not known, never slides)
     size_t prefill = max_T < positions ? max_T : p.n_prompt;
     Model model;
-    load_model(&model, o->checkpoint, 1, prefill);
+    load_model(&model, o->checkpoint, &config, 1, prefill);
     Decoder dec;
     decoder_build(&dec, &model, 1, max_T);
     int* generated = mallocCheck(n_new * sizeof(int));
@@ -1032,15 +1033,17 @@ static void check_checkpoint_path(const char* path) {
     remove(tmp);
 }
 
-
 // The sequences the evaluation decodes at once: tasks, an evaluation batch of prompts; text,
 // the one sample it prints
-static size_t decoder_rows(const Run* r, size_t eval_B) { return r->ds.kind == TASK_TEXT ? 1 : eval_B; }
+static size_t decoder_rows(const Run* r, size_t eval_B) {
+    return r->ds.kind == TASK_TEXT ? 1 : eval_B;
+}
 
 // What the run will allocate, before it does: parameters, gradients and AdamW state (4 floats
 // per parameter), the activations of the evaluation batch (the size table of model.h), the
-// evaluation's decoder, the batch buffers, the data (allocated before, so counted here). A run that does not fit in the memory available is refused: it would swap
-// for minutes (or be killed) rather than train.
+// evaluation's decoder, the batch buffers, and the data (allocated before, counted here). A
+// run that does not fit in the memory available is refused: it would swap for minutes (or be
+// killed) rather than train.
 static void check_memory(Run* r, size_t eval_B) {
     const ModelConfig* c = &r->o.model;
     size_t sizes[N_PARAM_TENSORS];
@@ -1055,8 +1058,8 @@ static void check_memory(Run* r, size_t eval_B) {
     size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
     // rank 0's decoder for the evaluation
     size_t decoder = dist.rank == 0 ? decoder_floats(c, decoder_rows(r, eval_B), r->T) : 0;
-    r->memory_bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * r->T * sizeof(int)
-                      + dataset_bytes(&r->ds);
+    r->memory_bytes = (state + activations + decoder) * sizeof(float)
+                      + 3 * eval_B * r->T * sizeof(int) + dataset_bytes(&r->ds);
     size_t available = available_memory();
     if (available > 0 && r->memory_bytes > available) {
         size_t maps = (size_t)c->n_layers * eval_B * (size_t)c->n_heads * r->T * r->T * sizeof(float);

@@ -109,10 +109,10 @@ static size_t hash_capacity_for(size_t n_eval) {
 }
 
 size_t dataset_task_bytes(int length, size_t n_eval) {
-    if (length < 1 || length > MAX_LENGTH || n_eval > SIZE_MAX / 4 / (2 * MAX_LENGTH + 1) / sizeof(int)) {
-        return 0;  // dataset_init_task refuses these, saying why
-    }
-    return n_eval * (2 * (size_t)length + 1) * sizeof(int) + hash_capacity_for(n_eval) * sizeof(uint64_t);
+    if (length < 1 || length > MAX_LENGTH) { return 0; }  // dataset_init_task says why
+    size_t example_len = 2 * (size_t)length + 1;
+    if (n_eval > SIZE_MAX / 4 / example_len / sizeof(int)) { return 0; }  // too many to count
+    return n_eval * example_len * sizeof(int) + hash_capacity_for(n_eval) * sizeof(uint64_t);
 }
 
 size_t dataset_bytes(const Dataset* ds) {
@@ -140,7 +140,7 @@ int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symb
                     name, n_symbols, MAX_SYMBOLS);
     }
     size_t example_len = 2 * (size_t)length + 1;
-    if (n_eval < 1 || n_eval > SIZE_MAX / 4 / example_len / sizeof(int)) {
+    if (n_eval < 1 || dataset_task_bytes(length, n_eval) == 0) {
         return fail(err, err_len, "task '%s': n_eval %zu must be positive and fit in memory",
                     name, n_eval);
     }

@@ -28,9 +28,29 @@
 #include "rng.h"
 #include "util.h"
 
+// A decoder's float buffers, in one table: decoder_build allocates each, decoder_floats adds
+// them up, decoder_free frees them
+#define DECODER_BUFFERS 7
+static void buffer_slots(Decoder* dec, float** slots[DECODER_BUFFERS]) {
+    float** all[DECODER_BUFFERS] = {&dec->k_cache, &dec->v_cache, &dec->acts_memory, &dec->att,
+                                    &dec->phase_o, &dec->phase_max, &dec->phase_sumexp};
+    memcpy(slots, all, sizeof(all));
+}
+
+// their sizes in floats for B sequences of max_T positions (Decoder says what each holds)
+static void buffer_sizes(size_t sizes[DECODER_BUFFERS], const ModelConfig* c, size_t B,
+                         size_t max_T) {
+    ModelDims z = model_dims(c);
+    Activations sizing;
+    sizing.sub = callocCheck(z.n_sub + 1, sizeof(SubLayer));
+    size_t cache = z.L * B * max_T * z.kv_dim;
+    size_t all[DECODER_BUFFERS] = {cache, cache, point_activations(&sizing, c, B, 1, 0, NULL),
+                                   B * z.H * max_T, z.S * B * z.d, z.S * B * z.K, z.S * B * z.K};
+    memcpy(sizes, all, sizeof(all));
+    free(sizing.sub);
+}
+
 void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
-    const ModelConfig* c = &model->config;
-    const ModelDims* z = &model->dims;
     if (model->max_B < max_B) {
         fprintf(stderr, "error: a decoder of %zu sequences needs a model built for as many (%zu)\n",
                 max_B, model->max_B);
@@ -38,38 +58,29 @@ void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     }
     memset(dec, 0, sizeof(*dec));
     dec->model = model;
-    size_t B = max_B;  // every buffer for max_B rows
-    dec->max_B = dec->B = B;
+    dec->max_B = dec->B = max_B;  // every buffer for max_B rows
     dec->max_T = max_T;
-    size_t cache = z->L * B * max_T * z->kv_dim, S = z->S;
-    dec->k_cache = mallocCheck(cache * sizeof(float));
-    dec->v_cache = mallocCheck(cache * sizeof(float));
-    dec->acts.sub = callocCheck(z->n_sub + 1, sizeof(SubLayer));
-    dec->acts_memory = mallocCheck(point_activations(&dec->acts, c, B, 1, 0, NULL) * sizeof(float));
-    point_activations(&dec->acts, c, B, 1, 0, dec->acts_memory);
-    dec->att = mallocCheck(B * z->H * max_T * sizeof(float));
-    dec->phase_o = mallocCheck(S * B * z->d * sizeof(float));
-    dec->phase_max = mallocCheck(S * B * z->K * sizeof(float));
-    dec->phase_sumexp = mallocCheck(S * B * z->K * sizeof(float));
-    dec->window_tokens = mallocCheck(B * max_T * sizeof(int));
+    float** slots[DECODER_BUFFERS];
+    size_t sizes[DECODER_BUFFERS];
+    buffer_slots(dec, slots);
+    buffer_sizes(sizes, &model->config, max_B, max_T);
+    for (int i = 0; i < DECODER_BUFFERS; i++) { *slots[i] = mallocCheck(sizes[i] * sizeof(float)); }
+    dec->acts.sub = callocCheck(model->dims.n_sub + 1, sizeof(SubLayer));
+    point_activations(&dec->acts, &model->config, max_B, 1, 0, dec->acts_memory);
+    dec->window_tokens = mallocCheck(max_B * max_T * sizeof(int));
 }
 
-// what decoder_build allocates, in the same order
 size_t decoder_floats(const ModelConfig* c, size_t max_B, size_t max_T) {
-    ModelDims z = model_dims(c);
-    size_t B = max_B, S = z.S;
-    Activations sizing;
-    sizing.sub = callocCheck(z.n_sub + 1, sizeof(SubLayer));
-    size_t floats = 2 * z.L * B * max_T * z.kv_dim + point_activations(&sizing, c, B, 1, 0, NULL)
-                    + B * z.H * max_T + S * B * z.d + 2 * S * B * z.K;
-    free(sizing.sub);
-    return floats + (B * max_T * sizeof(int) + sizeof(float) - 1) / sizeof(float);
+    size_t sizes[DECODER_BUFFERS], floats = 0;
+    buffer_sizes(sizes, c, max_B, max_T);
+    for (int i = 0; i < DECODER_BUFFERS; i++) { floats += sizes[i]; }
+    return floats + (max_B * max_T * sizeof(int) + sizeof(float) - 1) / sizeof(float);  // tokens
 }
 
 void decoder_free(Decoder* dec) {
-    float* p[] = {dec->k_cache, dec->v_cache, dec->acts_memory, dec->att, dec->phase_o,
-                  dec->phase_max, dec->phase_sumexp};
-    for (size_t i = 0; i < sizeof(p) / sizeof(p[0]); i++) { free(p[i]); }
+    float** slots[DECODER_BUFFERS];
+    buffer_slots(dec, slots);
+    for (int i = 0; i < DECODER_BUFFERS; i++) { free(*slots[i]); }
     free(dec->acts.sub);
     free(dec->window_tokens);
     memset(dec, 0, sizeof(*dec));

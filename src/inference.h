@@ -133,10 +133,10 @@ void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits);
 typedef void (*TokenCallback)(void* context, const int* tokens, size_t B);
 // Resets to B sequences, feeds prompt (B, n_prompt) (n_prompt >= 1) by a prefill, then draws
 // n_new tokens per sequence with sample_token, each fed back as the next input by a step,
-// into out (B, n_new); on_token (NULL: none) sees each position's draws. The model sees at most max_T positions (build the decoder with the
-// trained T as max_T): past it the context slides, each new token read from the window of
-// the last max_T tokens, encoded afresh (positions 0 .. max_T-1, as in training) by a
-// prefill of the window.
+// into out (B, n_new); on_token (NULL: none) sees each position's draws. The model sees at
+// most max_T positions (build the decoder with the trained T as max_T): past it the context
+// slides, each new token read from the window of the last max_T tokens, encoded afresh
+// (positions 0 .. max_T-1, as in training) by a prefill of the window.
 void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt, int* out,
                       size_t n_new, float temperature, int top_k, uint64_t* rng,
                       TokenCallback on_token, void* context);

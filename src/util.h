@@ -3,16 +3,16 @@
 #ifndef ATTNRES_UTIL_H
 #define ATTNRES_UTIL_H
 
-// Room for an error line: two paths of PATH_MAX (4096) and the reason; a shorter buffer cut a
-// long path's message before it said what was wrong.
-#define ERROR_MAX 10240
-
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+// Room for an error line: two paths of PATH_MAX (4096) and the reason; a shorter buffer cut a
+// long path's message before it said what was wrong.
+#define ERROR_MAX 10240
 
 static inline void* malloc_check(size_t size, const char* file, int line) {
     void* p = malloc(size ? size : 1);

@@ -116,7 +116,8 @@ static double decoding_error(const ModelConfig& c, uint64_t seed, size_t n_prefi
     for (size_t b = 0; b < B; b++)
         for (size_t t = 0; t < n_prefill; t++) window[b * n_prefill + t] = tokens[b * T + t];
     for (size_t t = n_prefill > 0 ? n_prefill - 1 : 0; t < T; t++) {
-        if (n_prefill > 0 && t == n_prefill - 1) {
+        bool prefilled = n_prefill > 0 && t == n_prefill - 1;
+        if (prefilled) {
             decoder_prefill(&dec, window.data(), n_prefill, logits.data());
         } else {
             for (size_t b = 0; b < B; b++) step_tokens[b] = tokens[b * T + t];
@@ -131,6 +132,9 @@ static double decoding_error(const ModelConfig& c, uint64_t seed, size_t n_prefi
                 diff = std::max(diff, std::fabs((double)got[v] - want[v]));
             }
             double rel = diff / scale;
+            // a prefill is model_forward over a prefix of the same rows: every operation of
+            // a position reads that position and the ones before it, so the bits are the same
+            if (prefilled) CHECK_MESSAGE(diff == 0.0, "prefill b=" << b << ": max |diff| " << diff);
             if (!(rel <= DECODER_LOGITS_RTOL)) {
                 FAIL_CHECK("b=" << b << " t=" << t << ": max |diff| " << diff << " relative "
                                 << rel);
@@ -156,9 +160,10 @@ TEST_CASE("decoding with caches gives the logits of a full forward at every posi
     }
 }
 
-// A prefill is model_forward itself (the same logits at its last position, bit for bit); the
-// steps after it read its keys and values from the caches: a prefill that left the caches
-// empty, or filled them at the wrong positions, turns the later positions red.
+// A prefill is model_forward itself (the same logits at its last position, bit for bit,
+// checked by decoding_error); the steps after it read its keys and values from the caches: a
+// prefill that left the caches empty, or filled them at the wrong positions, turns the later
+// positions red.
 TEST_CASE("a prefill of the first positions, then steps, gives the logits of a full forward") {
     for (const ModeCase& mode : MODES) {
         SUBCASE(mode.name) {
