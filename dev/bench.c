@@ -1,7 +1,7 @@
 // bench.c — `make bench`: ms/step and tokens/s of one full training step (forward, backward,
 // AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead; then
 // the same for each of SPEC's variants (the paper's ablation rows); then the depth attention
-// alone as full mode calls it.
+// alone as full mode calls it, and the causal attention alone as one layer calls it.
 //
 // ./bench [--rounds N] [--threads N] [--modes]     (--modes: the three modes only, no variants)
 //
@@ -82,6 +82,41 @@ static void time_depth_attention(size_t n_calls, size_t N, size_t d, int rounds)
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { free(buffers[i]); }
 }
 
+// The causal attention alone, as one layer calls it in a step: q (B,T,H*hs), k and v
+// (B,T,G*hs). Prints the best over `rounds` of one forward and of one backward.
+static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, int rounds) {
+    uint64_t state = 12;
+    size_t nq = B * T * H * hs, nkv = B * T * G * hs;
+    float *q = mallocCheck(nq * sizeof(float)), *dout = mallocCheck(nq * sizeof(float));
+    float *k = mallocCheck(nkv * sizeof(float)), *v = mallocCheck(nkv * sizeof(float));
+    for (size_t i = 0; i < nq; i++) {
+        q[i] = (float)rng_uniform(&state) - 0.5f;
+        dout[i] = (float)rng_uniform(&state) - 0.5f;
+    }
+    for (size_t i = 0; i < nkv; i++) {
+        k[i] = (float)rng_uniform(&state) - 0.5f;
+        v[i] = (float)rng_uniform(&state) - 0.5f;
+    }
+    float *out = mallocCheck(nq * sizeof(float)), *att = mallocCheck(B * H * T * T * sizeof(float));
+    float *dq = callocCheck(nq, sizeof(float));
+    float *dk = callocCheck(nkv, sizeof(float)), *dv = callocCheck(nkv, sizeof(float));
+    double best_forward = 1e30, best_backward = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        double t0 = now_seconds();
+        attention_forward(out, att, q, k, v, B, T, H, G, hs);
+        double t1 = now_seconds();
+        attention_backward(dq, dk, dv, dout, att, q, k, v, B, T, H, G, hs);
+        double t2 = now_seconds();
+        if (t1 - t0 < best_forward) { best_forward = t1 - t0; }
+        if (t2 - t1 < best_backward) { best_backward = t2 - t1; }
+    }
+    printf("attention alone, one layer's call (B=%zu T=%zu H=%zu G=%zu hs=%zu): forward %.2f ms, "
+           "backward %.2f ms (best of %d)\n", B, T, H, G, hs, 1000.0 * best_forward,
+           1000.0 * best_backward, rounds);
+    float* buffers[] = {q, dout, k, v, out, att, dq, dk, dv};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { free(buffers[i]); }
+}
+
 typedef struct {
     Model* models;  // one per config
     int *x, *y;         // the batch
@@ -130,6 +165,8 @@ int main(int argc, char** argv) {
     print_rounds(names, n_configs, ms, rounds, B * T, parent);
     ModelConfig full = bench_config(1);
     time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
+    time_attention(B, T, (size_t)full.n_heads, (size_t)full.n_kv_heads,
+                   (size_t)(full.d_model / full.n_heads), rounds);
     for (int i = 0; i < n_configs; i++) {
         free(ms[i]);
         model_free(&models[i]);

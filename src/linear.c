@@ -13,14 +13,15 @@
 // TILE_COLS columns (zero-padded) that the kernel reads contiguously; A is read in place when
 // its rows are contiguous, else (dout^T) copied into row panels of TILE_ROWS rows. Each
 // TILE_ROWS x TILE_COLS tile of C belongs to one thread, which keeps it in registers while it
-// walks k; the innermost loop runs over one panel row, so gcc -O3 -march=native makes it
-// vector FMAs (6 x 16 tile = 12 ymm accumulators + 2 for the B row + 1 broadcast of A:
-// AVX2's 16 registers, no spills). Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c)
-// for p = 0 .. k-1 in order, so results are bit-identical for any thread count.
+// walks k: tile() in matmul_tile.h (attention.c's per-head products use it too), whose
+// innermost loop runs over one panel row, so gcc -O3 -march=native makes it vector FMAs.
+// Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in order, so
+// results are bit-identical for any thread count.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "layers.h"
+#include "matmul_tile.h"
 
 // out (N,OUT) = inp (N,IN) . weight^T: out[n][o] = sum_i inp[n][i] * weight[o][i]
 void linear_forward_naive(float* out, const float* inp, const float* weight,
@@ -51,9 +52,6 @@ void linear_backward_naive(float* dinp, float* dweight, const float* dout, const
         }
 }
 
-#define TILE_ROWS 6
-#define TILE_COLS 16
-
 // Packed panels live in one buffer that grows as needed and is kept between calls: a fresh
 // malloc each call page-faults, which costs as much as the packing. Not for concurrent calls.
 static float* scratch = NULL;
@@ -72,38 +70,6 @@ static float* scratch_floats(size_t count) {
     return scratch;
 }
 
-// C (rows,cols) += A (rows,k) . panel (k,TILE_COLS), A(i,p) = A[i*a_row + p*a_col],
-// rows <= TILE_ROWS, cols <= TILE_COLS. Full tiles pass constant rows, cols.
-static inline void tile(float* C, const float* A, size_t a_row, size_t a_col,
-                        const float* panel, size_t k, size_t m, size_t rows, size_t cols) {
-    float acc[TILE_ROWS][TILE_COLS] = {{0}};
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) acc[i][j] = C[i * m + j];
-    for (size_t p = 0; p < k; p++)
-        for (size_t i = 0; i < rows; i++) {
-            float a = A[i * a_row + p * a_col];
-            #pragma omp simd
-            for (size_t j = 0; j < TILE_COLS; j++)
-                acc[i][j] = fmaf(a, panel[p * TILE_COLS + j], acc[i][j]);
-        }
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) C[i * m + j] = acc[i][j];
-}
-
-// One panel row: row[w] = x[w*stride] for w < valid, zeros up to width. Called with a
-// constant width (TILE_ROWS or TILE_COLS), so that once inlined the copy of a full row with
-// stride 1 becomes a few vector moves; with the width a run-time value it stayed a scalar
-// loop around every 6 or 16 floats (dout^T's packing ran at 5.6 GB/s).
-static inline void pack_row(float* row, const float* x, size_t stride, size_t valid,
-                            size_t width) {
-    if (valid == width && stride == 1) {
-        for (size_t w = 0; w < width; w++) row[w] = x[w];
-    } else {
-        for (size_t w = 0; w < valid; w++) row[w] = x[w * stride];
-        for (size_t w = valid; w < width; w++) row[w] = 0.0f;
-    }
-}
-
 // panels (count/width rounded up, k, width): panels[t][p][w] = X(t*width + w, p), 0 past
 // count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile() reads contiguously.
 // Each thread fills whole panels, row p after row p, so its writes run contiguously.
@@ -113,12 +79,8 @@ static void pack_panels(float* panels, const float* X, size_t stride_i, size_t s
     #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < n_panels; t++) {
         size_t valid = count - t * width < width ? count - t * width : width;
-        for (size_t p = 0; p < k; p++) {
-            const float* x = X + t * width * stride_i + p * stride_p;
-            float* row = panels + (t * k + p) * width;
-            if (width == TILE_COLS) pack_row(row, x, stride_i, valid, TILE_COLS);
-            else pack_row(row, x, stride_i, valid, TILE_ROWS);
-        }
+        pack_panel(panels + t * k * width, X + t * width * stride_i, stride_i, stride_p, valid,
+                   k, width);
     }
 }
 
@@ -149,10 +111,7 @@ static void matmul_accumulate(float* C, const float* A, size_t a_row, size_t a_c
             float* c = C + i0 * m + j0;
             const float* a = A + tr * a_tile;
             const float* b_panel = b_panels + tc * k * TILE_COLS;
-            if (i0 + TILE_ROWS <= n && j0 + TILE_COLS <= m)
-                tile(c, a, a_row, a_col, b_panel, k, m, TILE_ROWS, TILE_COLS);
-            else
-                tile(c, a, a_row, a_col, b_panel, k, m, n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
+            tile_any(c, a, a_row, a_col, b_panel, k, m, n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
                      m - j0 < TILE_COLS ? m - j0 : TILE_COLS);
         }
 }

@@ -311,6 +311,10 @@ TEST_CASE("attention backward matches finite differences (causal, grouped-query)
     SUBCASE("B=2 T=5 H=2 G=2 hs=4") { B = 2; T = 5; H = 2; G = 2; hs = 4; }
     SUBCASE("B=2 T=7 H=6 G=3 hs=6") { B = 2; T = 7; H = 6; G = 3; hs = 6; }
     SUBCASE("B=2 T=1 H=2 G=1 hs=2") { B = 2; T = 1; H = 2; G = 1; hs = 2; }
+    // past the tiles of attention.c (TILE_ROWS queries, TILE_COLS keys or dimensions), with
+    // edge tiles in every product: 19 = 3 x 6 + 1 queries, 20 = 16 + 4 dimensions
+    SUBCASE("B=1 T=19 H=2 G=1 hs=20") { B = 1; T = 19; H = 2; G = 1; hs = 20; }
+    SUBCASE("B=2 T=33 H=4 G=2 hs=16") { B = 2; T = 33; H = 4; G = 2; hs = 16; }
     CAPTURE(B);
     CAPTURE(T);
     CAPTURE(H);
@@ -331,6 +335,40 @@ TEST_CASE("attention backward matches finite differences (causal, grouped-query)
     check_gradient("q", q.data(), dq.data(), nq, loss, ATTENTION_STEP, ATTENTION_GRAD_TOL);
     check_gradient("k", k.data(), dk.data(), nkv, loss, ATTENTION_STEP, ATTENTION_GRAD_TOL);
     check_gradient("v", v.data(), dv.data(), nkv, loss, ATTENTION_STEP, ATTENTION_GRAD_TOL);
+}
+
+// attention.c computes each head as tiled products; attention_query (the decoder's) is the
+// same arithmetic as plain loops over one query: each score one fmaf chain over the
+// dimensions, each output one chain over the keys, the same softmax. So the two agree bit
+// for bit, at shapes that end inside a tile and shapes that fill them.
+TEST_CASE("attention's tiled forward equals attention_query on every row, bit for bit") {
+    struct Shape { size_t B, T, H, G, hs; };
+    for (Shape sh : {Shape{1, 1, 2, 1, 4}, Shape{2, 6, 4, 2, 16}, Shape{1, 17, 2, 2, 20},
+                     Shape{2, 40, 4, 1, 32}, Shape{1, 23, 3, 3, 2}}) {
+        size_t B = sh.B, T = sh.T, H = sh.H, G = sh.G, hs = sh.hs;
+        CAPTURE(T);
+        CAPTURE(hs);
+        size_t q_dim = H * hs, kv_dim = G * hs, nq = B * T * q_dim, nkv = B * T * kv_dim;
+        Rng rng(111);
+        Vec q = rng.uniform_vector(nq, -2, 2), k = rng.uniform_vector(nkv, -2, 2);
+        Vec v = rng.uniform_vector(nkv, -1, 1);
+        Vec out = nan_vector(nq), att = nan_vector(B * H * T * T);
+        Vec out_rows = nan_vector(nq), att_rows(B * H * T * T, 0.0f);
+        attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+        for (size_t b = 0; b < B; b++)
+            for (size_t h = 0; h < H; h++)
+                for (size_t t = 0; t < T; t++) {
+                    size_t kv_offset = b * T * kv_dim + (h / (H / G)) * hs;
+                    size_t row = (b * T + t) * q_dim + h * hs;
+                    attention_query(&out_rows[row], &att_rows[((b * H + h) * T + t) * T], &q[row],
+                                    &k[kv_offset], &v[kv_offset], t + 1, kv_dim, hs);
+                }
+        size_t out_diff = 0, att_diff = 0;
+        for (size_t i = 0; i < nq; i++) out_diff += out[i] != out_rows[i];
+        for (size_t i = 0; i < B * H * T * T; i++) att_diff += att[i] != att_rows[i];
+        CHECK(out_diff == 0);
+        CHECK(att_diff == 0);  // zeros above the diagonal included
+    }
 }
 
 TEST_CASE("swiglu backward matches finite differences") {
@@ -579,7 +617,7 @@ TEST_CASE("every backward accumulates into its gradients (+=), never overwrites 
         check_accumulates({{"dinp", &dinp}}, [&] { rope_backward(dinp.data(), dout.data(), B, T, n_heads, hs); });
     }
     SUBCASE("attention") {
-        size_t B = 2, T = 5, H = 4, G = 2, hs = 4, nq = B * T * H * hs, nkv = B * T * G * hs;
+        size_t B = 2, T = 19, H = 4, G = 2, hs = 20, nq = B * T * H * hs, nkv = B * T * G * hs;
         Vec q = rng.uniform_vector(nq, -1.5f, 1.5f), k = rng.uniform_vector(nkv, -1.5f, 1.5f);
         Vec v = rng.uniform_vector(nkv, -1, 1), dout = rng.uniform_vector(nq, -1, 1);
         Vec out(nq), att(B * H * T * T), dq(nq), dk(nkv), dv(nkv);
@@ -667,7 +705,10 @@ TEST_CASE("every forward matches a double-precision reference and overwrites its
         compare_within("rope out", out.data(), out_ref.data(), n, FORWARD_TOL);
     }
     SUBCASE("attention") {
-        size_t B = 2, T = 7, H = 4, G = 2, hs = 4, nq = B * T * H * hs, nkv = B * T * G * hs;
+        size_t B = 2, T = 7, H = 4, G = 2, hs = 4;
+        SUBCASE("T=7 hs=4") {}
+        SUBCASE("T=37 hs=20 (edge tiles)") { T = 37; hs = 20; }
+        size_t nq = B * T * H * hs, nkv = B * T * G * hs;
         Vec q = rng.uniform_vector(nq, -1.5f, 1.5f), k = rng.uniform_vector(nkv, -1.5f, 1.5f);
         Vec v = rng.uniform_vector(nkv, -1, 1), out = nan_vector(nq), att = nan_vector(B * H * T * T);
         std::vector<double> out_ref, att_ref;
