@@ -46,8 +46,8 @@ BUGS = [
      # zero while the pseudo-queries are (SPEC init)
      "depth attention backward: key path without its rmsnorm term",
      lambda c, K, init: c["S"] > 0 and init == "rand"),
-    ("src/attention.c", "float ds = a[t2] * (dscore[t2] - weighted) * scale;",
-     "float ds = a[t2] * (dscore[t2]) * scale;",
+    ("src/attention.c", "ds_t[t2] = a_t[t2] * (ds_t[t2] - weighted) * scale;",
+     "ds_t[t2] = a_t[t2] * (ds_t[t2]) * scale;",
      "attention backward: softmax without - sum_j a_j da_j", lambda c, K, init: c["T"] > 1),
     ("src/swiglu.c", "float dsilu = sigmoid * (1.0f + a * (1.0f - sigmoid));",
      "float dsilu = sigmoid * (a * (1.0f - sigmoid));",

@@ -347,11 +347,14 @@ static void attention_case(Table* table, Tensors* t, const char* variant, size_t
     check_tensor(table, &c, "v", v, dv, nkv);
 }
 
-// one key/value head per query head (MHA), one per two (GQA), one for all (MQA); odd T
+// one key/value head per query head (MHA), one per two (GQA), one for all (MQA); odd T;
+// the last past attention.c's tiles (6 queries, 16 keys or dimensions; hs = 20), edge
+// tiles included
 static void check_attention(Table* table, Tensors* t) {
     attention_case(table, t, "MHA", 2, 5, 2, 2, 4);
     attention_case(table, t, "GQA", 2, 7, 4, 2, 4);
     attention_case(table, t, "MQA", 2, 7, 4, 1, 2);
+    attention_case(table, t, "MQA", 1, 19, 2, 1, 20);
 }
 
 typedef struct {

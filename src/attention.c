@@ -6,9 +6,9 @@
 // attention_query is that definition for one query, as plain loops: the cached decoder
 // (inference.c) runs it, and it is what the fast version below is tested against. The
 // forward and backward the model runs compute each head as small matrix products over
-// tiles of TILE_ROWS queries: scores S = Q K^T, probabilities P = softmax(S) row by row,
-// out = P V; and back, dP = dO V^T, dS = softmax's backward of dP, dQ = dS K, dK = dS^T Q,
-// dV = P^T dO. Each product runs through linear.c's register tile (matmul_tile.h) over the
+// tiles of TILE_ROWS queries: scores S = Q K^T, probabilities A = softmax(S) row by row,
+// out = A V; and back, dA = dO V^T, dS = softmax's backward of dA, dQ = dS K, dK = dS^T Q,
+// dV = A^T dO. Each product runs through linear.c's register tile (matmul_tile.h) over the
 // head's keys, values, queries or output gradients, copied once per head into the panels
 // the tile reads. The tile computes each score as one fmaf chain over the head's
 // dimensions in order and each output as one chain over the keys in order, as
@@ -55,7 +55,7 @@ void attention_query(float* out, float* att_row, const float* q, const float* k,
 
 // ---- panels: one head's vectors, copied for the tile ----
 // x_t (hs floats) for t < T, row_stride floats apart. As positions x dimensions, for a
-// product over positions (P V, dS K, dS^T Q, P^T dO): panels (ceil(hs/TILE_COLS), T,
+// product over positions (A V, dS K, dS^T Q, A^T dO): panels (ceil(hs/TILE_COLS), T,
 // TILE_COLS), panel c's row t = dimensions c*TILE_COLS .. of x_t.
 static void pack_by_position(float* panels, const float* x, size_t row_stride, size_t T,
                              size_t hs) {
@@ -90,7 +90,7 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     #pragma omp parallel
     {
         float* keys = mallocCheck(by_dimension * sizeof(float));    // K^T, for S = Q K^T
-        float* values = mallocCheck(by_position * sizeof(float));   // V, for out = P V
+        float* values = mallocCheck(by_position * sizeof(float));   // V, for out = A V
         #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++) {
             for (size_t h = 0; h < H; h++) {
@@ -104,13 +104,13 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
                     // queries t0 .. t0 + rows - 1 see the keys before n_keys
                     size_t rows = min_size(TILE_ROWS, T - t0), n_keys = t0 + rows;
                     size_t n_scores = min_size(round_up(n_keys, TILE_COLS), T);  // whole tiles
-                    float* p = att_bh + t0 * T;
+                    float* a = att_bh + t0 * T;  // the tile's rows of A
                     float* o = out_bh + t0 * q_dim;
-                    for (size_t r = 0; r < rows; r++) { memset(p + r * T, 0, n_scores * sizeof(float)); }
-                    product(p, T, q_bh + t0 * q_dim, q_dim, 1, keys, hs * TILE_COLS, hs, rows, n_scores);
-                    for (size_t r = 0; r < rows; r++) { causal_softmax(p + r * T, t0 + r + 1, T, scale); }
+                    for (size_t r = 0; r < rows; r++) { memset(a + r * T, 0, n_scores * sizeof(float)); }
+                    product(a, T, q_bh + t0 * q_dim, q_dim, 1, keys, hs * TILE_COLS, hs, rows, n_scores);
+                    for (size_t r = 0; r < rows; r++) { causal_softmax(a + r * T, t0 + r + 1, T, scale); }
                     for (size_t r = 0; r < rows; r++) { memset(o + r * q_dim, 0, hs * sizeof(float)); }
-                    product(o, q_dim, p, T, 1, values, T * TILE_COLS, n_keys, rows, hs);
+                    product(o, q_dim, a, T, 1, values, T * TILE_COLS, n_keys, rows, hs);
                 }
             }
         }
