@@ -56,6 +56,7 @@ static const Tolerance CROSSENTROPY_GRAD_TOL = {6e-6, 1e-5};  // max error 2.0e-
 // (max error 5.7e-7 on outputs up to 12); a dot product of IN terms can cancel to near zero,
 // so linear's error scales with its terms (max 8e-7).
 static const Tolerance FORWARD_TOL = {1e-6, 2e-6};
+static const Tolerance HUGE_SCORE_TOL = {1e-5, 1e-5};  // see "attention ... huge scores"
 static const Tolerance LINEAR_FORWARD_TOL = {4e-6, 1e-6};
 // A backward that adds its terms one by one into the buffer rounds differently on top of a
 // non-zero buffer (max error 4.8e-6: linear's dinp, 70 terms of size 1); overwriting instead
@@ -757,6 +758,34 @@ TEST_CASE("every forward matches a double-precision reference and overwrites its
     }
 }
 
+// The softmaxes' lane helpers (util.h): max_of equals the plain loop's maximum for every
+// length around the 16 lanes, wherever the largest sits, NaNs skipped; sum_of is a sum.
+TEST_CASE("max_of is the plain maximum and sum_of the sum, for lengths around the lanes") {
+    Rng rng(112);
+    for (size_t n = 1; n <= 50; n++) {
+        CAPTURE(n);
+        Vec x = rng.uniform_vector(n, -5, 5);
+        for (size_t at = 0; at < n; at += 7) {  // the largest in each lane and in the tail
+            Vec y = x;
+            y[at] = 100.0f;
+            CHECK(max_of(y.data(), n) == 100.0f);
+        }
+        float plain = -INFINITY;
+        double sum = 0.0;
+        for (float v : x) {
+            plain = v > plain ? v : plain;
+            sum += v;
+        }
+        CHECK(max_of(x.data(), n) == plain);
+        CHECK(std::abs(sum_of(x.data(), n) - sum) <= 1e-5 * n);
+        x[n / 2] = NAN;  // skipped, as `if (x > m) m = x` skips it
+        CHECK(!std::isnan(max_of(x.data(), n)));
+    }
+    float none[1] = {0.0f};
+    CHECK(max_of(none, 0) == -INFINITY);
+    CHECK(sum_of(none, 0) == 0.0f);
+}
+
 TEST_CASE("expf_vectorizable is within 1 ulp of libm's expf, and 0, inf and NaN where expf is") {
     // how many floats apart two finite, non-negative results are (their bit patterns, as ints)
     auto floats_apart = [](float a, float b) {
@@ -866,6 +895,42 @@ TEST_CASE("depth attention stays finite and correct with huge scores") {
     for (size_t i = 0; i < dc.dtensors.size(); i++) CHECK(gradcheck::all_finite(dc.dtensors[i].data(), N * C));
     CHECK(gradcheck::all_finite(dquery.data(), C));
     CHECK(gradcheck::all_finite(dnorm_weight.data(), C));
+}
+
+// Scores past expf's range: q in [10, 11], k in [1.5, 2.5], hs = 20 give scores of 94 +- 3,
+// whose e^s is inf in float. The softmax subtracts each row's maximum (max_of), so nothing
+// overflows and the probabilities are the reference's; without it every output is NaN. A
+// score near 94 carries a rounding of ~1e-5 (its ulp is 7.6e-6), which moves a probability p
+// by up to p (1 - p) 1e-5: the tolerance below (max error 6.0e-6), not FORWARD_TOL's 1e-6.
+TEST_CASE("attention stays finite and correct with huge scores") {
+    size_t B = 1, T = 19, H = 2, G = 1, hs = 20, nq = B * T * H * hs, nkv = B * T * G * hs;
+    Rng rng(114);
+    Vec q = rng.uniform_vector(nq, 10, 11), k = rng.uniform_vector(nkv, 1.5f, 2.5f);
+    Vec v = rng.uniform_vector(nkv, -1, 1), dout = rng.uniform_vector(nq, -1, 1);
+    Vec out = nan_vector(nq), att = nan_vector(B * H * T * T);
+    Vec dq(nq, 0.0f), dk(nkv, 0.0f), dv(nkv, 0.0f);
+    std::vector<double> out_ref, att_ref;
+    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+    attention_reference(out_ref, att_ref, q, k, v, B, T, H, G, hs);
+    size_t overflowing_rows = 0;  // rows whose largest score has e^s = inf in float
+    for (size_t h = 0; h < H; h++)
+        for (size_t t = 0; t < T; t++) {
+            double largest = -INFINITY;
+            for (size_t t2 = 0; t2 <= t; t2++) {
+                double score = 0.0;
+                for (size_t c = 0; c < hs; c++) score += (double)q[(t * H + h) * hs + c] * k[t2 * hs + c];
+                largest = std::max(largest, score / std::sqrt((double)hs));
+            }
+            overflowing_rows += largest > 88.73;
+        }
+    CHECK(overflowing_rows >= H * T * 3 / 4);
+    compare_within("attention out", out.data(), out_ref.data(), nq, HUGE_SCORE_TOL);
+    compare_within("attention att", att.data(), att_ref.data(), B * H * T * T, HUGE_SCORE_TOL);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(),
+                       v.data(), B, T, H, G, hs);
+    CHECK(gradcheck::all_finite(dq.data(), nq));
+    CHECK(gradcheck::all_finite(dk.data(), nkv));
+    CHECK(gradcheck::all_finite(dv.data(), nkv));
 }
 
 TEST_CASE("crossentropy stays finite and correct with huge logits") {
