@@ -70,8 +70,9 @@ void rope_table(float* cos_table, float* sin_table, size_t T, size_t head_size);
 // Query head h reads key/value head h / (H/G). Scores q.k / sqrt(hs) over t' <= t.
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                        size_t B, size_t T, size_t H, size_t G, size_t hs);
-// The row kernel of attention_forward: one query q (hs) over n_keys keys/values whose rows
-// are kv_stride floats apart; writes att_row (n_keys) and out (hs). Used by the KV-cache decoder.
+// One query of attention_forward as plain loops, the same bits as its row there: q (hs)
+// over n_keys keys/values whose rows are kv_stride floats apart; writes att_row (n_keys)
+// and out (hs). Used by the KV-cache decoder, and the tiled forward is tested against it.
 void attention_query(float* out, float* att_row, const float* q, const float* k, const float* v,
                      size_t n_keys, size_t kv_stride, size_t hs);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
