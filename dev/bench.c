@@ -32,6 +32,13 @@ static double timed_step(Model* m, const int* x, const int* y, size_t B, size_t 
     return 1000.0 * (now_seconds() - t0);
 }
 
+// n floats drawn uniformly from [-0.5, 0.5), freshly allocated
+static float* uniform_floats(size_t n, uint64_t* state) {
+    float* x = mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { x[i] = (float)rng_uniform(state) - 0.5f; }
+    return x;
+}
+
 // The depth attention alone, as full mode calls it in one step: sub-layer l (0 .. 2L) attends
 // over l + 1 sources of N x d. Prints the best over `rounds` of the forward calls and of the
 // backward calls (the cores are shared: the best is the least disturbed).
@@ -39,13 +46,11 @@ static void time_depth_attention(size_t n_calls, size_t N, size_t d, int rounds)
     uint64_t state = 11;
     float *src[n_calls], *dsrc[n_calls];
     for (size_t i = 0; i < n_calls; i++) {
-        src[i] = mallocCheck(N * d * sizeof(float));
+        src[i] = uniform_floats(N * d, &state);
         dsrc[i] = callocCheck(N * d, sizeof(float));
-        for (size_t j = 0; j < N * d; j++) { src[i][j] = (float)rng_uniform(&state) - 0.5f; }
     }
     float* out = mallocCheck(N * d * sizeof(float));
-    float* dout = mallocCheck(N * d * sizeof(float));
-    for (size_t j = 0; j < N * d; j++) { dout[j] = (float)rng_uniform(&state) - 0.5f; }
+    float* dout = uniform_floats(N * d, &state);
     float* alpha = mallocCheck(n_calls * N * n_calls * sizeof(float));
     float* rstd = mallocCheck(n_calls * N * n_calls * sizeof(float));
     float *query = mallocCheck(d * sizeof(float)), *gain = mallocCheck(d * sizeof(float));
@@ -87,16 +92,8 @@ static void time_depth_attention(size_t n_calls, size_t N, size_t d, int rounds)
 static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, int rounds) {
     uint64_t state = 12;
     size_t nq = B * T * H * hs, nkv = B * T * G * hs;
-    float *q = mallocCheck(nq * sizeof(float)), *dout = mallocCheck(nq * sizeof(float));
-    float *k = mallocCheck(nkv * sizeof(float)), *v = mallocCheck(nkv * sizeof(float));
-    for (size_t i = 0; i < nq; i++) {
-        q[i] = (float)rng_uniform(&state) - 0.5f;
-        dout[i] = (float)rng_uniform(&state) - 0.5f;
-    }
-    for (size_t i = 0; i < nkv; i++) {
-        k[i] = (float)rng_uniform(&state) - 0.5f;
-        v[i] = (float)rng_uniform(&state) - 0.5f;
-    }
+    float *q = uniform_floats(nq, &state), *dout = uniform_floats(nq, &state);
+    float *k = uniform_floats(nkv, &state), *v = uniform_floats(nkv, &state);
     float *out = mallocCheck(nq * sizeof(float)), *att = mallocCheck(B * H * T * T * sizeof(float));
     float *dq = callocCheck(nq, sizeof(float));
     float *dk = callocCheck(nkv, sizeof(float)), *dv = callocCheck(nkv, sizeof(float));

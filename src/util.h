@@ -31,6 +31,12 @@ static inline void* calloc_check(size_t count, size_t size, const char* file, in
     }
     return p;
 }
+// The sixteen partial sums of dot and sum_of, added in one fixed order.
+static inline float sum_partials(float acc[16]) {
+    for (size_t j = 0; j < 8; j++) { acc[j] += acc[j + 8]; }
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 // a . b over n floats. Sixteen independent partial sums let the compiler use one 16-wide
 // vector register without -ffast-math (a plain `s += a[i] * b[i]` loop must stay scalar,
 // since C fixes its summation order); the order here is fixed too, so results are
@@ -44,15 +50,30 @@ static inline float dot(const float* a, const float* b, size_t n) {
     for (; i + 16 <= n; i += 16) {
         for (size_t j = 0; j < 16; j++) { acc[j] += a[i + j] * b[i + j]; }
     }
-    for (size_t j = 0; j < 8; j++) { acc[j] += acc[j + 8]; }
-    float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    float sum = sum_partials(acc);
     for (; i < n; i++) { sum += a[i] * b[i]; }
     return sum;
 }
 
-// The largest of x[0..n) and the sum of x[0..n), in sixteen lanes for the reason dot gives
-// (a plain loop stays scalar). A maximum is the same in any order (a NaN is skipped, as a
-// plain `if (x > m) m = x` skips it); the sum's order is fixed, so its result is too.
+// x[0] + ... + x[n-1] in sixteen partial sums, for the reason dot gives (a plain loop stays
+// scalar); the order is fixed, so the result is too.
+static inline float sum_of(const float* x, size_t n) {
+    float acc[16] = {0.0f};
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) {
+        for (size_t j = 0; j < 16; j++) { acc[j] += x[i + j]; }
+    }
+    float sum = sum_partials(acc);
+    for (; i < n; i++) { sum += x[i]; }
+    return sum;
+}
+
+// The largest of x[0..n), n >= 1 (-inf for n = 0), in sixteen lanes. gcc does not vectorise
+// a maximum without -ffast-math (not even these lanes: they compile to 16 scalar vmaxss), but
+// sixteen independent comparisons run side by side where one running maximum waits on each
+// one before: the attention forward took 2.7-2.9 ms against 3.7-3.9 ms with the plain loop
+// (one thread, bench size, AMD EPYC Zen 3). The same value in any order; a NaN is skipped,
+// as a plain `if (x > m) m = x` skips it.
 static inline float max_of(const float* x, size_t n) {
     float lane[16];
     for (size_t j = 0; j < 16; j++) { lane[j] = -INFINITY; }
@@ -64,17 +85,6 @@ static inline float max_of(const float* x, size_t n) {
     float m = lane[0];
     for (size_t j = 1; j < 16; j++) { m = lane[j] > m ? lane[j] : m; }
     return m;
-}
-static inline float sum_of(const float* x, size_t n) {
-    float acc[16] = {0.0f};
-    size_t i = 0;
-    for (; i + 16 <= n; i += 16) {
-        for (size_t j = 0; j < 16; j++) { acc[j] += x[i + j]; }
-    }
-    for (size_t j = 0; j < 8; j++) { acc[j] += acc[j + 8]; }
-    float sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-    for (; i < n; i++) { sum += x[i]; }
-    return sum;
 }
 
 // e^x from + - * and bit moves only, so that a loop calling it vectorises (libm's expf is a
