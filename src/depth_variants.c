@@ -1,7 +1,7 @@
 // depth_variants.c — SPEC's variants of the depth attention ("Variants"; the paper's Table 4
 // ablations). depth_attention.c is the default operator, kept as it is; this file holds the
-// switches, one readable row-by-row version of the operator that takes them all, and the two
-// mixings that replace the attention.
+// switches, one version of the operator that takes them all (walking its rows in tiles, as
+// depth_attention.c does), and the two mixings that replace the attention.
 //
 // The attention, per row (position) n and head k (channels c of group k, Ck = C / heads):
 //   q      = w + u_n                (u_n = query_rows[n] with --depth-query input, else 0)
@@ -19,8 +19,12 @@
 #include "layers.h"
 #include "util.h"
 
-// Rows go in tiles; each tile sums its rows' parameter gradients into its own partial, and
-// the partials are added in tile order: the result is the same for any number of threads.
+// Rows go in tiles of VARIANT_TILE, walked as depth_attention.c walks them: each pass goes
+// one source at a time through all the tile's rows (a few long streams the hardware
+// prefetches well, where a row's every source at once outruns it), and the tile of every
+// source stays in L2 between the passes. Each tile sums its rows' parameter gradients into
+// its own partial, row by row, and the partials are added in tile order: the result is the
+// same for any number of threads.
 #define VARIANT_TILE 16
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -39,13 +43,23 @@ static void softmax_in_place(float* a, size_t n, size_t stride) {
     for (size_t i = 0; i < n; i++) { a[i * stride] /= sum; }
 }
 
-// qg (C) = (w + u_n) * g of row n: the vector a key is dotted with (g = 1 without key norm)
-static void row_query(float* qg, float* q, const float* query, const float* query_rows,
-                      const float* norm_weight, size_t n, size_t C) {
-    for (size_t c = 0; c < C; c++) {
-        q[c] = query[c] + (query_rows != NULL ? query_rows[n * C + c] : 0.0f);
-        qg[c] = norm_weight != NULL ? q[c] * norm_weight[c] : q[c];
+// The tile's rows first .. end-1, and each row's query: q (row n at (n - first) * C) =
+// w + u_n, and qg = q * g, the vector a key is dotted with (g = 1 without the key norm)
+static void tile_queries(float* qg, float* q, const float* query, const float* query_rows,
+                         const float* norm_weight, size_t first, size_t end, size_t C) {
+    for (size_t n = first; n < end; n++) {
+        float* qn = q + (n - first) * C;
+        float* qgn = qg + (n - first) * C;
+        for (size_t c = 0; c < C; c++) {
+            qn[c] = query[c] + (query_rows != NULL ? query_rows[n * C + c] : 0.0f);
+            qgn[c] = norm_weight != NULL ? qn[c] * norm_weight[c] : qn[c];
+        }
     }
+}
+
+// the rows of tile `tile`: [first, end)
+static size_t tile_end(size_t tile, size_t N) {
+    return (tile + 1) * VARIANT_TILE < N ? (tile + 1) * VARIANT_TILE : N;
 }
 
 // alpha and key_rstd are (N, n_sources, heads): entry (n, i, k) at (n * n_sources + i) * heads + k
@@ -55,35 +69,50 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
                                      size_t n_sources, size_t N, size_t C, size_t heads,
                                      int sigmoid) {
     size_t Ck = C / heads, S = n_sources;
+    size_t n_tiles = (N + VARIANT_TILE - 1) / VARIANT_TILE;
     #pragma omp parallel
     {
-        float* q = mallocCheck(C * sizeof(float));
-        float* qg = mallocCheck(C * sizeof(float));
+        float* q = mallocCheck(VARIANT_TILE * C * sizeof(float));
+        float* qg = mallocCheck(VARIANT_TILE * C * sizeof(float));
         #pragma omp for
-        for (size_t n = 0; n < N; n++) {
-            row_query(qg, q, query, query_rows, norm_weight, n, C);
-            float* a = alpha + n * S * heads;
-            float* rs = key_rstd + n * S * heads;
-            for (size_t k = 0; k < heads; k++) {
-                // scores s_ik = (q * g) . V_i * r_i over the head's channels
-                for (size_t i = 0; i < S; i++) {
-                    const float* v = sources[i] + n * C + k * Ck;
-                    float r = norm_weight != NULL ? depth_attention_rstd(v, Ck) : 1.0f;
-                    rs[i * heads + k] = r;
-                    a[i * heads + k] = dot(qg + k * Ck, v, Ck) * r;
+        for (size_t tile = 0; tile < n_tiles; tile++) {
+            size_t first = tile * VARIANT_TILE, end = tile_end(tile, N);
+            tile_queries(qg, q, query, query_rows, norm_weight, first, end, C);
+            // 1. the scores s_ik = (q * g) . V_i * r_i over each head's channels, one source
+            //    at a time, kept in alpha until the weights
+            for (size_t i = 0; i < S; i++) {
+                for (size_t n = first; n < end; n++) {
+                    const float* qgn = qg + (n - first) * C;
+                    for (size_t k = 0; k < heads; k++) {
+                        const float* v = sources[i] + n * C + k * Ck;
+                        size_t at = (n * S + i) * heads + k;
+                        float r = norm_weight != NULL ? depth_attention_rstd(v, Ck) : 1.0f;
+                        key_rstd[at] = r;
+                        alpha[at] = dot(qgn + k * Ck, v, Ck) * r;
+                    }
                 }
-                if (sigmoid) {
-                    for (size_t i = 0; i < S; i++) { a[i * heads + k] = sigmoidf(a[i * heads + k]); }
-                } else {
-                    softmax_in_place(a + k, S, heads);
+            }
+            // 2. the weights, per row and head: softmax over the sources, or each a sigmoid
+            for (size_t n = first; n < end; n++) {
+                float* a = alpha + n * S * heads;
+                for (size_t k = 0; k < heads; k++) {
+                    if (sigmoid) {
+                        for (size_t i = 0; i < S; i++) { a[i * heads + k] = sigmoidf(a[i * heads + k]); }
+                    } else {
+                        softmax_in_place(a + k, S, heads);
+                    }
                 }
-                // out = sum_i alpha_ik V_i over the head's channels
-                float* o = out + n * C + k * Ck;
-                for (size_t c = 0; c < Ck; c++) { o[c] = 0.0f; }
-                for (size_t i = 0; i < S; i++) {
-                    const float* v = sources[i] + n * C + k * Ck;
-                    float w = a[i * heads + k];
-                    for (size_t c = 0; c < Ck; c++) { o[c] += w * v[c]; }
+            }
+            // 3. out = sum_i alpha_ik V_i over each head's channels, one source at a time
+            for (size_t c = first * C; c < end * C; c++) { out[c] = 0.0f; }
+            for (size_t i = 0; i < S; i++) {
+                for (size_t n = first; n < end; n++) {
+                    for (size_t k = 0; k < heads; k++) {
+                        const float* v = sources[i] + n * C + k * Ck;
+                        float* o = out + n * C + k * Ck;
+                        float w = alpha[(n * S + i) * heads + k];
+                        for (size_t c = 0; c < Ck; c++) { o[c] += w * v[c]; }
+                    }
                 }
             }
         }
@@ -111,47 +140,86 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
     size_t Ck = C / heads, S = n_sources;
     size_t n_tiles = (N + VARIANT_TILE - 1) / VARIANT_TILE;
     float* partials = callocCheck(2 * n_tiles * C, sizeof(float));  // per tile: dq, then dg
+    float* dscore = mallocCheck(N * S * heads * sizeof(float));     // dalpha_i, then ds_i
+    float* key_dot = mallocCheck(N * S * heads * sizeof(float));    // (q * g) . V_i (key norm)
     #pragma omp parallel
     {
-        float* q = mallocCheck(C * sizeof(float));
-        float* qg = mallocCheck(C * sizeof(float));
-        float* ds = mallocCheck(S * sizeof(float));
+        float* q = mallocCheck(VARIANT_TILE * C * sizeof(float));
+        float* qg = mallocCheck(VARIANT_TILE * C * sizeof(float));
         #pragma omp for
         for (size_t tile = 0; tile < n_tiles; tile++) {
+            size_t first = tile * VARIANT_TILE, end = tile_end(tile, N);
+            tile_queries(qg, q, query, query_rows, norm_weight, first, end, C);
+            // 1. dalpha_i = dout . V_i and (q * g) . V_i per head, one source at a time
+            for (size_t i = 0; i < S; i++) {
+                for (size_t n = first; n < end; n++) {
+                    for (size_t k = 0; k < heads; k++) {
+                        const float* v = sources[i] + n * C + k * Ck;
+                        size_t at = (n * S + i) * heads + k;
+                        dscore[at] = dot(dout + n * C + k * Ck, v, Ck);
+                        if (norm_weight != NULL) { key_dot[at] = dot(qg + (n - first) * C + k * Ck, v, Ck); }
+                    }
+                }
+            }
+            // 2. ds_i from dalpha_i, per row and head
+            for (size_t n = first; n < end; n++) {
+                const float* a = alpha + n * S * heads;
+                float* ds = dscore + n * S * heads;
+                for (size_t k = 0; k < heads; k++) {
+                    float weighted = 0.0f;  // sum_j alpha_j dalpha_j (softmax)
+                    for (size_t i = 0; i < S; i++) { weighted += a[i * heads + k] * ds[i * heads + k]; }
+                    for (size_t i = 0; i < S; i++) {
+                        float ai = a[i * heads + k], dai = ds[i * heads + k];
+                        ds[i * heads + k] = sigmoid ? dai * ai * (1.0f - ai) : ai * (dai - weighted);
+                    }
+                }
+            }
+            // 3. both paths into dV_i, one source at a time
+            for (size_t i = 0; i < S; i++) {
+                for (size_t n = first; n < end; n++) {
+                    const float* qgn = qg + (n - first) * C;
+                    for (size_t k = 0; k < heads; k++) {
+                        size_t at = (n * S + i) * heads + k, c0 = k * Ck;
+                        const float* v = sources[i] + n * C + c0;
+                        const float* d = dout + n * C + c0;
+                        float* dv = dsources[i] + n * C + c0;
+                        float ai = alpha[at], ds = dscore[at], r = key_rstd[at];
+                        float key_scale = ds * r;
+                        float correction = norm_weight != NULL
+                            ? ds * r * r * r * key_dot[at] / (float)Ck : 0.0f;
+                        for (size_t c = 0; c < Ck; c++) {
+                            dv[c] += ai * d[c] + key_scale * qgn[c0 + c] - correction * v[c];
+                        }
+                    }
+                }
+            }
+            // 4. the query's gradient (and the gain's), row by row into the tile's partials
+            //    (and into the row's own, with a row part)
             float* pq = partials + 2 * tile * C;
             float* pg = pq + C;
-            size_t end = (tile + 1) * VARIANT_TILE < N ? (tile + 1) * VARIANT_TILE : N;
-            for (size_t n = tile * VARIANT_TILE; n < end; n++) {
-                row_query(qg, q, query, query_rows, norm_weight, n, C);
-                const float* a = alpha + n * S * heads;
-                const float* rs = key_rstd + n * S * heads;
-                const float* d = dout + n * C;
+            for (size_t n = first; n < end; n++) {
+                const float* qn = q + (n - first) * C;
                 for (size_t k = 0; k < heads; k++) {
                     size_t c0 = k * Ck;
-                    // dalpha_i, then ds_i
-                    float weighted = 0.0f;  // sum_j alpha_j dalpha_j (softmax)
                     for (size_t i = 0; i < S; i++) {
-                        ds[i] = dot(d + c0, sources[i] + n * C + c0, Ck);
-                        weighted += a[i * heads + k] * ds[i];
-                    }
-                    for (size_t i = 0; i < S; i++) {
-                        float ai = a[i * heads + k];
-                        ds[i] = sigmoid ? ds[i] * ai * (1.0f - ai) : ai * (ds[i] - weighted);
-                    }
-                    for (size_t i = 0; i < S; i++) {
+                        size_t at = (n * S + i) * heads + k;
                         const float* v = sources[i] + n * C + c0;
-                        float* dv = dsources[i] + n * C + c0;
-                        float ai = a[i * heads + k], r = rs[i * heads + k];
-                        float key_scale = ds[i] * r;
-                        float correction = norm_weight != NULL
-                            ? ds[i] * r * r * r * dot(qg + c0, v, Ck) / (float)Ck : 0.0f;
-                        for (size_t c = 0; c < Ck; c++) {
-                            dv[c] += ai * d[c0 + c] + key_scale * qg[c0 + c] - correction * v[c];
-                            float g = norm_weight != NULL ? norm_weight[c0 + c] : 1.0f;
-                            float dq = key_scale * g * v[c];
-                            if (dquery_rows != NULL) { dquery_rows[n * C + c0 + c] += dq; }
-                            pq[c0 + c] += dq;
-                            if (norm_weight != NULL) { pg[c0 + c] += key_scale * q[c0 + c] * v[c]; }
+                        float key_scale = dscore[at] * key_rstd[at];
+                        if (norm_weight != NULL) {
+                            const float* g = norm_weight + c0;
+                            for (size_t c = 0; c < Ck; c++) {
+                                pq[c0 + c] += key_scale * g[c] * v[c];
+                                pg[c0 + c] += key_scale * qn[c0 + c] * v[c];
+                            }
+                        } else {
+                            for (size_t c = 0; c < Ck; c++) { pq[c0 + c] += key_scale * v[c]; }
+                        }
+                        if (dquery_rows != NULL) {
+                            float* dr = dquery_rows + n * C + c0;
+                            const float* g = norm_weight != NULL ? norm_weight + c0 : NULL;
+                            for (size_t c = 0; c < Ck; c++) {
+                                dr[c] += g != NULL ? key_scale * g[c] * v[c] : key_scale * v[c];
+                            }
                         }
                     }
                 }
@@ -159,7 +227,6 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
         }
         free(q);
         free(qg);
-        free(ds);
     }
     for (size_t tile = 0; tile < n_tiles; tile++) {
         const float* pq = partials + 2 * tile * C;
@@ -169,6 +236,8 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
         }
     }
     free(partials);
+    free(dscore);
+    free(key_dot);
 }
 
 // weights (n_sources) = softmax(coefficients) (normalise, static mixing) or the coefficients
