@@ -760,10 +760,10 @@ TEST_CASE("every forward matches a double-precision reference and overwrites its
 
 // The attention softmax's lane helpers (util.h). max_of equals the plain loop's maximum for
 // every length around its sixteen lanes, with the largest value at every position, NaNs
-// skipped as the plain loop skips them. sum_of runs over values that are multiples of 1/4
-// and small, so that every partial sum is exact in float: it must equal the exact sum. A
-// lane or a tail element left out shows in both.
-TEST_CASE("max_of is the plain maximum and sum_of the exact sum, for lengths around the lanes") {
+// skipped as the plain loop skips them. sum_of and dot run over values that are multiples of
+// 1/4 and small, so that every product and partial sum is exact in float: each must equal
+// the exact sum. A lane or a tail element left out shows in all three.
+TEST_CASE("max_of is the plain maximum, sum_of and dot the exact sums, for lengths around the lanes") {
     Rng rng(112);
     auto plain_max = [](const Vec& x) {
         float m = -INFINITY;
@@ -772,13 +772,16 @@ TEST_CASE("max_of is the plain maximum and sum_of the exact sum, for lengths aro
     };
     for (size_t n = 0; n <= 50; n++) {
         CAPTURE(n);
-        Vec x(n);
-        double exact = 0.0;
+        Vec x(n), w(n);
+        double exact = 0.0, exact_dot = 0.0;
         for (size_t i = 0; i < n; i++) {
             x[i] = std::round(rng.uniform(-20, 20)) / 4.0f;
+            w[i] = std::round(rng.uniform(-20, 20)) / 4.0f;
             exact += x[i];
+            exact_dot += (double)x[i] * w[i];
         }
         CHECK(sum_of(x.data(), n) == (float)exact);
+        CHECK(dot(x.data(), w.data(), n) == (float)exact_dot);
         CHECK(max_of(x.data(), n) == plain_max(x));
         for (size_t at = 0; at < n; at++) {  // the largest in each lane and in the tail
             Vec y = x;
