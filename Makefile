@@ -153,7 +153,7 @@ test:
 # on one task with one budget over 3 seeds, a table and the charts (dev/compare.sh).
 # `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation table (Table 4) at toy scale, on
 # English text (Debian's fortunes, installed when missing, or TEXT) and on reversal
-# (dev/ablate.sh; about 14 min on 2 cores).
+# (dev/ablate.sh; 11-12 min on 2 cores).
 .PHONY: plots compare ablate
 plots:
 	@dev/ensure_deps.sh gnuplot
