@@ -57,7 +57,7 @@ static void tile_queries(float* qg, float* q, const float* query, const float* q
     }
 }
 
-// the rows of tile `tile`: [first, end)
+// one past the last row of tile `tile` (its rows: tile * VARIANT_TILE .. end - 1)
 static size_t tile_end(size_t tile, size_t N) {
     return (tile + 1) * VARIANT_TILE < N ? (tile + 1) * VARIANT_TILE : N;
 }
