@@ -43,16 +43,17 @@ static void softmax_in_place(float* a, size_t n, size_t stride) {
     for (size_t i = 0; i < n; i++) { a[i * stride] /= sum; }
 }
 
-// The tile's rows first .. end-1, and each row's query: q (row n at (n - first) * C) =
-// w + u_n, and qg = q * g, the vector a key is dotted with (g = 1 without the key norm)
+// The tile's rows first .. end-1, and each row's query: qg (row n at (n - first) * C) =
+// q * g, the vector a key is dotted with (g = 1 without the key norm), and, when q is not
+// NULL (the backward's dg needs it), q = w + u_n
 static void tile_queries(float* qg, float* q, const float* query, const float* query_rows,
                          const float* norm_weight, size_t first, size_t end, size_t C) {
     for (size_t n = first; n < end; n++) {
-        float* qn = q + (n - first) * C;
         float* qgn = qg + (n - first) * C;
         for (size_t c = 0; c < C; c++) {
-            qn[c] = query[c] + (query_rows != NULL ? query_rows[n * C + c] : 0.0f);
-            qgn[c] = norm_weight != NULL ? qn[c] * norm_weight[c] : qn[c];
+            float qc = query[c] + (query_rows != NULL ? query_rows[n * C + c] : 0.0f);
+            qgn[c] = norm_weight != NULL ? qc * norm_weight[c] : qc;
+            if (q != NULL) { q[(n - first) * C + c] = qc; }
         }
     }
 }
@@ -72,12 +73,11 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
     size_t n_tiles = (N + VARIANT_TILE - 1) / VARIANT_TILE;
     #pragma omp parallel
     {
-        float* q = mallocCheck(VARIANT_TILE * C * sizeof(float));
         float* qg = mallocCheck(VARIANT_TILE * C * sizeof(float));
         #pragma omp for
         for (size_t tile = 0; tile < n_tiles; tile++) {
             size_t first = tile * VARIANT_TILE, end = tile_end(tile, N);
-            tile_queries(qg, q, query, query_rows, norm_weight, first, end, C);
+            tile_queries(qg, NULL, query, query_rows, norm_weight, first, end, C);
             // 1. the scores s_ik = (q * g) . V_i * r_i over each head's channels, one source
             //    at a time, kept in alpha until the weights
             for (size_t i = 0; i < S; i++) {
@@ -116,7 +116,6 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
                 }
             }
         }
-        free(q);
         free(qg);
     }
 }
