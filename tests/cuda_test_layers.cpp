@@ -783,9 +783,37 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         check(cuda[0], out, tol);
         check(cuda[1], alpha, tol);
         check(cuda[2], key_rstd, tol);
-        check(cuda[3], dquery, tol);
+        // dquery and dnorm_weight sum over all N*n (row, source) terms: at the GPU sizes
+        // max(tol, 4 x the spread of the CPU's own result between the rows in order and
+        // reversed), the rule of the depth attention's test above. Without it the H200 failed
+        // one element of 256 (17 sources, 1 head, key norm, row queries: dquery 0.51224 on
+        // the CPU, 0.51240 on the GPU; that case's spread is 4.3e-5, so 4 x spread = 1.7e-4)
+        Tolerance reduction_tol = tol;
+        if (N >= 1024) {
+            DepthSources reversed = ds.reversed(N, C);
+            DepthSources::Lists lists = reversed.host_lists();
+            Floats reversed_rows = reverse_rows(query_rows, N, C);
+            Floats reversed_dout = reverse_rows(dout, N, C), out2(N * C), alpha2(NSK), rstd2(NSK);
+            Floats dquery2 = dquery0, drows2 = dquery_rows0, dnorm_weight2 = dnorm_weight0;
+            depth_attention_variant_forward(out2.data(), alpha2.data(), rstd2.data(),
+                                            lists.src.data(), query.data(),
+                                            rows ? reversed_rows.data() : nullptr, cpu_gain, n, N,
+                                            C, heads, sigmoid);
+            depth_attention_variant_backward(lists.dsrc.data(), dquery2.data(),
+                                             rows ? drows2.data() : nullptr,
+                                             key_norm ? dnorm_weight2.data() : nullptr,
+                                             reversed_dout.data(), alpha2.data(), rstd2.data(),
+                                             lists.src.data(), query.data(),
+                                             rows ? reversed_rows.data() : nullptr, cpu_gain, n, N,
+                                             C, heads, sigmoid);
+            double spread = std::max(largest_difference(dquery2, dquery),
+                                     largest_difference(dnorm_weight2, dnorm_weight));
+            CAPTURE(spread);
+            reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
+        }
+        check(cuda[3], dquery, reduction_tol);
         check(cuda[4], dquery_rows, tol);
-        check(cuda[5], dnorm_weight, tol);
+        check(cuda[5], dnorm_weight, reduction_tol);
         check_source_gradients(cuda, 6, host.dtensors, tol);
         if (n == 1 && !sigmoid) {  // one softmax weight, exactly 1: no gradient to the query, gain
             compare_exact("alpha, one source", cuda[1].values.data(), Floats(NSK, 1.0f).data(), NSK);
