@@ -204,11 +204,11 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
     size_t count = 0;
     for (int k = 0; k < n_blocks; k++, count++) {
         src[count] = k == 0 ? a->x0 : a->sub[k * S - 1].partial;
-        if (dsrc != NULL) { dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k * S - 1) * N * d; }
+        if (dsrc != NULL) { dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k - 1) * N * d; }
     }
     if (l < n_sub && l % S > 0) {
         src[count] = a->sub[l - 1].partial;
-        if (dsrc != NULL) { dsrc[count] = a->dpartial + (size_t)(l - 1) * N * d; }
+        if (dsrc != NULL) { dsrc[count] = a->dpartial + (size_t)(l / S) * N * d; }
         count++;
     }
     size_t keep = count_sources(c, l);  // a window (full only) keeps x0 and the last W
@@ -231,7 +231,7 @@ void residual_update(const Model* m, Activations* a, int l, size_t N) {
         float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
         K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
     } else if (l % S == 0) {
-        K->copy(a->sub[l].partial, f, nd);                   // p = f_l: l starts its block
+        // p = f_l: l starts its block, and its partial is f_l's buffer (the layout)
     } else {
         K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // p = p_{l-1} + f_l
     }
@@ -275,7 +275,8 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->gate     = take(&at, mlp * N * F);
         s->up       = take(&at, mlp * N * F);
         s->act      = take(&at, mlp * N * F);
-        s->partial  = take(&at, sub * attnres * N * d);
+        // the partial sum that starts a block is f_l itself: the same buffer, no copy
+        s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, sub * attnres * N * d);
         s->alpha    = take(&at, N * s->n_sources * z.K);
         s->key_rstd = take(&at, N * s->n_sources * z.K);
         s->qn       = take(&at, (z.n_qproj_rows > 0) * N * d);
@@ -293,7 +294,7 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dlogits = take(&at, b * N * V);
     a->dxf     = take(&at, b * N * d);
     a->dout    = take(&at, b * N * d);
-    a->dh      = take(&at, b * N * d);
+    a->dh      = take(&at, b * attnres * N * d);
     a->dxn     = take(&at, b * N * d);
     a->dx0     = take(&at, b * N * d);
     a->dq      = take(&at, b * N * z.q_dim);
@@ -305,7 +306,7 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dgate   = take(&at, b * N * F);
     a->dup     = take(&at, b * N * F);
     a->dact    = take(&at, b * N * F);
-    a->dpartial = take(&at, b * attnres * z.n_sub * N * d);
+    a->dpartial = take(&at, b * attnres * (attnres ? z.n_sub / z.S : 0) * N * d);
     a->dqrows  = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dqn     = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     return at.used;
@@ -651,24 +652,23 @@ void model_backward(Model* m) {
     K->zero(a->dx0, N * d);
     if (S == 0) {
         // h_{l+1} = h_l + f_l(h_l): the residual gradient flows straight through, and each
-        // sub-layer adds its input gradient to it. dx0 carries the running gradient.
+        // sub-layer adds its input gradient to it. dx0 carries the running gradient: it is
+        // df_l = dh_{l+1} while sub-layer l's backward reads it, then dh_l once l's input
+        // gradient is added in.
         input_backward(m, n_sub, a->dxf, a->dx0);  // out's gradient
         for (int l = n_sub - 1; l >= 0; l--) {
-            K->copy(a->dh, a->dx0, N * d);  // df_l = dh_{l+1}
-            sublayer_backward(m, l, a->dh);
+            sublayer_backward(m, l, a->dx0);
             input_backward(m, l, a->dxn, a->dx0);
         }
     } else {
-        K->zero(a->dpartial, (size_t)n_sub * N * d);
+        // One gradient buffer a block (dpartial, n_sub/S of them): every consumer of
+        // partial[l] comes later, so its gradient is complete here; partial[l] = partial[l-1]
+        // + f_l passes it on whole to partial[l-1], whose one consumer, sub-layer l's depth
+        // attention (gather_sources), then adds its share into the same buffer.
+        K->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
         input_backward(m, n_sub, a->dxf, a->dout);
         for (int l = n_sub - 1; l >= 0; l--) {
-            // every consumer of partial[l] comes later, so its gradient is complete here.
-            // partial[l] = partial[l-1] + f_l (or f_l when l starts its block)
-            const float* dp = a->dpartial + (size_t)l * N * d;
-            if (l % S != 0) {
-                float* dprev = a->dpartial + (size_t)(l - 1) * N * d;
-                K->add(dprev, dprev, dp, N * d);
-            }
+            const float* dp = a->dpartial + (size_t)(l / S) * N * d;  // d partial[l] = d f_l
             sublayer_backward(m, l, dp);
             input_backward(m, l, a->dxn, a->dh);
         }
@@ -690,16 +690,18 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
                         float* v_shard, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t) {
     size_t offset = 0;
-    for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t end = offset + m->param_sizes[i];
+    for (int i = 0; i < N_PARAM_TENSORS;) {
+        // one call for each run of neighbouring tensors that share their weight decay (7 in
+        // all: AdamW goes element by element, so where the buffer is cut changes no bit)
+        int decayed = PARAM_INFO[i].decayed;
+        size_t end = offset;
+        for (; i < N_PARAM_TENSORS && PARAM_INFO[i].decayed == decayed; i++) { end += m->param_sizes[i]; }
         size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
-        // the part of tensor i inside the shard (none for the empty res_query and res_norm
-        // of `none` mode: nothing to launch)
-        if (first < last) {
+        if (first < last) {  // the part of the run inside the shard
             m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
                                      m_shard + (first - lo), v_shard + (first - lo),
                                      last - first, lr, beta1, beta2, eps,
-                                     PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
+                                     decayed ? weight_decay : 0.0f, t);
         }
         offset = end;
     }

@@ -130,7 +130,7 @@ typedef struct {
     float* gate;      // (N,F) xn Wg^T                     [MLP]
     float* up;        // (N,F) xn Wu^T                     [MLP]
     float* act;       // (N,F) silu(gate) * up             [MLP]
-    float* partial;   // (N,d) partial block sum after l  [AttnRes]
+    float* partial;   // (N,d) partial block sum after l (f's buffer when l starts a block) [AttnRes]
     float* alpha;     // (N,n_sources,K) depth-attention weights  [AttnRes]
                       // (with --mixing: the n_sources weights, the same for every row)
     float* key_rstd;  // (N,n_sources,K)                          [AttnRes]
@@ -152,7 +152,7 @@ typedef struct {
     // backward scratch (absent when built without it)
     float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
-    float* dpartial;  // (2L, N, d) gradients of partial[l]  [AttnRes]
+    float* dpartial;  // (2L/S, N, d) gradients of the partial sums, one a block  [AttnRes]
     float *dqrows, *dqn;  // (N,d) each                  [--depth-query input]
 } Activations;
 
@@ -243,7 +243,8 @@ const float* model_sublayer_output(const Model* m, int l);
 // ---- the pieces the cached decoder (inference.c) shares with the forward ----------------
 // The sources of sub-layer l (l = 2L: output aggregation) in a, N rows: blocks b_0 .. b_{n-1}
 // (b_0 = x0, b_k = partial[k*S-1]), then partial[l-1] if l is not first in its block; and,
-// when dsrc is not NULL, their gradient buffers. Returns their number (count_sources).
+// when dsrc is not NULL, their gradient buffers (dx0, then dpartial's one a block: b_k's is
+// block k-1's, partial[l-1]'s its own block's). Returns their number (count_sources).
 size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
                       const float** src, float** dsrc);
 // After sub-layer l has written s->f: none mode: h_{l+1} = h_l + f_l (out after the last);
