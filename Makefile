@@ -282,8 +282,9 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 # everything with nvcc, then dev/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
 # against ./train_cuda, the NCCL path on one GPU, and the speed benchmarks, and prints a
 # summary (OUT=DIR keeps the logs; BUDGET=seconds, 450 by default, counted from its start,
-# build included, bounds the optional profiling and sweeps at its end). Without a GPU it
-# builds, says so in one line and exits 0.
+# build included, bounds the optional profiling and sweeps at its end; QUICK=1 leaves out the
+# slowest and optional parts, to check a fix in less GPU time). Without a GPU it builds, says
+# so in one line and exits 0.
 # `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
 # header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
 # OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make carry
@@ -296,10 +297,10 @@ gpu-check:
 	          if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
 	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
 	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
-	              build/bench_gemm build/bench_depth build/bench_attention $(SHAPE_BINS) \
+	              build/bench_gemm build/bench_depth $(if $(filter-out 0,$(QUICK)),,build/bench_attention) $(SHAPE_BINS) \
 	              $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
 	          && GPU_CHECK_OUT=$(OUT) GPU_CHECK_BUDGET=$(BUDGET) DEPTH_SHAPES="$(DEPTH_SHAPES)" \
-	             dev/gpu_check.sh'
+	             GPU_CHECK_QUICK=$(QUICK) dev/gpu_check.sh'
 
 carry:
 	@dev/carry.sh $(AB)
@@ -321,11 +322,11 @@ build/bench_attention: dev/bench_attention.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA
 	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
-# threads, each thread taking DEPTH_COLS of its columns at a time; 4x64x1 by default) is for a
+# threads, each thread taking DEPTH_COLS of its columns at a time; 4x64x2 by default) is for a
 # GPU to choose: make gpu-check also times the step (bench_cuda) and the depth kernels
 # (bench_depth, which first checks them against the CPU) built with each shape
 # ROWSxTHREADSxCOLS below, under build/shape/ROWSxTHREADSxCOLS/.
-DEPTH_SHAPES   = 4x64x2 4x64x4 2x64x4 8x32x4 2x128x2 1x256x1
+DEPTH_SHAPES   = 4x64x1 4x64x4 2x64x4 8x64x2 8x64x4 2x128x2
 SHAPE_BINS     = $(foreach s,$(DEPTH_SHAPES),build/shape/$s/bench_cuda build/shape/$s/bench_depth)
 SHAPE_CUDA_OBJ = $(filter-out build/cuda/depth_attention.o,$(CUDA_OBJ))
 shape_flags    = $(foreach f,1 2 3,-D$(word $f,DEPTH_ROWS ROW_THREADS DEPTH_COLS)=$(word $f,$(subst x, ,$1)))

@@ -9,7 +9,7 @@
 
 // Every kernel below gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
 // ROW_THREADS threads (64: two warps) of row r take its columns c = t, t + ROW_THREADS, ...
-// (four each at C = 256). At the model's sizes these kernels are bound by memory latency,
+// (four each at C = 256), two at a time (DEPTH_COLS). At the model's sizes these kernels are bound by memory latency,
 // not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB, and at B T = 1024
 // rows the grid holds a quarter of the threads an H100 or H200 can run at once), so what
 // counts is how many loads a thread has in flight before it waits. A thread takes the
@@ -21,10 +21,13 @@
 // between columns (out, the sources' gradients) the compiler may not move the next column's
 // reads above the write. A thread still adds its columns in order of c, so every result is
 // the same, bit for bit, whatever DEPTH_COLS is (checked under the emulator).
-// The block's shape is a guess until a GPU times it: 4 x 64 x 1 was timed on an H200 (commit
-// 135dde3); `make gpu-check` also builds and times the step with other shapes
-// (-DDEPTH_ROWS=.. -DROW_THREADS=.. -DDEPTH_COLS=.., the Makefile's DEPTH_SHAPES), each
-// checked against the CPU; the fastest belongs here.
+// The block's shape is the one a GPU timed fastest: `make gpu-check` builds and times the
+// step with other shapes too (-DDEPTH_ROWS=.. -DROW_THREADS=.. -DDEPTH_COLS=.., the
+// Makefile's DEPTH_SHAPES), each checked against the CPU. On an H200 (2026-11-27, commit
+// b804e4a), the depth kernels of a `block` S=4 step took 129 us more than `none`'s norms at
+// 4 x 64 x 2, 142 at 4 x 64 x 4, 168 at 2 x 64 x 4, 175 at 4 x 64 x 1 (the default before),
+// 235 to 325 at 2 x 128 x 2, 8 x 32 x 4 and 1 x 256 x 1 (`full`: 260 against 324 at
+// 4 x 64 x 1); the step's overhead over `none`, +4.3 to +4.4 % against +5.6 %.
 #ifndef DEPTH_ROWS
 #define DEPTH_ROWS 4
 #endif
@@ -32,7 +35,7 @@
 #define ROW_THREADS 64
 #endif
 #ifndef DEPTH_COLS
-#define DEPTH_COLS 1
+#define DEPTH_COLS 2
 #endif
 #define ROW_WARPS (ROW_THREADS / WARP_SIZE)
 #define DEPTH_BLOCK (DEPTH_ROWS * ROW_THREADS)
