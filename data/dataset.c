@@ -185,7 +185,7 @@ static void task_train_row(const Dataset* ds, int* x, int* y, uint64_t stream) {
     draw_fresh_prompt(ds, &stream, x);
     write_answer(ds->kind, x, length, y + length);
     x[length] = 0;
-    memcpy(x + length + 1, y + length, (size_t)(length - 1) * sizeof(int));
+    for (int t = 0; t + 1 < length; t++) { x[length + 1 + t] = y[length + t]; }
     for (int t = 0; t < length; t++) { y[t] = -1; }
 }
 
