@@ -230,9 +230,7 @@ void residual_update(const Model* m, Activations* a, int l, size_t N) {
     if (S == 0) {
         float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
         K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
-    } else if (l % S == 0) {
-        // p = f_l: l starts its block, and its partial is f_l's buffer (the layout)
-    } else {
+    } else if (l % S > 0) {  // (when l starts its block, p = f_l is f_l's buffer: the layout)
         K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // p = p_{l-1} + f_l
     }
 }
@@ -306,7 +304,7 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dgate   = take(&at, b * N * F);
     a->dup     = take(&at, b * N * F);
     a->dact    = take(&at, b * N * F);
-    a->dpartial = take(&at, b * attnres * (attnres ? z.n_sub / z.S : 0) * N * d);
+    a->dpartial = take(&at, b * (attnres ? z.n_sub / z.S : 0) * N * d);
     a->dqrows  = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dqn     = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     return at.used;
