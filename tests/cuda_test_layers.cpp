@@ -405,6 +405,12 @@ static double largest_difference(const Floats& a, const Floats& b) {
     return most;
 }
 
+// The tolerance of a sum over every row (a query's or a gain's gradient), whose float result
+// depends on the order of the sum: tol, with atol at least 4 x the spread
+static Tolerance sum_tolerance(Tolerance tol, double spread) {
+    return {std::max(tol.atol, 4.0 * spread), tol.rtol};
+}
+
 // The sources of a depth attention, variant or mixing case: source i of the list is tensor
 // uses[i], so a tensor listed twice is one pointer passed twice, and its gradient must sum
 // both uses. The gradients start from random contents on both sides (the backward adds into
@@ -543,7 +549,6 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
     // the rule check_state uses: the spread is the largest difference between the CPU's
     // result and the CPU's result with the rows reversed (the same math rounded in another
     // order). Here (seed 7) the spread is 4.9e-5, the GPU's largest difference 1.24e-4 (H200).
-    Tolerance reduction_tol = tol;
     double spread = 0.0;
     if (N >= 1024) {
         DepthSources reversed = ds.reversed(N, C);  // every tensor's rows, and dout's
@@ -560,11 +565,10 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
                                  n_sources, N, C);
         spread = std::max(largest_difference(dquery2, dquery),
                           largest_difference(dnorm_weight2, dnorm_weight));
-        reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
     }
     CAPTURE(spread);
-    check(cuda[3], dquery, reduction_tol);
-    check(cuda[4], dnorm_weight, reduction_tol);
+    check(cuda[3], dquery, sum_tolerance(tol, spread));
+    check(cuda[4], dnorm_weight, sum_tolerance(tol, spread));
     check_source_gradients(cuda, 5, host.dtensors, tol);
     if (n_sources == 1) {
         compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
@@ -688,7 +692,7 @@ TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, mat
                                       largest_difference(other.dnorm_weight, cpu.dnorm_weight),
                                       largest_difference(other.dweight, cpu.dweight)});
             CAPTURE(spread);
-            reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
+            reduction_tol = sum_tolerance(tol, spread);
         }
         check(cuda[6], cpu.dquery, reduction_tol);
         check(cuda[7], cpu.dnorm_weight, reduction_tol);
@@ -742,19 +746,27 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         // what out, alpha and key_rstd hold before: overwritten
         Floats stale_out = rng.uniform_vector(N * C, -1, 1), stale_alpha = rng.uniform_vector(NSK, -1, 1);
 
+        // the CPU's forward and backward over sources s with row queries rows_in and output
+        // gradient dout_in; out, alpha, key_rstd and the gradients land in the arguments
+        const float* cpu_gain = key_norm ? norm_weight.data() : nullptr;
+        auto on_cpu = [&](const DepthSources::Lists& s, const Floats& rows_in, const Floats& dout_in,
+                          Floats& out_, Floats& alpha_, Floats& rstd_, Floats& dquery_,
+                          Floats& drows_, Floats& dgain_) {
+            const float* cpu_rows = rows ? rows_in.data() : nullptr;
+            depth_attention_variant_forward(out_.data(), alpha_.data(), rstd_.data(), s.src.data(),
+                                            query.data(), cpu_rows, cpu_gain, n, N, C, heads,
+                                            sigmoid);
+            depth_attention_variant_backward(s.dsrc.data(), dquery_.data(),
+                                             rows ? drows_.data() : nullptr,
+                                             key_norm ? dgain_.data() : nullptr, dout_in.data(),
+                                             alpha_.data(), rstd_.data(), s.src.data(),
+                                             query.data(), cpu_rows, cpu_gain, n, N, C, heads,
+                                             sigmoid);
+        };
         Floats out(N * C), alpha(NSK), key_rstd(NSK);
         Floats dquery = dquery0, dquery_rows = dquery_rows0, dnorm_weight = dnorm_weight0;
         DepthSources::Lists host = ds.host_lists();
-        const float* cpu_rows = rows ? query_rows.data() : nullptr;
-        const float* cpu_gain = key_norm ? norm_weight.data() : nullptr;
-        depth_attention_variant_forward(out.data(), alpha.data(), key_rstd.data(),
-                                        host.src.data(), query.data(), cpu_rows, cpu_gain, n, N,
-                                        C, heads, sigmoid);
-        depth_attention_variant_backward(host.dsrc.data(), dquery.data(),
-                                         rows ? dquery_rows.data() : nullptr,
-                                         key_norm ? dnorm_weight.data() : nullptr, dout.data(),
-                                         alpha.data(), key_rstd.data(), host.src.data(),
-                                         query.data(), cpu_rows, cpu_gain, n, N, C, heads, sigmoid);
+        on_cpu(host, query_rows, dout, out, alpha, key_rstd, dquery, dquery_rows, dnorm_weight);
 
         Outputs cuda = run_cuda([&] {
             Device d;
@@ -784,32 +796,19 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         check(cuda[1], alpha, tol);
         check(cuda[2], key_rstd, tol);
         // dquery and dnorm_weight sum over all N*n (row, source) terms: at the GPU sizes
-        // max(tol, 4 x the spread of the CPU's own result between the rows in order and
-        // reversed), the rule of the depth attention's test above. Without it the H200 failed
-        // one element of 256 (17 sources, 1 head, key norm, row queries: dquery 0.51224 on
-        // the CPU, 0.51240 on the GPU; that case's spread is 4.3e-5, so 4 x spread = 1.7e-4)
+        // sum_tolerance, the rule of the depth attention's test above. Without it the H200
+        // failed one element of 256 (17 sources, 1 head, key norm, row queries: dquery 0.51224
+        // on the CPU, 0.51240 on the GPU; that case's spread is 4.3e-5, so 4 x spread = 1.7e-4)
         Tolerance reduction_tol = tol;
         if (N >= 1024) {
-            DepthSources reversed = ds.reversed(N, C);
-            DepthSources::Lists lists = reversed.host_lists();
-            Floats reversed_rows = reverse_rows(query_rows, N, C);
-            Floats reversed_dout = reverse_rows(dout, N, C), out2(N * C), alpha2(NSK), rstd2(NSK);
+            Floats out2(N * C), alpha2(NSK), rstd2(NSK);
             Floats dquery2 = dquery0, drows2 = dquery_rows0, dnorm_weight2 = dnorm_weight0;
-            depth_attention_variant_forward(out2.data(), alpha2.data(), rstd2.data(),
-                                            lists.src.data(), query.data(),
-                                            rows ? reversed_rows.data() : nullptr, cpu_gain, n, N,
-                                            C, heads, sigmoid);
-            depth_attention_variant_backward(lists.dsrc.data(), dquery2.data(),
-                                             rows ? drows2.data() : nullptr,
-                                             key_norm ? dnorm_weight2.data() : nullptr,
-                                             reversed_dout.data(), alpha2.data(), rstd2.data(),
-                                             lists.src.data(), query.data(),
-                                             rows ? reversed_rows.data() : nullptr, cpu_gain, n, N,
-                                             C, heads, sigmoid);
+            on_cpu(ds.reversed(N, C).host_lists(), reverse_rows(query_rows, N, C),
+                   reverse_rows(dout, N, C), out2, alpha2, rstd2, dquery2, drows2, dnorm_weight2);
             double spread = std::max(largest_difference(dquery2, dquery),
                                      largest_difference(dnorm_weight2, dnorm_weight));
             CAPTURE(spread);
-            reduction_tol.atol = std::max(tol.atol, 4.0 * spread);
+            reduction_tol = sum_tolerance(tol, spread);
         }
         check(cuda[3], dquery, reduction_tol);
         check(cuda[4], dquery_rows, tol);
