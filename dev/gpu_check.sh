@@ -191,6 +191,15 @@ in_budget() {
     echo "${summary[-1]}"
     return 1
 }
+# optional NAME SECONDS: as in_budget, for a part QUICK leaves out (a skip line saying so)
+optional() {
+    if [ -n "$quick" ]; then
+        summary+=("skip  $1 (QUICK)")
+        echo "${summary[-1]}"
+        return 1
+    fi
+    in_budget "$@"
+}
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
 # of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
@@ -240,13 +249,8 @@ if [ ${#shape_table[@]} -gt 0 ]; then
             }'
     } >>"$out/speed.log"
 fi
-if [ -n "$quick" ]; then
-    summary+=("skip  the causal attention's versions, the profile and before/after (QUICK)")
-    echo "${summary[-1]}"
-    budget=0  # nothing below starts
-fi
 # the causal attention's first and tiled versions, side by side (the tiled one is the step's)
-in_budget "causal attention versions" 15 &&
+optional "causal attention versions" 15 &&
     check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \
         speed.log 120 build/bench_attention
 # where one step's GPU time goes, kernel by kernel, in `block` and in `none` (their
@@ -255,7 +259,7 @@ in_budget "causal attention versions" 15 &&
 ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
 ncu_refused='not supported|ERR_NVGPUCTRPERM|permission|unable to|error 999'
 for mode in block none; do
-    in_budget "profile of a $mode step" 90 || break
+    optional "profile of a $mode step" 90 || break
     if [ ! -x "$ncu" ]; then
         summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
     elif timeout 150 python3 dev/profile_cuda.py --mode $mode --ncu "$ncu" >"$out/profile_$mode.log" 2>&1; then
@@ -281,7 +285,7 @@ fi
 # neighbours in time. Like for like: the step per mode (bench_cuda, whose flags every
 # version has), and the matmul and the depth attention where that commit has their
 # benchmarks (make -k builds what it can)
-if [ -f .carry/ab/COMMIT ] && in_budget "before/after (.carry/ab)" 90; then
+if [ -f .carry/ab/COMMIT ] && optional "before/after (.carry/ab)" 90; then
     ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
     rm -rf build/ab && mkdir -p build/ab
     cp -r Makefile train.c src cuda data dev tests build/ab/
