@@ -9,10 +9,10 @@
 
 // Every kernel below gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
 // ROW_THREADS threads (64: two warps) of row r take its columns c = t, t + ROW_THREADS, ...
-// (four each at C = 256), two at a time (DEPTH_COLS). At the model's sizes these kernels are bound by memory latency,
-// not bandwidth (a row of 17 sources is 17 KB, the whole call a few MB, and at B T = 1024
-// rows the grid holds a quarter of the threads an H100 or H200 can run at once), so what
-// counts is how many loads a thread has in flight before it waits. A thread takes the
+// (four each at C = 256), two at a time (DEPTH_COLS). At the model's sizes these kernels are
+// bound by memory latency, not bandwidth (a row of 17 sources is 17 KB, the whole call a few
+// MB, and at B T = 1024 rows the grid holds a quarter of the threads an H100 or H200 can run
+// at once), so what counts is how many loads a thread has in flight before it waits. A thread takes the
 // sources SOURCE_CHUNK at a time (depth_sources.cuh) and its columns DEPTH_COLS at a time (a
 // column group: c, c + ROW_THREADS, ..., c + (DEPTH_COLS - 1) ROW_THREADS): it issues the
 // loads of a group's columns for a chunk's sources together (DEPTH_COLS x SOURCE_CHUNK of
