@@ -56,23 +56,23 @@ build/train_mpi: train.c $(MPI_OBJ)
 
 .PHONY: train-mpi
 train-mpi:
-	@dev/ensure_deps.sh mpi
+	@dev/infra/ensure_deps.sh mpi
 	@$(MAKE) --no-print-directory build/train_mpi $(if $(wildcard $(NVCC)),build/train_cuda_mpi)
 	@cp build/train_mpi train_mpi
 	$(if $(wildcard $(NVCC)),@cp build/train_cuda_mpi train_cuda_mpi)
 
-# `make bench-mpi`: 2 processes x 1 thread against 1 process x 2 threads (dev/bench_mpi.sh)
+# `make bench-mpi`: 2 processes x 1 thread against 1 process x 2 threads (dev/bench/bench_mpi.sh)
 .PHONY: bench-mpi
 bench-mpi:
-	@dev/ensure_deps.sh mpi
+	@dev/infra/ensure_deps.sh mpi
 	@$(MAKE) --no-print-directory build/train_mpi all
-	@dev/bench_mpi.sh
+	@dev/bench/bench_mpi.sh
 
-build/compare_checkpoints: dev/compare_checkpoints.c src/util.h
+build/compare_checkpoints: dev/check/compare_checkpoints.c src/util.h
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
-check_state: dev/check_state.c $(OBJ)
-	$(CC) $(CFLAGS) dev/check_state.c $(OBJ) -o $@ $(LDLIBS)
+check_state: dev/check/check_state.c $(OBJ)
+	$(CC) $(CFLAGS) dev/check/check_state.c $(OBJ) -o $@ $(LDLIBS)
 
 test_attnres: $(TEST_OBJ) $(OBJ)
 	$(CXX) $(CXXFLAGS) $(TEST_OBJ) $(OBJ) -o $@ $(LDLIBS)
@@ -82,19 +82,19 @@ bench: build/bench build/bench_linear
 	./build/bench
 	./build/bench_linear
 
-build/bench: dev/bench.c dev/bench_util.h $(OBJ)
-	$(CC) $(CFLAGS) dev/bench.c $(OBJ) -o $@ $(LDLIBS)
+build/bench: dev/bench/bench.c dev/bench/bench_util.h $(OBJ)
+	$(CC) $(CFLAGS) dev/bench/bench.c $(OBJ) -o $@ $(LDLIBS)
 
-build/bench_linear: dev/bench_linear.c build/src/linear.o
-	$(CC) $(CFLAGS) dev/bench_linear.c build/src/linear.o -o $@ $(LDLIBS)
+build/bench_linear: dev/bench/bench_linear.c build/src/linear.o
+	$(CC) $(CFLAGS) dev/bench/bench_linear.c build/src/linear.o -o $@ $(LDLIBS)
 
 # `make gradcheck`: every layer's backward and the whole model's against finite differences,
-# one table (dev/gradcheck.c); ./build/gradcheck rmsnorm attention checks only those layers.
+# one table (dev/check/gradcheck.c); ./build/gradcheck rmsnorm attention checks only those layers.
 gradcheck: build/gradcheck
 	./build/gradcheck
 
-build/gradcheck: dev/gradcheck.c dev/bench_util.h $(OBJ)
-	$(CC) $(CFLAGS) dev/gradcheck.c $(OBJ) -o $@ $(LDLIBS)
+build/gradcheck: dev/check/gradcheck.c dev/bench/bench_util.h $(OBJ)
+	$(CC) $(CFLAGS) dev/check/gradcheck.c $(OBJ) -o $@ $(LDLIBS)
 
 # `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests
 # then exercise the sanitized ./train on every bad input.
@@ -106,32 +106,32 @@ build/asan/%.o: %.c $(wildcard src/*.h data/*.h)
 build/asan/tests/%.o: tests/%.cpp $(wildcard src/*.h data/*.h tests/*.h)
 	@mkdir -p $(dir $@)
 	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) -c $< -o $@
-# tests/test_bench.cpp includes dev/bench_util.h (the statistics make bench reports)
-build/tests/test_bench.o build/asan/tests/test_bench.o: dev/bench_util.h
+# tests/test_bench.cpp includes dev/bench/bench_util.h (the statistics make bench reports)
+build/tests/test_bench.o build/asan/tests/test_bench.o: dev/bench/bench_util.h
 build/asan/train: train.c $(SAN_OBJ)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) train.c $(SAN_OBJ) -o $@ $(LDLIBS)
 build/asan/test_attnres: $(SAN_TEST_OBJ) $(SAN_OBJ)
 	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) $(SAN_TEST_OBJ) $(SAN_OBJ) -o $@ $(LDLIBS)
 asan:
-	@dev/ensure_deps.sh
+	@dev/infra/ensure_deps.sh
 	@$(MAKE) --no-print-directory build/asan/train build/asan/test_attnres
 	ATTNRES_TRAIN=build/asan/train ./build/asan/test_attnres
 
 # `make mutants`: drop one term of one backward at a time, run its tests, name the survivors
-# (dev/mutants.py; MUTANTS_FLAGS="--files rmsnorm.c --fail-on-survivor" to narrow it;
+# (dev/check/mutants.py; MUTANTS_FLAGS="--files rmsnorm.c --fail-on-survivor" to narrow it;
 # MUTANTS_FLAGS=--cuda: the same, barriers included, to the CUDA kernels under the emulator;
 # "--cuda --shape 4x64x4" with another of the depth attention's DEPTH_SHAPES).
 .PHONY: mutants
 mutants:
-	@dev/ensure_deps.sh
-	python3 dev/mutants.py $(MUTANTS_FLAGS)
+	@dev/infra/ensure_deps.sh
+	python3 dev/check/mutants.py $(MUTANTS_FLAGS)
 
 # `make check-state-study`: check_state's tolerance on 100 random configs, and five one-term
-# bugs it must still catch (dev/check_state_study.py; needs Debian's python3-torch;
+# bugs it must still catch (dev/check/check_state_study.py; needs Debian's python3-torch;
 # STUDY_FLAGS="--count 200 --seed 0" for the calibration configs).
 .PHONY: check-state-study
 check-state-study: check_state
-	/usr/bin/python3 dev/check_state_study.py $(STUDY_FLAGS)
+	/usr/bin/python3 dev/check/check_state_study.py $(STUDY_FLAGS)
 
 # `make test`: install what is missing (doctest, boost.context), build, run every suite.
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
@@ -142,31 +142,31 @@ TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan bu
             $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
             build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
 test:
-	@dev/ensure_deps.sh
+	@dev/infra/ensure_deps.sh
 	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
 		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
 		                         build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
 	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh
 
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
-# `./train --diagnostics DIR` (dev/plots.sh). `make compare`: none, full and block AttnRes
-# on one task with one budget over 3 seeds, a table and the charts (dev/compare.sh).
+# `./train --diagnostics DIR` (dev/experiments/plots.sh). `make compare`: none, full and block AttnRes
+# on one task with one budget over 3 seeds, a table and the charts (dev/experiments/compare.sh).
 # `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation table (Table 4) at toy scale, on
 # English text (Debian's fortunes, installed when missing, or TEXT) and on reversal
-# (dev/ablate.sh; 11-12 min on 2 cores).
+# (dev/experiments/ablate.sh; 11-12 min on 2 cores).
 .PHONY: plots compare ablate
 plots:
-	@dev/ensure_deps.sh gnuplot
+	@dev/infra/ensure_deps.sh gnuplot
 	@test -n "$(RUN)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir]' >&2; exit 1; }
-	dev/plots.sh $(if $(OUT),-o $(OUT)) $(RUN)
+	dev/experiments/plots.sh $(if $(OUT),-o $(OUT)) $(RUN)
 
 compare: all
-	@dev/ensure_deps.sh gnuplot
-	dev/compare.sh $(OUT)
+	@dev/infra/ensure_deps.sh gnuplot
+	dev/experiments/compare.sh $(OUT)
 
 ablate: all
-	@dev/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
-	TEXT="$(TEXT)" dev/ablate.sh $(OUT)
+	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
+	TEXT="$(TEXT)" dev/experiments/ablate.sh $(OUT)
 
 clean:
 	rm -rf build train check_state test_attnres train_cuda test_cuda_emu test_cuda_emu_asan
@@ -279,13 +279,13 @@ test_cuda_emu_asan: $(ASAN_OBJ)
 	$(CXX) $(ASAN_FLAGS) -fopenmp $(ASAN_OBJ) -o $@ -lboost_context $(LDLIBS)
 
 # `make gpu-check`: on a machine with a GPU (and no network: nothing is installed), build
-# everything with nvcc, then dev/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
+# everything with nvcc, then dev/infra/gpu_check.sh runs the GPU tests, compute-sanitizer, ./train
 # against ./train_cuda, the NCCL path on one GPU, and the speed benchmarks, and prints a
 # summary (OUT=DIR keeps the logs; BUDGET=seconds, 450 by default, counted from its start,
 # build included, bounds the optional profiling and sweeps at its end; QUICK=1 leaves out the
 # slowest and optional parts, to check a fix in less GPU time). Without a GPU it builds, says
 # so in one line and exits 0.
-# `make carry` first (dev/carry.sh), on a machine with Debian's packages, copies doctest's
+# `make carry` first (dev/infra/carry.sh), on a machine with Debian's packages, copies doctest's
 # header and OpenMPI into .carry/ to take along to one without them; gpu-check uses that
 # OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make carry
 # AB=commit` also keeps cuda/, src/ and dev/ as at that commit, and gpu-check times both
@@ -300,26 +300,26 @@ gpu-check:
 	              build/bench_gemm build/bench_depth $(if $(filter-out 0,$(QUICK)),,build/bench_attention) $(SHAPE_BINS) \
 	              $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
 	          && GPU_CHECK_OUT=$(OUT) GPU_CHECK_BUDGET=$(BUDGET) DEPTH_SHAPES="$(DEPTH_SHAPES)" \
-	             GPU_CHECK_QUICK=$(QUICK) dev/gpu_check.sh'
+	             GPU_CHECK_QUICK=$(QUICK) dev/infra/gpu_check.sh'
 
 carry:
-	@dev/carry.sh $(AB)
+	@dev/infra/carry.sh $(AB)
 
-build/bench_cuda.o: dev/bench_cuda.c dev/bench_util.h cuda/model.cuh $(wildcard src/*.h)
+build/bench_cuda.o: dev/bench/bench_cuda.c dev/bench/bench_util.h cuda/model.cuh $(wildcard src/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Icuda -c $< -o $@
 
 build/bench_cuda: build/bench_cuda.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/bench_gemm: dev/bench_gemm.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
-	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+build/bench_gemm: dev/bench/bench_gemm.cu dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/bench_depth: dev/bench_depth.cu dev/bench_util.h dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
-	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+build/bench_depth: dev/bench/bench_depth.cu dev/bench/bench_util.h dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/bench_attention: dev/bench_attention.cu dev/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
-	$(NVCC) $(NVCCFLAGS) -Idev $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+build/bench_attention: dev/bench/bench_attention.cu dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
 # threads, each thread taking DEPTH_COLS of its columns at a time; 4x64x2 by default) is for a
@@ -361,9 +361,9 @@ build/shape/%/depth_attention.o: cuda/depth_attention.cu $(CUDA_DEPS)
 build/shape/%/bench_cuda: build/bench_cuda.o build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/shape/%/bench_depth: dev/bench_depth.cu dev/bench_util.h dev/bench_gpu.h \
+build/shape/%/bench_depth: dev/bench/bench_depth.cu dev/bench/bench_util.h dev/bench/bench_gpu.h \
                            build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(CUDA_DEPS)
-	$(NVCC) $(NVCCFLAGS) -Idev $< build/shape/$*/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ) -o $@ \
+	$(NVCC) $(NVCCFLAGS) -Idev/bench $< build/shape/$*/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ) -o $@ \
 		-Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # nvcc proves the kernels compile for the GPU wherever it is installed

@@ -1,4 +1,4 @@
-// check_state.c — parity with the PyTorch reference (dev/reference.py).
+// check_state.c — parity with the PyTorch reference (dev/check/reference.py).
 //
 // ./check_state FILE [--out OUT]
 // Loads a reference state file (format: README.md, "Parity with PyTorch"), runs the C forward
@@ -29,10 +29,10 @@
 #define STATE_VERSION 1
 
 // The tolerance of a tensor, from its measured spread (README.md, "Parity with PyTorch",
-// has the study behind these numbers: dev/check_state_study.py).
+// has the study behind these numbers: dev/check/check_state_study.py).
 //   TOL_FLOOR: what every tensor may differ by, however well-conditioned (the old fixed rule).
 //   TOL_FACTOR: the rounding inside the computation moves a result by about its spread. On 200
-//     calibration configs (dev/reference.py --random, seeds 0..199) the error / spread ratio
+//     calibration configs (dev/check/reference.py --random, seeds 0..199) the error / spread ratio
 //     of the 753 tensors with an error above 1e-6 had median 0.40, 99th percentile 1.03 and
 //     maximum 1.19: 4 leaves a margin of 3.4.
 //   N_NUDGES: how many nudged reruns measure the spread (each a forward, a backward and K
@@ -288,7 +288,7 @@ int main(int argc, char** argv) {
         if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: ./check_state FILE [--out OUT]\n"
                    "  compares the C forward, backward and AdamW steps with a PyTorch state file\n"
-                   "  (dev/reference.py); --out OUT writes what the C code computed\n"
+                   "  (dev/check/reference.py); --out OUT writes what the C code computed\n"
                    "  exit status: 0 within tolerance, 1 a difference too large, 2 a bad file or flag\n");
             return 0;
         }
