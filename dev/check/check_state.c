@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "checkpoint.h"  // checkpoint_temp_path
 #include "layers.h"
 #include "model.h"
@@ -79,18 +80,28 @@ static ModelConfig state_config(const StateFile* s) {
 }
 
 static void load_state(StateFile* s, const char* path) {
+    // a directory opens and reads as nothing, a device has no size (/dev/zero reads zeros
+    // without end), and a pipe waits for a writer: each is named for what it is, unread
+    struct stat info;
+    if (stat(path, &info) != 0) {
+        fprintf(stderr, "error: cannot open state file %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    if (S_ISDIR(info.st_mode)) { bad_file(path, "is a directory, not a state file"); }
+    if (!S_ISREG(info.st_mode)) { bad_file(path, "not a regular file (a device, pipe or socket)"); }
     FILE* f = fopen(path, "rb");
     if (f == NULL) {
         fprintf(stderr, "error: cannot open state file %s: %s\n", path, strerror(errno));
         exit(2);
     }
-    long file_size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) { file_size = ftell(f); }
-    rewind(f);
-    if (file_size < 1024) { bad_file(path, "truncated (no complete 256-int header)"); }
-    read_exact(f, s->header, sizeof(int), 256, path);
+    long file_size = (long)info.st_size;
+    // the magic first: a file of another kind is named so, however short
+    size_t header_ints = fread(s->header, sizeof(int), 256, f);
     int* h = s->header;
-    if (h[0] != STATE_MAGIC) { bad_file(path, "wrong magic number (not a reference state file)"); }
+    if (header_ints >= 1 && h[0] != STATE_MAGIC) {
+        bad_file(path, "wrong magic number (not a reference state file)");
+    }
+    if (header_ints < 256) { bad_file(path, "truncated (no complete 256-int header)"); }
     if (h[1] != STATE_VERSION) {
         char msg[128];
         snprintf(msg, sizeof(msg), "version %d, this build reads version %d", h[1], STATE_VERSION);
