@@ -119,12 +119,41 @@ single "check_state and gradcheck: --help prints the usage, exit 0" tools_help
 echo "== every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 
+echo "== the Makefile and dev/"
+# `make help` lists every target: each rule named without a slash in the Makefile or
+# dev/infra/gpu.mk, and each .PHONY name, has its line there (the `## ` beside the target)
+make_help_lists_every_target() {
+    local help targets target ok=0
+    help=$(MAKEFLAGS= make --no-print-directory help) || return 1
+    targets=$(sed -nE 's/^\.PHONY: *//p; s/^([A-Za-z0-9_-]+( +[A-Za-z0-9_-]+)*) *:([^=].*)?$/\1/p' \
+                  Makefile dev/infra/gpu.mk | tr -s ' ' '\n' | sort -u)
+    [ -n "$targets" ] || { echo "no targets found in the Makefile"; return 1; }
+    for target in $targets; do
+        grep -qE "^  $target +[^ ]" <<<"$help" || { echo "make help has no line for $target"; ok=1; }
+    done
+    return $ok
+}
+single "make help: one line for every target of the Makefile and dev/infra/gpu.mk" make_help_lists_every_target
+
+# the product does not depend on its tooling: no file of src/, cuda/, data/ or train.c
+# includes a file of dev/, by its path or by a name only dev/ has
+product_includes_nothing_from_dev() {
+    local names found
+    names=$(find dev -type f \( -name '*.h' -o -name '*.c' -o -name '*.cu' -o -name '*.cuh' \) \
+                -printf '%f\n' | sort -u | sed 's/\./\\./g' | paste -sd'|')
+    [ -n "$names" ] || { echo "no C or CUDA files found under dev/"; return 1; }
+    found=$(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]([^\">]*/)?(dev/[^\">]*|$names)[\">]" \
+                src cuda data train.c)
+    [ -z "$found" ] || { echo "includes from dev/: $found"; return 1; }
+}
+single "src/, cuda/, data/ and train.c include nothing from dev/" product_includes_nothing_from_dev
+
 if [ -x ./test_cuda_emu ]; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
     doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
 fi
 # the depth attention's kernels built with the other block shapes that make gpu-check times
-# (DEPTH_SHAPES from the Makefile: rows per block x threads per row x columns a thread takes
+# (DEPTH_SHAPES from dev/infra/gpu.mk: rows per block x threads per row x columns a thread takes
 # at a time), both thread orders;
 # only those, not whatever older shapes a build folder still holds
 for shape in ${DEPTH_SHAPES:-}; do

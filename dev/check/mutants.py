@@ -22,7 +22,7 @@ __syncwarp() among them, and is judged by its agreement tests under the emulator
 (./test_cuda_emu) in both thread orders (CUDA_TESTS).
 
 With --shape RxTxK (--cuda) the kernels are built with the depth attention's block shape
-DEPTH_ROWS x ROW_THREADS x DEPTH_COLS (the Makefile's DEPTH_SHAPES) instead of the default:
+DEPTH_ROWS x ROW_THREADS x DEPTH_COLS (DEPTH_SHAPES in dev/infra/gpu.mk) instead of the default:
 the code of a thread's later column groups runs only with DEPTH_COLS > 1.
 
 usage: python3 dev/check/mutants.py [--cuda [--shape 4x64x4]] [--files rmsnorm.c,model.c] [--list]

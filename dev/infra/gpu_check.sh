@@ -20,8 +20,8 @@
 #      seconds since make gpu-check started, 450 by default: the whole stays under 8 minutes;
 #      a part starts only if its longest expected time still fits, else a skip line), the
 #      most telling first: the depth attention's kernels (dev/bench/bench_depth.cu), checked against
-#      the CPU and timed, with the step, in the plain build and with each block shape of the
-#      Makefile's DEPTH_SHAPES (which shape to make the default); the causal attention's two
+#      the CPU and timed, with the step, in the plain build and with each block shape of
+#      DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); the causal attention's two
 #      versions (dev/bench/bench_attention.cu), checked and timed; Nsight Compute's time per kernel
 #      of a block and of a none step (dev/bench/profile_cuda.py); the benchmarks built with cuda/,
 #      src/, dev/ and the Makefile of an earlier commit when make carry AB=commit put them in .carry/ab
@@ -203,7 +203,7 @@ optional() {
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
 # of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
-# Makefile's DEPTH_SHAPES; then one line per shape, and the shape of the lowest `block`
+# DEPTH_SHAPES (dev/infra/gpu.mk); then one line per shape, and the shape of the lowest `block`
 # overhead, the one to make the default
 shape_table=()
 for shape in default ${DEPTH_SHAPES:-}; do
