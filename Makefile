@@ -29,7 +29,6 @@ TEST_OBJ = $(patsubst %.cpp,build/%.o,$(TEST_CPP))
 
 ##@ Train, test, bench, gradcheck
 .PHONY: all train test bench gradcheck help
-# ./train is the trainer; `make train` (re)builds it and trains the default model.
 all: build/train check_state  ## build ./train and ./check_state (the default target)
 	@cp build/train train
 
@@ -52,7 +51,6 @@ test:  ## install what is missing, build, run every suite (tests/run_all.sh)
 		                         build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
 	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh
 
-# `make bench`: ms/step and tokens/s per residual mode, then the matmul's GFLOP/s.
 bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then the matmul's GFLOP/s
 	./build/bench
 	./build/bench_linear
