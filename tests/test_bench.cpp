@@ -1,6 +1,6 @@
-// test_bench.cpp — the statistics `make bench` reports (dev/bench/bench_util.h): quantiles, and the
-// median's 95 % confidence interval, whose claims ("full's overhead is below 10 %") rest on
-// it covering the true median as often as it says.
+// test_bench.cpp — the statistics `make bench` reports (dev/bench/bench_util.h): quantiles,
+// and the median's 95 % confidence interval, whose claims ("full's overhead is below 10 %")
+// rest on it covering the true median as often as it says.
 #include <doctest/doctest.h>
 
 #include <cmath>

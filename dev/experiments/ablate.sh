@@ -3,7 +3,8 @@
 # rows, each a switch of SPEC's "Variants", trained with one budget on two measures over 3
 # seeds: the validation loss of a byte-level language model on English text, and the steps
 # until 99 % held-out exact match on sequence reversal. Prints the table beside the paper's
-# numbers (also OUT/table.md; per seed OUT/seeds.csv) and draws loss curves with dev/experiments/plots.sh.
+# numbers (also OUT/table.md; per seed OUT/seeds.csv) and draws loss curves with
+# dev/experiments/plots.sh.
 #
 # usage: dev/experiments/ablate.sh [OUT]    (make ablate [TEXT=file] [OUT=dir]; OUT = runs/ablate;
 #                                about 14 min on 2 cores)

@@ -2,9 +2,11 @@
 # compare.sh — none vs full vs block AttnRes on one task with one budget, over 3 seeds.
 # Trains every (mode, seed) with --diagnostics, prints a table (final val loss and exact
 # match, mean ± sd over seeds; steps until exact match first reached 99 %; ms per training
-# step, median over the log windows of all seeds) and draws the curves with dev/experiments/plots.sh.
+# step, median over the log windows of all seeds) and draws the curves with
+# dev/experiments/plots.sh.
 #
-# usage: dev/experiments/compare.sh [OUT]     (make compare; OUT = runs/compare; ~5 min on 2 quiet cores)
+# usage: dev/experiments/compare.sh [OUT]
+#        (make compare; OUT = runs/compare; ~5 min on 2 quiet cores)
 # environment (defaults below):
 #   SETTING  the flags every run shares: the task, the model and the budget
 #   BLOCK_SIZE  S of the block mode (4)

@@ -15,7 +15,8 @@
 #                     alpha_h<k> column), one chart per head
 # OUT defaults to the first RUN. Colour tells the mode (none, full, block); runs of one mode
 # differ by dash pattern; a run's label is its directory's name. With -g colour tells the
-# group instead: runs whose names differ only in a _seed<k> suffix (dev/experiments/ablate.sh's rows).
+# group instead: runs whose names differ only in a _seed<k> suffix (the rows of
+# dev/experiments/ablate.sh).
 set -euo pipefail
 
 out=""

@@ -19,13 +19,13 @@
 #   5. what says where the time goes, as far as the time budget allows (GPU_CHECK_BUDGET
 #      seconds since make gpu-check started, 450 by default: the whole stays under 8 minutes;
 #      a part starts only if its longest expected time still fits, else a skip line), the
-#      most telling first: the depth attention's kernels (dev/bench/bench_depth.cu), checked against
-#      the CPU and timed, with the step, in the plain build and with each block shape of
-#      DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); the causal attention's two
-#      versions (dev/bench/bench_attention.cu), checked and timed; Nsight Compute's time per kernel
-#      of a block and of a none step (dev/bench/profile_cuda.py); the benchmarks built with cuda/,
-#      src/, dev/ and the Makefile of an earlier commit when make carry AB=commit put them in .carry/ab
-#      (before/after on one GPU)
+#      most telling first: the depth attention's kernels (dev/bench/bench_depth.cu), checked
+#      against the CPU and timed, with the step, in the plain build and with each block shape
+#      of DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); the causal
+#      attention's two versions (dev/bench/bench_attention.cu), checked and timed; Nsight
+#      Compute's time per kernel of a block and of a none step (dev/bench/profile_cuda.py); the
+#      benchmarks built with cuda/, src/, dev/ and the Makefile of an earlier commit when make
+#      carry AB=commit put them in .carry/ab (before/after on one GPU)
 #
 # GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
 # make gpu-check began (seconds since 1970; the build counts against the budget).
