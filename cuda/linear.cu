@@ -196,7 +196,7 @@ static void launch_matmul(float* c, const float* a, const float* b, size_t M, si
     // while the blocks stay under 4 per multiprocessor and each split keeps >= 64 of K (8
     // slices of BK). On an H200 (132 SMs), at the bench shapes, this took our products from
     // 49% to 90% of cuBLAS SGEMM: 2 blocks per SM and >= 256 of K gave 49%, 4 and >= 128 73%,
-    // 8 and >= 64 82% (dev/bench_gemm, 2026-11-26).
+    // 8 and >= 64 82% (dev/bench/bench_gemm, 2026-11-26).
     size_t splits = 1;
     while (tiles * splits * 2 <= (size_t)cuda_sm_count() * 4 && K / (splits * 2) >= 64)
         splits *= 2;

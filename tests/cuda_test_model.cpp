@@ -406,7 +406,7 @@ static Tolerance conditioned(Tolerance tol, double sensitivity) {
     return {std::max(tol.atol, 4.0 * sensitivity), tol.rtol};
 }
 
-// On a GPU (build/test_cuda_gpu, make gpu-check): the bench configuration of dev/bench.c,
+// On a GPU (build/test_cuda_gpu, make gpu-check): the bench configuration of dev/bench/bench.c,
 // d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128 (B*T = 1024 rows), in every mode and five of
 // SPEC's variants, SPEC's init with gains and pseudo-queries randomised. Sums run over up to
 // 1024 rows and 704 columns here,

@@ -54,9 +54,10 @@ for f in tests/data/*.bin; do
     single "check_state $f" ./check_state "$f"
 done
 
-# a bad state file: exit status 2 and one line naming the problem. Slots [13..18] hold
-# SPEC's variant switches: an unknown value, a switch the mode does not have, a head count
-# that does not divide d, or a ruled-out combination is a bad file.
+# a bad state file, or a path that is none (a text, a directory, a device): exit status 2
+# and one line naming the problem. Slots [13..18] hold SPEC's variant switches: an unknown
+# value, a switch the mode does not have, a head count that does not divide d, or a
+# ruled-out combination is a bad file.
 check_state_refuses() {
     local dir=$TEST_DIR out status
     set_slot() {  # FILE SLOT BYTE: int32 slot SLOT of the header = BYTE
@@ -69,24 +70,27 @@ check_state_refuses() {
     cp tests/data/block_s2_mqa_rand.bin "$dir/window.bin" && set_slot "$dir/window.bin" 17 2
     head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
     cp tests/data/none_mha_rand.bin "$dir/magic.bin" && set_slot "$dir/magic.bin" 0 0
-    local expect=(
-        "score.bin: invalid shape or variant: --depth-score: unknown value 2"
-        "mode.bin: invalid shape or variant: --depth-score sigmoid applies to AttnRes (mode full or block), not mode none"
-        "heads.bin: invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
-        "combination.bin: invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
-        "window.bin: invalid shape or variant: --depth-window applies to mode full only"
-        "short.bin: truncated (no complete 256-int header)"
-        "magic.bin: wrong magic number (not a reference state file)")
-    local ok=0 i=0
-    for f in score mode heads combination window short magic; do
-        out=$(./check_state "$dir/$f.bin" 2>&1 >/dev/null)
+    echo "a text, shorter than a header" >"$dir/text.bin"
+    local ok=0
+    refused() {  # PATH MESSAGE: ./check_state PATH exits 2 saying "error: state file PATH: MESSAGE"
+        out=$(./check_state "$1" 2>&1 >/dev/null)
         status=$?
-        [ "$status" -eq 2 ] && [ "$out" = "error: state file $dir/${expect[$i]}" ] || { echo "$f: status $status: $out"; ok=1; }
-        i=$((i + 1))
-    done
+        [ "$status" -eq 2 ] && [ "$out" = "error: state file $1: $2" ] || { echo "$1: status $status: $out"; ok=1; }
+    }
+    refused "$dir/score.bin" "invalid shape or variant: --depth-score: unknown value 2"
+    refused "$dir/mode.bin" "invalid shape or variant: --depth-score sigmoid applies to AttnRes (mode full or block), not mode none"
+    refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
+    refused "$dir/combination.bin" "invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
+    refused "$dir/window.bin" "invalid shape or variant: --depth-window applies to mode full only"
+    refused "$dir/short.bin" "truncated (no complete 256-int header)"
+    refused "$dir/magic.bin" "wrong magic number (not a reference state file)"
+    refused "$dir/text.bin" "wrong magic number (not a reference state file)"
+    # what is no state file at all: a directory, and a device that reads zeros without end
+    refused "$dir" "is a directory, not a state file"
+    refused /dev/zero "not a regular file (a device, pipe or socket)"
     return $ok
 }
-single "check_state refuses a bad state file (variant slots, truncated, wrong magic): exit 2" check_state_refuses
+single "check_state refuses a bad state file (variant slots, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
 
 # --out writes OUT.tmp and renames it over OUT: a pipe (or a device such as /dev/null) at OUT
 # is refused with exit 2, not replaced by a file
@@ -115,12 +119,41 @@ single "check_state and gradcheck: --help prints the usage, exit 0" tools_help
 echo "== every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 
+echo "== the Makefile and dev/"
+# `make help` lists every target: each rule named without a slash in the Makefile or
+# dev/infra/gpu.mk, and each .PHONY name, has its line there (the `## ` beside the target)
+make_help_lists_every_target() {
+    local help targets target ok=0
+    help=$(MAKEFLAGS= make --no-print-directory help) || return 1
+    targets=$(sed -nE 's/^\.PHONY: *//p; s/^([A-Za-z0-9_-]+( +[A-Za-z0-9_-]+)*) *:([^=].*)?$/\1/p' \
+                  Makefile dev/infra/gpu.mk | tr -s ' ' '\n' | sort -u)
+    [ -n "$targets" ] || { echo "no targets found in the Makefile"; return 1; }
+    for target in $targets; do
+        grep -qE "^  $target +[^ ]" <<<"$help" || { echo "make help has no line for $target"; ok=1; }
+    done
+    return $ok
+}
+single "make help: one line for every target of the Makefile and dev/infra/gpu.mk" make_help_lists_every_target
+
+# the product does not depend on its tooling: no file of src/, cuda/, data/ or train.c
+# includes a file of dev/, by its path or by a name only dev/ has
+product_includes_nothing_from_dev() {
+    local names found
+    names=$(find dev -type f \( -name '*.h' -o -name '*.c' -o -name '*.cu' -o -name '*.cuh' \) \
+                -printf '%f\n' | sort -u | sed 's/\./\\./g' | paste -sd'|')
+    [ -n "$names" ] || { echo "no C or CUDA files found under dev/"; return 1; }
+    found=$(grep -rnE "^[[:space:]]*#[[:space:]]*include[[:space:]]*[\"<]([^\">]*/)?(dev/[^\">]*|$names)[\">]" \
+                src cuda data train.c)
+    [ -z "$found" ] || { echo "includes from dev/: $found"; return 1; }
+}
+single "src/, cuda/, data/ and train.c include nothing from dev/" product_includes_nothing_from_dev
+
 if [ -x ./test_cuda_emu ]; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
     doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
 fi
 # the depth attention's kernels built with the other block shapes that make gpu-check times
-# (DEPTH_SHAPES from the Makefile: rows per block x threads per row x columns a thread takes
+# (DEPTH_SHAPES from dev/infra/gpu.mk: rows per block x threads per row x columns a thread takes
 # at a time), both thread orders;
 # only those, not whatever older shapes a build folder still holds
 for shape in ${DEPTH_SHAPES:-}; do

@@ -1,12 +1,12 @@
-// test_bench.cpp — the statistics `make bench` reports (dev/bench_util.h): quantiles, and the
-// median's 95 % confidence interval, whose claims ("full's overhead is below 10 %") rest on
-// it covering the true median as often as it says.
+// test_bench.cpp — the statistics `make bench` reports (dev/bench/bench_util.h): quantiles,
+// and the median's 95 % confidence interval, whose claims ("full's overhead is below 10 %")
+// rest on it covering the true median as often as it says.
 #include <doctest/doctest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "../dev/bench_util.h"
+#include "../dev/bench/bench_util.h"
 
 TEST_CASE("quantile picks the nearest order statistic of the sorted values") {
     std::vector<double> v = {5, 1, 4, 2, 3};

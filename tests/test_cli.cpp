@@ -823,7 +823,7 @@ TEST_CASE("make plots on a run stopped before its first evaluation: one error li
     check_success(run_train(dir, tiny({"--steps", "10", "--eval-every", "5", "--log-every", "5",
                                        "--stop-after", "1", "--diagnostics", diag})));
     write_text(diag + "/eval.csv", "step,val_loss,accuracy,exact_match\n");  // no evaluation yet
-    Run plots = run_program(dir, "dev/plots.sh", {diag});
+    Run plots = run_program(dir, "dev/experiments/plots.sh", {diag});
     CHECK(plots.exit_code == 1);
     CHECK(contains(plots.err, "eval.csv has no rows yet"));
     CHECK(lines_of(plots.err).size() == 1);

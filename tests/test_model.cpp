@@ -58,7 +58,7 @@ bool is_gain(int tensor) {
 }
 
 // Gains (and DenseFormer's scalars) 1 + 0.3 N(0,1), pseudo-queries and static-mixing logits
-// N(0,0.5), wte N(0,1), the query projections U N(0, 0.3/sqrt(d)) (as dev/reference.py's
+// N(0,0.5), wte N(0,1), the query projections U N(0, 0.3/sqrt(d)) (as dev/check/reference.py's
 // rand init: U rmsnorm(V) then moves the query by O(0.3), like w's spread), other matrices
 // N(0,0.3): every depth attention has non-uniform weights, and embeddings are large enough
 // that rmsnorm is not too curved for finite differences.

@@ -1,4 +1,4 @@
-// bench_util.h — what dev/bench.c and dev/bench_cuda.c share: the bench model and its
+// bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model and its
 // variants, a clock, quantiles, and the report of interleaved rounds (each config's median
 // ms/step; each overhead the median of the paired ratios config / none of the same round,
 // with the middle half of the rounds and a 95 % confidence interval for the median).

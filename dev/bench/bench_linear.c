@@ -1,6 +1,6 @@
 // bench_linear.c — checks src/linear.c against a naive double-precision reference and
 // across thread counts, then times it (and, once, the naive three loops beside it). Exits 1 if any check fails. Build and run:
-//   gcc -O3 -march=native -std=c11 -fopenmp -Isrc dev/bench_linear.c src/linear.c
+//   gcc -O3 -march=native -std=c11 -fopenmp -Isrc dev/bench/bench_linear.c src/linear.c
 //       -o /tmp/bench_linear -lm        (one line)
 //   /tmp/bench_linear [repeats]         (times are the best of repeats: the cores are shared)
 // Errors are |got - ref| / sum_p |term_p|: the float error a sum of k terms can pick up,

@@ -3,19 +3,20 @@
 # rows, each a switch of SPEC's "Variants", trained with one budget on two measures over 3
 # seeds: the validation loss of a byte-level language model on English text, and the steps
 # until 99 % held-out exact match on sequence reversal. Prints the table beside the paper's
-# numbers (also OUT/table.md; per seed OUT/seeds.csv) and draws loss curves with dev/plots.sh.
+# numbers (also OUT/table.md; per seed OUT/seeds.csv) and draws loss curves with
+# dev/experiments/plots.sh.
 #
-# usage: dev/ablate.sh [OUT]    (make ablate [TEXT=file] [OUT=dir]; OUT = runs/ablate;
+# usage: dev/experiments/ablate.sh [OUT]    (make ablate [TEXT=file] [OUT=dir]; OUT = runs/ablate;
 #                                about 14 min on 2 cores)
 # environment (defaults below):
 #   TEXT      the language model's text; unset: the files of Debian's `fortunes` package
-#             (dev/ensure_deps.sh fortunes), shuffled into OUT/fortunes.txt
+#             (dev/infra/ensure_deps.sh fortunes), shuffled into OUT/fortunes.txt
 #   MODEL     the model every row shares (L = 8: 16 sub-layers, 4 blocks of S = 4)
 #   TEXT_STEPS, REVERSE_STEPS   each task's budget in steps, the same for every row
 #             (e.g. TEXT_STEPS=20 REVERSE_STEPS=20 SEEDS=1 for a quick check of the script)
 #   TEXT_SETTING, REVERSE_SETTING   each task's flags (the budget included)
 #   ROWS      the rows to train (all eleven), TASKS the measures ("text reverse")
-#   SEEDS, JOBS, THREADS, TRAIN   as in dev/compare.sh, whose helpers this script uses
+#   SEEDS, JOBS, THREADS, TRAIN   as in dev/experiments/compare.sh, whose helpers this script uses
 # Runs: OUT/<task>/<row>_seed<k>/ (the CSVs of --diagnostics, run.log: the trainer's output);
 # charts: OUT/<task>/charts_<group>/loss.png (and depth.png), one per group of rows.
 set -euo pipefail
@@ -77,7 +78,7 @@ if [ -z "${TEXT:-}" ]; then
     TEXT=$out/fortunes.txt
     fortunes=/usr/share/games/fortunes
     [ -f "$fortunes/wisdom" ] || {
-        echo "error: $fortunes is missing: run dev/ensure_deps.sh fortunes (make ablate does)" >&2
+        echo "error: $fortunes is missing: run dev/infra/ensure_deps.sh fortunes (make ablate does)" >&2
         exit 1
     }
     find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' | LC_ALL=C sort | xargs awk '

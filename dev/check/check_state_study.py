@@ -2,8 +2,8 @@
 """check_state_study.py — does check_state's tolerance track conditioning? (`make check-state-study`)
 
 check_state passes a tensor when max_rel <= tol = max(TOL_FLOOR, TOL_FACTOR * spread), the
-spread measured on the C computation itself (dev/check_state.c). On random configs drawn by
-dev/reference.py --random this script shows that
+spread measured on the C computation itself (dev/check/check_state.c). On random configs drawn by
+dev/check/reference.py --random this script shows that
   1. the correct code passes every one (and how many the old fixed rule fails: max|c-r| /
      max|r| <= 1e-5 for every tensor), with the worst error / tolerance ratio and the error /
      spread ratios that TOL_FACTOR must cover;
@@ -13,8 +13,8 @@ dev/reference.py --random this script shows that
 The default seeds (1000..1099) are not the calibration configs TOL_FACTOR and N_NUDGES were
 chosen on (--seed 0 --count 200).
 
-usage: /usr/bin/python3 dev/check_state_study.py [--count 100] [--seed 1000] [--keep DIR]
-Needs torch (Debian's python3-torch) for dev/reference.py, and ./check_state built (make).
+usage: /usr/bin/python3 dev/check/check_state_study.py [--count 100] [--seed 1000] [--keep DIR]
+Needs torch (Debian's python3-torch) for dev/check/reference.py, and ./check_state built (make).
 The state files go to a temporary folder, removed at the end unless --keep DIR names one.
 """
 import argparse
@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "dev"))
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is in dev/check/)
+sys.path.insert(0, str(ROOT / "dev" / "check"))
 import reference  # noqa: E402  (the state-file reader and the random configs)
 
 OLD_TOL = 1e-5  # the fixed rule check_state used before
@@ -116,7 +116,7 @@ def main():
     work = Path(tempfile.mkdtemp(prefix="check_state_study_"))
     try:
         files = Path(a.keep) if a.keep else work / "states"
-        subprocess.run([sys.executable, str(ROOT / "dev/reference.py"), "--random", str(files),
+        subprocess.run([sys.executable, str(ROOT / "dev/check/reference.py"), "--random", str(files),
                         "--count", str(a.count), "--seed", str(a.seed)],
                        check=True, stdout=subprocess.DEVNULL)
         seeds = range(a.seed, a.seed + a.count)
@@ -124,7 +124,7 @@ def main():
         states = {s: files / f"random_{s}.bin" for s in seeds}
         modes = Counter({0: "none", 1: "full"}.get(c["S"], "block") for c, _, _, _ in cases.values())
         inits = Counter(init for _, _, init, _ in cases.values())
-        print(f"check_state study: {a.count} random configs (dev/reference.py --random, seeds "
+        print(f"check_state study: {a.count} random configs (dev/check/reference.py --random, seeds "
               f"{a.seed}..{a.seed + a.count - 1}): " + ", ".join(f"{m} {n}" for m, n in modes.items())
               + "; init " + ", ".join(f"{i} {n}" for i, n in inits.items()))
 

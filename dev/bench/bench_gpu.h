@@ -1,6 +1,6 @@
-// bench_gpu.h — what the GPU kernel benchmarks (dev/bench_gemm.cu, dev/bench_depth.cu,
-// dev/bench_attention.cu) share: their command line, random inputs on the device, the
-// comparison of a result with the CPU's, and the timing.
+// bench_gpu.h — what the GPU kernel benchmarks (dev/bench/bench_gemm.cu,
+// dev/bench/bench_depth.cu, dev/bench/bench_attention.cu) share: their command line, random
+// inputs on the device, the comparison of a result with the CPU's, and the timing.
 #ifndef ATTNRES_BENCH_GPU_H
 #define ATTNRES_BENCH_GPU_H
 

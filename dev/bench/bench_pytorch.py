@@ -1,9 +1,9 @@
 #!/usr/bin/python3
-"""PyTorch eager (float32, CPU or --device cuda) counterpart of dev/bench.c: ms/step and tokens/s of one full
+"""PyTorch eager (float32, CPU or --device cuda) counterpart of dev/bench/bench.c: ms/step and tokens/s of one full
 training step (forward, backward, AdamW) per residual mode, on the same fixed config
 (d=256 L=8 H=8 G=4 F=704 V=256, B=8 T=128), median of --steps steps after 2 warm-up steps.
 
-  /usr/bin/python3 dev/bench_pytorch.py [--steps N] [--threads N] [--device cpu|cuda]
+  /usr/bin/python3 dev/bench/bench_pytorch.py [--steps N] [--threads N] [--device cpu|cuda]
 
 Note: Debian's python3-torch does its matmuls in whatever libblas.so.3 the system resolves;
 with only libblas3 installed that is netlib's unoptimised reference BLAS (~2 GFLOP/s here),
@@ -12,7 +12,7 @@ which dominates the time. To time torch with OpenBLAS without installing it syst
   LD_LIBRARY_PATH=/tmp/obl/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 ...
 The BLAS in use is printed in the header.
 
-The model is dev/reference.py's forward (RMSNorm, GQA attention with interleaved RoPE, SwiGLU,
+The model is dev/check/reference.py's forward (RMSNorm, GQA attention with interleaved RoPE, SwiGLU,
 depth attention via stack + softmax over sources), run in float32. Two deliberate differences
 from reference.py, neither changing the math:
   * rope: reference.py builds its cos/sin tables in float64 on every call (which would promote
@@ -41,7 +41,7 @@ except ImportError:  # --device cuda: a skip (exit 3), as for a torch without CU
     sys.exit(f"error: {sys.executable} cannot import torch (Debian: apt-get install "
              "python3-torch, then run it with /usr/bin/python3)")
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "check"))
 import reference  # noqa: E402
 
 _rope_cache = {}

@@ -6,7 +6,7 @@
 # second log window (the first holds the warm-up). Prints the medians, their ratio, and the
 # time the 2 processes spend in collectives (reduce-scatter, all-gather, sums) per step.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-3}
 steps=12
 flags=(--task text --text README.md --seq-len 128 --batch 8 --d 256 --L 8 --H 8 --G 4 --F 704

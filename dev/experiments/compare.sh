@@ -2,9 +2,11 @@
 # compare.sh — none vs full vs block AttnRes on one task with one budget, over 3 seeds.
 # Trains every (mode, seed) with --diagnostics, prints a table (final val loss and exact
 # match, mean ± sd over seeds; steps until exact match first reached 99 %; ms per training
-# step, median over the log windows of all seeds) and draws the curves with dev/plots.sh.
+# step, median over the log windows of all seeds) and draws the curves with
+# dev/experiments/plots.sh.
 #
-# usage: dev/compare.sh [OUT]     (make compare; OUT = runs/compare; ~5 min on 2 quiet cores)
+# usage: dev/experiments/compare.sh [OUT]
+#        (make compare; OUT = runs/compare; ~5 min on 2 quiet cores)
 # environment (defaults below):
 #   SETTING  the flags every run shares: the task, the model and the budget
 #   BLOCK_SIZE  S of the block mode (4)
@@ -13,7 +15,7 @@
 #            two single-threaded runs use the cores best, and every run sees the same load
 #   TRAIN    the trainer (./train)
 #
-# dev/ablate.sh sources this file for the helpers below (runs in a pool, the per-seed
+# dev/experiments/ablate.sh sources this file for the helpers below (runs in a pool, the per-seed
 # statistics); sourced, it defines them and returns before the experiment.
 set -euo pipefail
 

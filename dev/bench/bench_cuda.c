@@ -1,4 +1,4 @@
-// bench_cuda.c — dev/bench.c on the GPU: ms/step and tokens/s of one full training step of
+// bench_cuda.c — dev/bench/bench.c on the GPU: ms/step and tokens/s of one full training step of
 // ./train_cuda (forward, backward, gradient norm, clipping, AdamW) per residual mode, on
 // bench.c's config, the modes interleaved round by round, each overhead the median of the
 // paired ratios mode / none. Built by `make gpu-check` (build/bench_cuda).

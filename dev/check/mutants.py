@@ -22,10 +22,10 @@ __syncwarp() among them, and is judged by its agreement tests under the emulator
 (./test_cuda_emu) in both thread orders (CUDA_TESTS).
 
 With --shape RxTxK (--cuda) the kernels are built with the depth attention's block shape
-DEPTH_ROWS x ROW_THREADS x DEPTH_COLS (the Makefile's DEPTH_SHAPES) instead of the default:
+DEPTH_ROWS x ROW_THREADS x DEPTH_COLS (DEPTH_SHAPES in dev/infra/gpu.mk) instead of the default:
 the code of a thread's later column groups runs only with DEPTH_COLS > 1.
 
-usage: python3 dev/mutants.py [--cuda [--shape 4x64x4]] [--files rmsnorm.c,model.c] [--list]
+usage: python3 dev/check/mutants.py [--cuda [--shape 4x64x4]] [--files rmsnorm.c,model.c] [--list]
                               [--fail-on-survivor]
 The working tree is never written: the mutants live in a temporary copy, removed at the end
 (also on Ctrl-C).
@@ -42,7 +42,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the repository (this file is in dev/check/)
 
 # ---------------------------------------------------------------------------------------
 # Which tests judge which file. Doctest test-case filters (wildcards, case-insensitive) for
@@ -590,7 +590,7 @@ def main():
                  if target_functions(blank_non_code(p.read_text()))]
     unmapped = [p for p in files if Path(p).name not in tests]
     if unmapped:
-        fail(f"no tests for {', '.join(unmapped)}: add them to {table} in dev/mutants.py")
+        fail(f"no tests for {', '.join(unmapped)}: add them to {table} in dev/check/mutants.py")
     if args.files:
         wanted = [f"{folder}/{Path(name.strip()).name}" for name in args.files.split(",")]
         unknown = [p for p in wanted if p not in files]

@@ -9,17 +9,18 @@
 #   .carry/openmpi/env.sh    sourced there: points PATH, LD_LIBRARY_PATH and OpenMPI's and
 #                            PMIx's relocation variables at the copy, wherever it lands
 #   .carry/ab/               only with a commit (make carry AB=commit): the files of cuda/,
-#                            src/ and dev/ as they were at that commit, those that differ from
-#                            now (the model's orchestration in src/ goes with the kernels it
-#                            calls, and the benchmarks with the config and API of their time);
+#                            src/, dev/ and the Makefile as they were at that commit, those that
+#                            differ from now (the model's orchestration in src/ goes with the
+#                            kernels it calls, the benchmarks with the config and API of their
+#                            time, and the Makefile with where dev/ kept them);
 #                            gpu-check then also times the step (and the matmul and depth
 #                            attention, where that commit has their benchmarks) built with
 #                            them, a before/after on one GPU (its time is scarce, and the
 #                            numbers of two different machines do not compare)
 # Then name .carry in the device run's carry list. Installs what is missing here first
-# (dev/ensure_deps.sh: doctest, OpenMPI).
+# (dev/infra/ensure_deps.sh: doctest, OpenMPI).
 set -eu
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 ab_commit=${1:-}
 rm -rf .carry/ab
 if [ -n "$ab_commit" ]; then
@@ -28,16 +29,17 @@ if [ -n "$ab_commit" ]; then
         exit 1
     fi
     mkdir -p .carry/ab
-    git diff --name-only "$ab_commit" -- cuda src dev | while read -r f; do
+    # --no-renames: a file moved since is also listed at its old path, where that commit has it
+    git diff --no-renames --name-only "$ab_commit" -- cuda src dev Makefile | while read -r f; do
         if git cat-file -e "$ab_commit:$f" 2>/dev/null; then  # not a file added since
             mkdir -p ".carry/ab/$(dirname "$f")"
             git show "$ab_commit:$f" >".carry/ab/$f"
         fi
     done
     git log -1 --format='%h %s' "$ab_commit" >.carry/ab/COMMIT
-    echo "carry: .carry/ab: $(find .carry/ab/cuda .carry/ab/src .carry/ab/dev -type f 2>/dev/null | wc -l) files of cuda/, src/ and dev/ as at $(cut -c1-60 .carry/ab/COMMIT)"
+    echo "carry: .carry/ab: $(find .carry/ab/cuda .carry/ab/src .carry/ab/dev .carry/ab/Makefile -type f 2>/dev/null | wc -l) files of cuda/, src/, dev/ and the Makefile as at $(cut -c1-60 .carry/ab/COMMIT)"
 fi
-dev/ensure_deps.sh test mpi
+dev/infra/ensure_deps.sh test mpi
 rm -rf .carry/doctest .carry/openmpi
 mkdir -p .carry/openmpi
 cp -r /usr/include/doctest .carry/
@@ -57,7 +59,7 @@ for tool in mpicc mpicxx mpirun mpiexec; do
 done
 
 cat >.carry/openmpi/env.sh <<'EOF'
-# source this: OpenMPI from .carry/openmpi (dev/carry.sh), relocated to where it now is
+# source this: OpenMPI from .carry/openmpi (dev/infra/carry.sh), relocated to where it now is
 carry_mpi=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/usr
 export OPAL_PREFIX=$carry_mpi                                  # OpenMPI's install prefix
 export PMIX_MCA_mca_base_component_path=$carry_mpi/lib/x86_64-linux-gnu/pmix2/lib/pmix

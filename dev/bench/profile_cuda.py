@@ -7,8 +7,8 @@ and prints each kernel's launches and total time, largest first, with its share 
 The sum is the GPU's busy time; against the step's wall time (make gpu-check, bench_cuda) the
 difference is launch overhead and host work.
 
-  python3 dev/profile_cuda.py [--mode none|full|block] [--cublas] [--ncu PATH] [--keep FILE]
-  python3 dev/profile_cuda.py --diff A.log B.log
+  python3 dev/bench/profile_cuda.py [--mode none|full|block] [--cublas] [--ncu PATH] [--keep FILE]
+  python3 dev/bench/profile_cuda.py --diff A.log B.log
 
 --diff reads two of its own printouts (say a block step's and a none step's) and prints,
 kernel by kernel, what A spends more than B: where an AttnRes mode's overhead goes.

@@ -19,13 +19,13 @@
 #   5. what says where the time goes, as far as the time budget allows (GPU_CHECK_BUDGET
 #      seconds since make gpu-check started, 450 by default: the whole stays under 8 minutes;
 #      a part starts only if its longest expected time still fits, else a skip line), the
-#      most telling first: the depth attention's kernels (dev/bench_depth.cu), checked against
-#      the CPU and timed, with the step, in the plain build and with each block shape of the
-#      Makefile's DEPTH_SHAPES (which shape to make the default); the causal attention's two
-#      versions (dev/bench_attention.cu), checked and timed; Nsight Compute's time per kernel
-#      of a block and of a none step (dev/profile_cuda.py); the benchmarks built with cuda/,
-#      src/ and dev/ of an earlier commit when make carry AB=commit put them in .carry/ab
-#      (before/after on one GPU)
+#      most telling first: the depth attention's kernels (dev/bench/bench_depth.cu), checked
+#      against the CPU and timed, with the step, in the plain build and with each block shape
+#      of DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); the causal
+#      attention's two versions (dev/bench/bench_attention.cu), checked and timed; Nsight
+#      Compute's time per kernel of a block and of a none step (dev/bench/profile_cuda.py); the
+#      benchmarks built with cuda/, src/, dev/ and the Makefile of an earlier commit when make
+#      carry AB=commit put them in .carry/ab (before/after on one GPU)
 #
 # GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
 # make gpu-check began (seconds since 1970; the build counts against the budget).
@@ -34,7 +34,7 @@
 # b804e4a 148 s for the whole-model test, 107 s for the step; the emulator proves the
 # barriers), and of part 5 the block shapes only; a skip line for each part left out.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 start=${GPU_CHECK_START:-$(date +%s)}
 budget=${GPU_CHECK_BUDGET:-450}
 quick=${GPU_CHECK_QUICK:-}
@@ -140,7 +140,7 @@ check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log
     build/bench_cuda --cublas
 check "the matmul version by version and cuBLAS SGEMM vs the CPU, and their speed (build/bench_gemm)" speed.log 120 \
     build/bench_gemm
-python3 dev/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
+python3 dev/bench/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
 status=$?
 if [ $status -eq 3 ]; then
     summary+=("skip  PyTorch eager on the GPU: this machine's python3 has no CUDA-enabled torch")
@@ -148,7 +148,7 @@ elif [ $status -ne 0 ]; then
     summary+=("FAIL  PyTorch eager on the GPU (exit $status; see speed.log)")
     failed=1
 else
-    summary+=("ok    PyTorch eager on the GPU (dev/bench_pytorch.py --device cuda)")
+    summary+=("ok    PyTorch eager on the GPU (dev/bench/bench_pytorch.py --device cuda)")
 fi
 
 # ---- 4. compute-sanitizer ---------------------------------------------------------------
@@ -203,7 +203,7 @@ optional() {
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
 # of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
-# Makefile's DEPTH_SHAPES; then one line per shape, and the shape of the lowest `block`
+# DEPTH_SHAPES (dev/infra/gpu.mk); then one line per shape, and the shape of the lowest `block`
 # overhead, the one to make the default
 shape_table=()
 for shape in default ${DEPTH_SHAPES:-}; do
@@ -262,12 +262,12 @@ for mode in block none; do
     optional "profile of a $mode step" 90 || break
     if [ ! -x "$ncu" ]; then
         summary+=("skip  profile of a step: Nsight Compute is not installed here (no $ncu)")
-    elif timeout 150 python3 dev/profile_cuda.py --mode $mode --ncu "$ncu" >"$out/profile_$mode.log" 2>&1; then
-        summary+=("ok    profile of a $mode step, kernel by kernel (dev/profile_cuda.py; profile_$mode.log)")
+    elif timeout 150 python3 dev/bench/profile_cuda.py --mode $mode --ncu "$ncu" >"$out/profile_$mode.log" 2>&1; then
+        summary+=("ok    profile of a $mode step, kernel by kernel (dev/bench/profile_cuda.py; profile_$mode.log)")
     elif grep -qiE "$ncu_refused" "$out/profile_$mode.log"; then
         summary+=("skip  profile of a step: this machine refuses ncu: $(grep -iE "$ncu_refused" "$out/profile_$mode.log" | head -1 | cut -c1-160)")
     else
-        summary+=("FAIL  profile of a $mode step (dev/profile_cuda.py; see profile_$mode.log)")
+        summary+=("FAIL  profile of a $mode step (dev/bench/profile_cuda.py; see profile_$mode.log)")
         failed=1
     fi
     echo "${summary[-1]}"
@@ -275,12 +275,12 @@ for mode in block none; do
     [[ "${summary[-1]}" == ok* ]] || break
 done
 if [ -s "$out/profile_block.log" ] && [ -s "$out/profile_none.log" ] &&
-   python3 dev/profile_cuda.py --diff "$out/profile_block.log" "$out/profile_none.log" \
+   python3 dev/bench/profile_cuda.py --diff "$out/profile_block.log" "$out/profile_none.log" \
        >"$out/profile_diff.log" 2>&1; then
     cat "$out/profile_diff.log" >>"$out/speed.log"  # where block's overhead goes, per kernel
 fi
-# Before/after on this one GPU: the benchmarks built with cuda/, src/ and dev/ as at an
-# earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
+# Before/after on this one GPU: the benchmarks built with cuda/, src/, dev/ and the Makefile
+# as at an earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
 # under build/ab, then the current build again right after, so that the two runs are
 # neighbours in time. Like for like: the step per mode (bench_cuda, whose flags every
 # version has), and the matmul and the depth attention where that commit has their
@@ -292,9 +292,10 @@ if [ -f .carry/ab/COMMIT ] && optional "before/after (.carry/ab)" 90; then
     for part in cuda src dev; do
         if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
     done
+    if [ -f .carry/ab/Makefile ]; then cp .carry/ab/Makefile build/ab/; fi
     make -C build/ab --no-print-directory -k -j"$(nproc)" build/bench_cuda build/bench_depth \
         build/bench_gemm >>"$out/ab.log" 2>&1
-    if check "benchmarks built with cuda/, src/ and dev/ as at $ab_commit (build/ab)" ab.log 10 \
+    if check "benchmarks built with cuda/, src/, dev/ and the Makefile as at $ab_commit (build/ab)" ab.log 10 \
         test -x build/ab/build/bench_cuda; then
         for version in "before:build/ab/build" "after:build"; do
             name=${version%%:*} dir=${version#*:}

@@ -2,13 +2,13 @@
 """Independent PyTorch (autograd, float64) reference for attnres.c, written from SPEC.md.
 
 Usage (needs /usr/bin/python3, which has torch):
-  dev/reference.py --all tests/data            regenerate every committed state file
-  dev/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
+  dev/check/reference.py --all tests/data            regenerate every committed state file
+  dev/check/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
       (SPEC's variants: --depth-score sigmoid, --key-norm off, --depth-query input,
        --depth-heads K, --depth-window W, --mixing static|dense)
-  dev/reference.py --random DIR [--count 60] [--seed 0]   write COUNT files with random configs
-  dev/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
-  dev/reference.py --selftest                  finite differences, sanity and round-trip
+  dev/check/reference.py --random DIR [--count 60] [--seed 0]   write COUNT files with random configs
+  dev/check/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
+  dev/check/reference.py --selftest                  finite differences, sanity and round-trip
 
 All arithmetic is float64. Parameters are drawn as float32 (what the file stores) and then
 widened, so the file holds exactly the parameters that were used.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # ensure_deps.sh — make sure the packages a target needs are installed:
-#   dev/ensure_deps.sh           what `make test` needs (doctest, boost.context)
-#   dev/ensure_deps.sh gnuplot   what `make plots` and `make compare` need (gnuplot-nox)
-#   dev/ensure_deps.sh mpi       what `make train-mpi` needs (OpenMPI: mpicc, mpirun)
-#   dev/ensure_deps.sh fortunes  the English text `make ablate` trains on (fortunes:
+#   dev/infra/ensure_deps.sh           what `make test` needs (doctest, boost.context)
+#   dev/infra/ensure_deps.sh gnuplot   what `make plots` and `make compare` need (gnuplot-nox)
+#   dev/infra/ensure_deps.sh mpi       what `make train-mpi` needs (OpenMPI: mpicc, mpirun)
+#   dev/infra/ensure_deps.sh fortunes  the English text `make ablate` trains on (fortunes:
 #                                /usr/share/games/fortunes, ~2.5 MB)
 # As root it installs what is missing (apt-get update, then apt-get install -y ...);
 # otherwise it prints the exact command to run and fails.

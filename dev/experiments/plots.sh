@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # plots.sh — PNG charts of training runs written by `./train --diagnostics DIR` (gnuplot).
 #
-# usage: dev/plots.sh [-o OUT] [-g] RUN...       (make plots RUN="dir1 dir2" [OUT=dir])
+# usage: dev/experiments/plots.sh [-o OUT] [-g] RUN...       (make plots RUN="dir1 dir2" [OUT=dir])
 #   OUT/loss.png      training loss, validation loss and exact match against steps, every
 #                     run on one chart
 #   OUT/depth.png     by depth: RMS of the hidden state fed to each sub-layer and of the
@@ -15,7 +15,8 @@
 #                     alpha_h<k> column), one chart per head
 # OUT defaults to the first RUN. Colour tells the mode (none, full, block); runs of one mode
 # differ by dash pattern; a run's label is its directory's name. With -g colour tells the
-# group instead: runs whose names differ only in a _seed<k> suffix (dev/ablate.sh's rows).
+# group instead: runs whose names differ only in a _seed<k> suffix (the rows of
+# dev/experiments/ablate.sh).
 set -euo pipefail
 
 out=""
@@ -28,7 +29,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 if [ $# -eq 0 ]; then
-    echo "usage: dev/plots.sh [-o OUT] [-g] RUN...   (RUN: a directory of ./train --diagnostics)" >&2
+    echo "usage: dev/experiments/plots.sh [-o OUT] [-g] RUN...   (RUN: a directory of ./train --diagnostics)" >&2
     exit 1
 fi
 for run in "$@"; do
