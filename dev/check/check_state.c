@@ -1,7 +1,7 @@
 // check_state.c — parity with the PyTorch reference (dev/check/reference.py).
 //
 // ./check_state FILE [--out OUT]
-// Loads a reference state file (format: README.md, "Parity with PyTorch"), runs the C forward
+// Loads a reference state file (format: docs/parity.md), runs the C forward
 // and backward on its parameters and batch, replays the file's K AdamW steps on the same
 // batch, and prints one line for each output tensor — the logits, the loss, every parameter
 // gradient, the K AdamW losses — with
@@ -29,7 +29,7 @@
 #define STATE_MAGIC 20261125
 #define STATE_VERSION 1
 
-// The tolerance of a tensor, from its measured spread (README.md, "Parity with PyTorch",
+// The tolerance of a tensor, from its measured spread (docs/parity.md
 // has the study behind these numbers: dev/check/check_state_study.py).
 //   TOL_FLOOR: what every tensor may differ by, however well-conditioned (the old fixed rule).
 //   TOL_FACTOR: the rounding inside the computation moves a result by about its spread. On 200

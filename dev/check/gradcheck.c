@@ -54,7 +54,7 @@
 // grows 2.5x, to 1.6x their tolerance at worst, so the tolerance doubles). Beside each: the
 // largest |analytic - numeric| on this program's draw, and the largest fraction of the
 // tolerance used over the 80 draws. Dropping one term of a backward makes errors of 1e-2 .. 1
-// (README, "Gradient-check it yourself"): 20 to 60000 times the tolerance.
+// (docs/gradcheck.md): 20 to 60000 times the tolerance.
 typedef struct {
     double atol, rtol;
 } Tolerance;
