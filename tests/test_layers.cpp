@@ -505,7 +505,7 @@ TEST_CASE("the naive depth attention backward matches finite differences, for ev
     dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
 }
 
-// dquery and dnorm_weight sum N * n_sources terms ds_i k_i (of size below 1 here) in another
+// dquery and dnorm_weight sum N * n_sources terms ds_i k_i per column in another
 // order: the naive version adds them row by row into the gradients, the tiled one sums
 // ds_i r_i V_i over tiles of 16 rows, adds the tiles' sums in turn and multiplies by the gain
 // at the end. Reordering float additions moves the result by a few ulps of its partial sums:
