@@ -1,6 +1,8 @@
 // depth_attention.cu — the AttnRes operator on the GPU (mirror of src/depth_attention.c).
-// Per row n, over the sources V_i (N,C): k_i = rmsnorm(V_i; g), s_i = w . k_i,
-// alpha = softmax_i(s), out = sum_i alpha_i V_i. alpha and key_rstd are (N,n_sources).
+// Per row n, over the sources V_i (N,C), with the pseudo-query w (`query`) and the key norm's
+// gain g (`norm_weight`): k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s),
+// out = sum_i alpha_i V_i. alpha and key_rstd are (N,n_sources). The first, one-thread-per-row
+// version of these kernels is kept and timed beside them in dev/bench/bench_depth.cu.
 #include <math.h>
 
 #include "common.cuh"
@@ -12,22 +14,18 @@
 // (four each at C = 256), two at a time (DEPTH_COLS). At the model's sizes these kernels are
 // bound by memory latency, not bandwidth (a row of 17 sources is 17 KB, the whole call a few
 // MB, and at B T = 1024 rows the grid holds a quarter of the threads an H100 or H200 can run
-// at once), so what counts is how many loads a thread has in flight before it waits. A thread takes the
-// sources SOURCE_CHUNK at a time (depth_sources.cuh) and its columns DEPTH_COLS at a time (a
-// column group: c, c + ROW_THREADS, ..., c + (DEPTH_COLS - 1) ROW_THREADS): it issues the
-// loads of a group's columns for a chunk's sources together (DEPTH_COLS x SOURCE_CHUNK of
-// them: 8 at 1 column, 32 at 4), and only then uses them. Taken a column at a time, a
-// thread waits out one memory latency per column and chunk, since where the kernel writes
-// between columns (out, the sources' gradients) the compiler may not move the next column's
-// reads above the write. A thread still adds its columns in order of c, so every result is
+// at once), so what counts is how many loads a thread has in flight before it waits. A thread
+// takes the sources SOURCE_CHUNK at a time (depth_sources.cuh) and its columns DEPTH_COLS at
+// a time (a column group: c, c + ROW_THREADS, ..., c + (DEPTH_COLS - 1) ROW_THREADS): it
+// issues the loads of a group's columns for a chunk's sources together (DEPTH_COLS x
+// SOURCE_CHUNK of them: 8 at 1 column, 32 at 4), and only then uses them. Taken a column at
+// a time, a thread waits out one memory latency per column and chunk, since where the kernel
+// writes between columns (out, the sources' gradients) the compiler may not move the next
+// column's reads above the write. A thread still adds its columns in order of c, so every result is
 // the same, bit for bit, whatever DEPTH_COLS is (checked under the emulator).
-// The block's shape is the one a GPU timed fastest: `make gpu-check` builds and times the
-// step with other shapes too (-DDEPTH_ROWS=.. -DROW_THREADS=.. -DDEPTH_COLS=.., the
-// Makefile's DEPTH_SHAPES), each checked against the CPU. On an H200 (2026-11-27, commit
-// b804e4a), the depth kernels of a `block` S=4 step took 129 us more than `none`'s norms at
-// 4 x 64 x 2, 142 at 4 x 64 x 4, 168 at 2 x 64 x 4, 175 at 4 x 64 x 1 (the default before),
-// 235 to 325 at 2 x 128 x 2, 8 x 32 x 4 and 1 x 256 x 1 (`full`: 260 against 324 at
-// 4 x 64 x 1); the step's overhead over `none`, +4.3 to +4.4 % against +5.6 %.
+// The block's shape is the one a GPU timed fastest (docs/cuda.md has the numbers): `make
+// gpu-check` builds and times the step with other shapes too (-DDEPTH_ROWS=..
+// -DROW_THREADS=.. -DDEPTH_COLS=.., the Makefile's DEPTH_SHAPES), each checked against the CPU.
 #ifndef DEPTH_ROWS
 #define DEPTH_ROWS 4
 #endif
@@ -91,8 +89,9 @@ __device__ __forceinline__ void load_group_chunk(float v[DEPTH_COLS][SOURCE_CHUN
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
 // sum_c w_c g_c V_ic. Each of the row's threads sums its columns, each warp sums its lanes
-// (warp_sum), and lane 0 of the row's warp w writes warp_first[w][i], warp_second[w][i]; the
-// caller, after a barrier, adds the ROW_WARPS warps' sums in order of w (sum_row_warps).
+// (warp_sum), and lane 0 of the row's warp `warp` writes warp_first[warp][i] and
+// warp_second[warp][i]; the caller, after a barrier, adds the ROW_WARPS warps' sums in order
+// of warp (sum_row_warps).
 __device__ __forceinline__ void row_source_sums(
     float (*warp_first)[DEPTH_ATTENTION_MAX_SOURCES],
     float (*warp_second)[DEPTH_ATTENTION_MAX_SOURCES], const float* x_row,
@@ -139,7 +138,7 @@ __device__ __forceinline__ void row_source_sums(
 __device__ __forceinline__ float sum_row_warps(
     const float (*warp_sums)[DEPTH_ATTENTION_MAX_SOURCES], size_t i) {
     float sum = 0.0f;
-    for (int w = 0; w < ROW_WARPS; w++) sum += warp_sums[w][i];
+    for (int warp = 0; warp < ROW_WARPS; warp++) sum += warp_sums[warp][i];
     return sum;
 }
 
@@ -151,42 +150,43 @@ __device__ __forceinline__ float source_gradient(float value_scale, float key_sc
 }
 
 // The sum over a row of one value per thread: each warp sums its lanes, lane 0 writes its
-// warp's sum to row_warps[w], and after a barrier (every thread of the block takes part) each
-// thread adds the ROW_WARPS sums in order of w.
+// warp's sum to row_warps[warp], and after a barrier (every thread of the block takes part)
+// each thread adds the ROW_WARPS sums in order of warp.
 __device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x, unsigned int r,
                                          unsigned int t) {
     x = warp_sum(x);
     if (t % WARP_SIZE == 0) row_warps[r][t / WARP_SIZE] = x;
     __syncthreads();
     float sum = 0.0f;
-    for (int w = 0; w < ROW_WARPS; w++) sum += row_warps[r][w];
+    for (int warp = 0; warp < ROW_WARPS; warp++) sum += row_warps[r][warp];
     return sum;
 }
 
-// what the fused norm's backward reads at a column group: dxn, out and the gain (1 without one)
+// what the fused norm's backward reads at a column group: dxn, out and its gain `weight` (1
+// without one)
 __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float x_k[DEPTH_COLS],
-                                                  float gain_k[DEPTH_COLS], const float* dx,
-                                                  const float* x, const float* norm_gain,
+                                                  float weight_k[DEPTH_COLS], const float* dx,
+                                                  const float* x, const float* weight,
                                                   size_t group, size_t C) {
     load_columns(dx_k, dx, group, C);
     load_columns(x_k, x, group, C);
-    load_columns(gain_k, norm_gain, group, C);
+    load_columns(weight_k, weight, group, C);
 }
 
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
-// xn = norm_gain * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), norm_gain NULL for
-// all ones (rmsnorm.cu's forward, with a row's ROW_THREADS threads in place of one warp).
+// xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), the gain weight NULL
+// for all ones (rmsnorm.cu's forward, with a row's ROW_THREADS threads in place of one warp).
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,
                                                size_t N, size_t C, float* xn, float* out_rstd,
-                                               const float* norm_gain) {
+                                               const float* weight) {
     __shared__ float warp_sq[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_dot[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float score[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
-    __shared__ float weight[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
+    __shared__ float row_alpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float out_sq[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
@@ -213,8 +213,8 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
         float sum = 0.0f;
         for (size_t i = 0; i < n_sources; i++) sum += expf(score[r][i] - max_score);
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            weight[r][i] = expf(score[r][i] - max_score) / sum;
-            alpha[row * n_sources + i] = weight[r][i];
+            row_alpha[r][i] = expf(score[r][i] - max_score) / sum;
+            alpha[row * n_sources + i] = row_alpha[r][i];
         }
     }
     __syncthreads();
@@ -233,7 +233,7 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                     if (group + k * ROW_THREADS >= C) break;
 #pragma unroll
                     for (int j = 0; j < SOURCE_CHUNK; j++)
-                        if (first + j < n_sources) acc[k] += weight[r][first + j] * v[k][j];
+                        if (first + j < n_sources) acc[k] += row_alpha[r][first + j] * v[k][j];
                 }
             }
 #pragma unroll
@@ -250,14 +250,14 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
     float s = 1.0f / sqrtf(row_sum(out_sq, sum_sq, r, t) / (float)C + RMSNORM_EPS);
     if (live) {
         for (size_t group = t; group < C; group += GROUP_STRIDE) {
-            float o[DEPTH_COLS], gain[DEPTH_COLS];
+            float o[DEPTH_COLS], weight_k[DEPTH_COLS];
             load_columns(o, out + row * C, group, C);
-            load_columns(gain, norm_gain, group, C);
+            load_columns(weight_k, weight, group, C);
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++) {
                 size_t c = group + k * ROW_THREADS;
                 if (c >= C) break;
-                xn[row * C + c] = gain[k] * (o[k] * s);
+                xn[row * C + c] = weight_k[k] * (o[k] * s);
             }
         }
         if (t == 0) out_rstd[row] = s;
@@ -272,10 +272,11 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 // dg += sum dk_i V_i rstd_i, both a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc;
 // this kernel writes its DEPTH_ROWS rows' part of it, acc_parts[block][c] (rows in order).
 // distinct: every source has its own gradient tensor (depth_sources.cuh, distinct_grads).
-// With dxn not NULL (depth_attention_rmsnorm_backward), the kernel first computes dout itself,
-// as the RMSNorm of out (saved out_rstd, gain norm_gain) takes dxn back (step 0, rmsnorm.c's
-// backward), writing it to dout; and with gain_parts not NULL also the block's part of the
-// gain's gradient, gain_parts[block][c] = sum over its rows of dxn_c out_c out_rstd.
+// dout is the gradient of out, read. With dxn not NULL (depth_attention_rmsnorm_backward) the
+// kernel first computes it itself into dout (the caller's dout_scratch), as the RMSNorm of out
+// (saved out_rstd, gain weight) takes dxn back (step 0, rmsnorm.c's backward); and with
+// dweight_parts not NULL also the block's part of the gain's gradient,
+// dweight_parts[block][c] = sum over its rows of dxn_c out_c out_rstd.
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      float* dout, const float* alpha,
@@ -283,9 +284,9 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      const float* query,
                                                      const float* norm_weight, size_t n_sources,
                                                      size_t N, size_t C, int distinct,
-                                                     float* gain_parts, const float* dxn,
+                                                     float* dweight_parts, const float* dxn,
                                                      const float* out, const float* out_rstd,
-                                                     const float* norm_gain) {
+                                                     const float* weight) {
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_wg[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dalpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -294,14 +295,14 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     __shared__ float key_scale[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_acc[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
-    __shared__ float row_gain[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
+    __shared__ float row_dweight[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
     __shared__ float row_dot[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
     float* dy = dout + row * C;
-    // 0. (fused with the norm) dout = rstd w dxn - rstd^3 (sum_c dxn_c w_c out_c) / C out,
-    //    w the gain; each thread writes its columns c = t, t + ROW_THREADS, ..., the same it
+    // 0. (fused with the norm) dout_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j
+    //    out_j) / C out_c; each thread writes its columns c = t, t + ROW_THREADS, ..., the same it
     //    reads in steps 1 and 3, so no barrier stands between them; a column group's reads
     //    come before its writes
     if (dxn != NULL) {
@@ -310,24 +311,24 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
         float dot = 0.0f;
         if (live) {
             for (size_t group = t; group < C; group += GROUP_STRIDE) {
-                float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], gain_k[DEPTH_COLS];
-                load_norm_columns(dx_k, x_k, gain_k, dx, x, norm_gain, group, C);
+                float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
+                load_norm_columns(dx_k, x_k, weight_k, dx, x, weight, group, C);
 #pragma unroll
                 for (int k = 0; k < DEPTH_COLS; k++)
-                    if (group + k * ROW_THREADS < C) dot += dx_k[k] * gain_k[k] * x_k[k];
+                    if (group + k * ROW_THREADS < C) dot += dx_k[k] * weight_k[k] * x_k[k];
             }
         }
         dot = row_sum(row_dot, dot, r, t);
         if (live) {
             float s = out_rstd[row], correction = s * s * s * dot / (float)C;
             for (size_t group = t; group < C; group += GROUP_STRIDE) {
-                float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], gain_k[DEPTH_COLS];
-                load_norm_columns(dx_k, x_k, gain_k, dx, x, norm_gain, group, C);
+                float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
+                load_norm_columns(dx_k, x_k, weight_k, dx, x, weight, group, C);
 #pragma unroll
                 for (int k = 0; k < DEPTH_COLS; k++) {
                     size_t c = group + k * ROW_THREADS;
                     if (c >= C) break;
-                    dy[c] = s * gain_k[k] * dx_k[k] - correction * x_k[k];
+                    dy[c] = s * weight_k[k] * dx_k[k] - correction * x_k[k];
                 }
             }
         }
@@ -396,8 +397,8 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
         for (int k = 0; k < DEPTH_COLS; k++) {
             size_t c = group + k * ROW_THREADS;
             row_acc[r][k][t] = acc[k];  // 0 past N or C
-            if (gain_parts != NULL)
-                row_gain[r][k][t] = live && c < C
+            if (dweight_parts != NULL)
+                row_dweight[r][k][t] = live && c < C
                                         ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
                                         : 0.0f;
         }
@@ -410,14 +411,14 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                 float sum = 0.0f;
                 for (int q = 0; q < DEPTH_ROWS; q++) sum += row_acc[q][k][t];
                 acc_parts[blockIdx.x * C + c] = sum;
-                if (gain_parts != NULL) {
-                    float gain = 0.0f;
-                    for (int q = 0; q < DEPTH_ROWS; q++) gain += row_gain[q][k][t];
-                    gain_parts[blockIdx.x * C + c] = gain;
+                if (dweight_parts != NULL) {
+                    float dweight_sum = 0.0f;
+                    for (int q = 0; q < DEPTH_ROWS; q++) dweight_sum += row_dweight[q][k][t];
+                    dweight_parts[blockIdx.x * C + c] = dweight_sum;
                 }
             }
         }
-        __syncthreads();  // row_acc and row_gain are written again by the next columns
+        __syncthreads();  // row_acc and row_dweight are written again by the next columns
     }
 }
 
@@ -427,50 +428,52 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
 // sums the parts r, r + SUM_GROUPS, r + 2 SUM_GROUPS, ... in order (a warp reads 32
 // neighbouring columns of a part: 128 contiguous bytes), then group 0 adds the SUM_GROUPS
 // sums in order of r. Fixed orders throughout, so the result repeats bit for bit. With
-// gain_parts not NULL the same sum of those parts is added to dgain (the fused norm's gain).
+// dweight_parts not NULL the same sum of those parts is added to dweight (the fused norm's
+// gain's gradient).
 #define SUM_COLUMNS 32
 #define SUM_GROUPS 32
 __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dnorm_weight,
                                                         const float* acc_parts,
                                                         const float* query,
                                                         const float* norm_weight, size_t parts,
-                                                        size_t C, float* dgain,
-                                                        const float* gain_parts) {
+                                                        size_t C, float* dweight,
+                                                        const float* dweight_parts) {
     __shared__ float group_sum[SUM_GROUPS][SUM_COLUMNS];
-    __shared__ float group_gain[SUM_GROUPS][SUM_COLUMNS];
+    __shared__ float group_dweight[SUM_GROUPS][SUM_COLUMNS];
     unsigned int column = threadIdx.x % SUM_COLUMNS, group = threadIdx.x / SUM_COLUMNS;
     size_t c = (size_t)blockIdx.x * SUM_COLUMNS + column;
-    float sum = 0.0f, gain = 0.0f;
+    float sum = 0.0f, dweight_sum = 0.0f;
     if (c < C) {
         // PART_CHUNK of the thread's parts loaded at once (common.cuh), then added in order
         for (size_t first = group; first < parts; first += PART_CHUNK * SUM_GROUPS) {
-            float a[PART_CHUNK], g[PART_CHUNK];
+            float a[PART_CHUNK], dweight_part[PART_CHUNK];
 #pragma unroll
             for (int k = 0; k < PART_CHUNK; k++) {
                 size_t p = first + k * SUM_GROUPS;
                 a[k] = p < parts ? acc_parts[p * C + c] : 0.0f;
-                g[k] = p < parts && gain_parts != NULL ? gain_parts[p * C + c] : 0.0f;
+                dweight_part[k] =
+                    p < parts && dweight_parts != NULL ? dweight_parts[p * C + c] : 0.0f;
             }
 #pragma unroll
             for (int k = 0; k < PART_CHUNK; k++) {
                 if (first + k * SUM_GROUPS >= parts) break;
                 sum += a[k];
-                gain += g[k];  // 0 without gain_parts
+                dweight_sum += dweight_part[k];  // 0 without dweight_parts
             }
         }
     }
     group_sum[group][column] = sum;
-    group_gain[group][column] = gain;
+    group_dweight[group][column] = dweight_sum;
     __syncthreads();
     if (group == 0 && c < C) {
-        float acc = 0.0f, gain_sum = 0.0f;
+        float acc = 0.0f, dweight_total = 0.0f;
         for (int r = 0; r < SUM_GROUPS; r++) {
             acc += group_sum[r][column];
-            gain_sum += group_gain[r][column];
+            dweight_total += group_dweight[r][column];
         }
         dquery[c] += norm_weight[c] * acc;
         dnorm_weight[c] += query[c] * acc;
-        if (gain_parts != NULL) dgain[c] += gain_sum;
+        if (dweight_parts != NULL) dweight[c] += dweight_total;
     }
 }
 
@@ -494,11 +497,12 @@ void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, fl
 
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
     (void)n_sources;
-    return 2 * (size_t)ceil_div(N, DEPTH_ROWS) * C;  // acc_parts, gain_parts
+    return 2 * (size_t)ceil_div(N, DEPTH_ROWS) * C;  // acc_parts, dweight_parts
 }
 
-// Both backwards: the rows kernel (given dxn, the norm's backward first), then the column
-// sums. The workspace holds acc_parts (N / DEPTH_ROWS, C), then gain_parts as many.
+// Both backwards: the rows kernel (given dxn, the norm's backward first, into dout: then the
+// caller's scratch), then the column sums. The workspace holds acc_parts (N / DEPTH_ROWS, C),
+// then dweight_parts as many.
 static void depth_attention_backward_launch(float* const* dsources, float* dquery,
                                             float* dnorm_weight, float* dweight, float* dout,
                                             const float* dxn, const float* out,
@@ -509,14 +513,14 @@ static void depth_attention_backward_launch(float* const* dsources, float* dquer
                                             size_t N, size_t C) {
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
-    float* gain_parts = dxn != NULL && dweight != NULL ? acc_parts + parts * C : NULL;
+    float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + parts * C : NULL;
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
                   grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
-                  distinct_grads(dsources, n_sources), gain_parts, dxn, out, rstd, weight);
+                  distinct_grads(dsources, n_sources), dweight_parts, dxn, out, rstd, weight);
     launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
                   SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, (const float*)acc_parts,
-                  query, norm_weight, parts, C, dweight, (const float*)gain_parts);
+                  query, norm_weight, parts, C, dweight, (const float*)dweight_parts);
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -530,13 +534,14 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
 }
 
 void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dnorm_weight, float* dweight, float* dout,
+                                           float* dnorm_weight, float* dweight,
+                                           float* dout_scratch,
                                            const float* dxn, const float* out, const float* rstd,
                                            const float* weight, const float* alpha,
                                            const float* key_rstd, const float* const* sources,
                                            const float* query, const float* norm_weight,
                                            size_t n_sources, size_t N, size_t C) {
-    depth_attention_backward_launch(dsources, dquery, dnorm_weight, dweight, dout, dxn, out,
-                                    rstd, weight, alpha, key_rstd, sources, query, norm_weight,
-                                    n_sources, N, C);
+    depth_attention_backward_launch(dsources, dquery, dnorm_weight, dweight, dout_scratch, dxn,
+                                    out, rstd, weight, alpha, key_rstd, sources, query,
+                                    norm_weight, n_sources, N, C);
 }

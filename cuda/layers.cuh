@@ -74,9 +74,10 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* dout, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C);
-// The depth attention and the RMSNorm of its output (layers.h) in one kernel each way; the
-// backward borrows the workspace as the one above. (The macro tells dev/bench/bench_depth.cu, also
-// built against older cuda/ files for a before/after, that these exist.)
+// The depth attention and the RMSNorm of its output (layers.h: weight is that norm's gain,
+// dout_scratch overwritten) in one kernel each way; the backward borrows the workspace as the
+// one above. (The macro tells dev/bench/bench_depth.cu, also built against older cuda/ files
+// for a before/after, that these exist.)
 #define HAS_DEPTH_ATTENTION_RMSNORM 1
 void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
                                           float* key_rstd, const float* const* sources,
@@ -84,7 +85,8 @@ void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, fl
                                           const float* weight, size_t n_sources, size_t N,
                                           size_t C);
 void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dnorm_weight, float* dweight, float* dout,
+                                           float* dnorm_weight, float* dweight,
+                                           float* dout_scratch,
                                            const float* dxn, const float* out, const float* rstd,
                                            const float* weight, const float* alpha,
                                            const float* key_rstd, const float* const* sources,

@@ -1,9 +1,12 @@
-// depth_attention.c — the AttnRes operator: softmax attention over depth.
-// Per row (position) n, over sources V_0 .. V_{S-1} (each (N,C)), pseudo-query w and key
-// norm gain g (both (C)):
+// depth_attention.c — the AttnRes operator: softmax attention over depth, forward and
+// backward: first row by row (the naive version, what a reader learns first and the reference
+// the fast one is tested against), then in tiles of rows, the version the model runs.
+// Per row (position) n, over the sources V_0 .. V_{n_sources-1} (each (N,C)), pseudo-query w
+// (`query`) and the key norm's gain g (`norm_weight`), both (C):
 //   k_i = rmsnorm(V_i; g) = g * V_i * r_i,  r_i = (mean(V_i^2) + eps)^(-1/2)
 //   s_i = w . k_i   (no 1/sqrt(C) scale),  alpha = softmax_i(s),  out = sum_i alpha_i V_i
-// Keys are normalised; the values summed are the raw V_i.
+// Keys are normalised; the values summed are the raw V_i. The backward's derivation is in
+// docs/walkthrough.md, section 3.
 #include <math.h>
 #include <stdlib.h>
 #include "layers.h"
@@ -14,12 +17,89 @@ float depth_attention_rstd(const float* v, size_t C) {
     return 1.0f / sqrtf(dot(v, v, C) / (float)C + RMSNORM_EPS);
 }
 
+// ---- the naive version ----
+// One row at a time, the formulas above in order. Every score, alpha, output and source
+// gradient is computed with the same sums in the same order as the tiled version below, so
+// the two agree bit for bit; dquery and dnorm_weight sum over the rows in another order
+// (tested within the rounding of that order).
+
+// out (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
+void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
+                                   const float* const* sources, const float* query,
+                                   const float* norm_weight, size_t n_sources, size_t N,
+                                   size_t C) {
+    float* wg = mallocCheck(C * sizeof(float));  // w * g: then s_i = (w * g) . V_i * r_i
+    for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
+    for (size_t n = 0; n < N; n++) {
+        float* a = alpha + n * n_sources;  // the scores s_i, then alpha_i
+        float* r = key_rstd + n * n_sources;
+        float* o = out + n * C;
+        float max_score = -INFINITY, sum = 0.0f;
+        for (size_t i = 0; i < n_sources; i++) {  // s_i = w . k_i = (w * g) . V_i * r_i
+            r[i] = depth_attention_rstd(sources[i] + n * C, C);
+            a[i] = dot(wg, sources[i] + n * C, C) * r[i];
+            if (a[i] > max_score) { max_score = a[i]; }
+        }
+        for (size_t i = 0; i < n_sources; i++) {  // alpha = softmax(s)
+            a[i] = expf(a[i] - max_score);
+            sum += a[i];
+        }
+        for (size_t i = 0; i < n_sources; i++) { a[i] /= sum; }
+        for (size_t c = 0; c < C; c++) { o[c] = 0.0f; }  // out = sum_i alpha_i V_i
+        for (size_t i = 0; i < n_sources; i++) {
+            for (size_t c = 0; c < C; c++) { o[c] += a[i] * sources[i][n * C + c]; }
+        }
+    }
+    free(wg);
+}
+
+// forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . k_i, k_i = g * V_i * r_i.
+// Every source receives gradient twice, as a value and as a key:
+//   value path:  dV_i += alpha_i dout
+//   dalpha_i = dout . V_i ;  ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j)
+//   key path:    dk_i = ds_i w, then back through rmsnorm (see rmsnorm.c), using
+//                sum_c dk_c g_c V_c = ds_i s_i / r_i:
+//                dV_i += ds_i r_i (w * g) - ds_i r_i^3 ((w * g) . V_i) / C * V_i
+//   dw += sum_i ds_i k_i,  dg += sum_i ds_i w * V_i * r_i
+void depth_attention_backward_naive(float* const* dsources, float* dquery, float* dnorm_weight,
+                                    const float* dout, const float* alpha, const float* key_rstd,
+                                    const float* const* sources, const float* query,
+                                    const float* norm_weight, size_t n_sources, size_t N,
+                                    size_t C) {
+    float* wg = mallocCheck(C * sizeof(float));          // w * g
+    float* ds = mallocCheck(n_sources * sizeof(float));  // dalpha_i, then ds_i, of one row
+    for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
+    for (size_t n = 0; n < N; n++) {
+        const float* a = alpha + n * n_sources;
+        const float* d = dout + n * C;
+        float weighted = 0.0f;  // sum_j alpha_j dalpha_j
+        for (size_t i = 0; i < n_sources; i++) { ds[i] = dot(d, sources[i] + n * C, C); }
+        for (size_t i = 0; i < n_sources; i++) { weighted += a[i] * ds[i]; }
+        for (size_t i = 0; i < n_sources; i++) { ds[i] = a[i] * (ds[i] - weighted); }
+        for (size_t i = 0; i < n_sources; i++) {
+            const float* v = sources[i] + n * C;
+            float* dv = dsources[i] + n * C;
+            float r = key_rstd[n * n_sources + i];
+            float key_scale = ds[i] * r;
+            float correction = ds[i] * r * r * r * dot(wg, v, C) / (float)C;
+            for (size_t c = 0; c < C; c++) {
+                dv[c] += a[i] * d[c] + key_scale * wg[c] - correction * v[c];
+                dquery[c] += ds[i] * (norm_weight[c] * v[c] * r);  // ds_i k_i
+                dnorm_weight[c] += ds[i] * (query[c] * v[c] * r);  // ds_i w V_i r_i
+            }
+        }
+    }
+    free(wg);
+    free(ds);
+}
+
+// ---- the tiled version ----
 // Rows go in tiles of DEPTH_TILE. Each pass over a tile walks one source at a time through
 // all the tile's rows (DEPTH_TILE * C contiguous floats) instead of every source for one
 // row: a few long streams that the hardware prefetches well, where n_sources streams of
 // one row each (17 in full mode) outran the prefetcher, and a tile of every source (17 x
-// 16 KB) stays in L2 between the passes. The arithmetic of every output is the same as row
-// by row (out and dV sum over the sources in order of i).
+// 16 KB) stays in L2 between the passes. The arithmetic of every output is the naive
+// version's (out and dV sum over the sources in order of i).
 #define DEPTH_TILE 16
 
 // out (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
@@ -70,14 +150,9 @@ void depth_attention_forward(float* out, float* alpha, float* key_rstd,
 }
 
 // forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . (g * V_i * r_i).
-// Every source receives gradient twice, as a value and as a key:
-//   value path:  dV_i += alpha_i dout
-//   dalpha_i = dout . V_i ;  ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j)
-//   key path:    dk_i = ds_i w, then back through rmsnorm (see rmsnorm.c), using
-//                sum_c dk_c g_c V_c = ds_i s_i / r_i:
-//                dV_i += ds_i r_i (w * g) - ds_i r_i^2 s_i / C * V_i
-//   dw += sum_i ds_i k_i = g * acc,  dg += sum_i ds_i w * V_i * r_i = w * acc,
-//   with acc = sum over rows and sources of ds_i r_i V_i
+// The gradients of depth_attention_backward_naive, in tiles; its weights' gradients are one
+// column sum times a gain: dw += sum_i ds_i k_i = g * acc,  dg += sum_i ds_i w * V_i * r_i =
+// w * acc, with acc = sum over rows and sources of ds_i r_i V_i
 void depth_attention_backward(float* const* dsources, float* dquery, float* dnorm_weight,
                               const float* dout, const float* alpha, const float* key_rstd,
                               const float* const* sources, const float* query,
@@ -141,8 +216,9 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 }
 
 // The pair every AttnRes sub-layer runs: the depth attention, then the RMSNorm of its output
-// (layers.h). On the CPU the two functions in turn, so this is their definition; the GPU
-// (cuda/depth_attention.cu) fuses them into one kernel and is checked against this.
+// with the sub-layer's input gain `weight` (layers.h). On the CPU the two functions in turn, so
+// this is their definition; the GPU (cuda/depth_attention.cu) fuses them into one kernel and
+// is checked against this.
 void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
                                      float* key_rstd, const float* const* sources,
                                      const float* query, const float* norm_weight,
@@ -151,16 +227,18 @@ void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* 
     rmsnorm_forward(xn, rstd, out, weight, N, C);
 }
 
+// dout_scratch (N,C) is not an incoming gradient: it is overwritten with out's gradient (the
+// norm's input gradient), which the depth attention's backward then reads
 void depth_attention_rmsnorm_backward(float* const* dsources, float* dquery,
-                                      float* dnorm_weight, float* dweight, float* dout,
+                                      float* dnorm_weight, float* dweight, float* dout_scratch,
                                       const float* dxn, const float* out, const float* rstd,
                                       const float* weight, const float* alpha,
                                       const float* key_rstd, const float* const* sources,
                                       const float* query, const float* norm_weight,
                                       size_t n_sources, size_t N, size_t C) {
     #pragma omp parallel for
-    for (size_t i = 0; i < N * C; i++) { dout[i] = 0.0f; }  // rmsnorm_backward adds into it
-    rmsnorm_backward(dout, dweight, dxn, out, weight, rstd, N, C);
-    depth_attention_backward(dsources, dquery, dnorm_weight, dout, alpha, key_rstd, sources,
-                             query, norm_weight, n_sources, N, C);
+    for (size_t i = 0; i < N * C; i++) { dout_scratch[i] = 0.0f; }  // rmsnorm_backward adds
+    rmsnorm_backward(dout_scratch, dweight, dxn, out, weight, rstd, N, C);
+    depth_attention_backward(dsources, dquery, dnorm_weight, dout_scratch, alpha, key_rstd,
+                             sources, query, norm_weight, n_sources, N, C);
 }

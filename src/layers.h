@@ -7,8 +7,9 @@
 //   - backward functions ACCUMULATE (+=) into every gradient they write, so a tensor that
 //     feeds several consumers (AttnRes sends each source to many sub-layers, as value and
 //     as key) gets the sum of all its gradients; buffers are zeroed once per step;
-//   - results do not depend on the OpenMP thread count except where a comment says so
-//     (reductions over rows use per-thread partial sums, combined in thread order).
+//   - results do not depend on the OpenMP thread count: a sum over rows (a weight's
+//     gradient) is either owned whole by one thread, which adds the rows in order, or summed
+//     in fixed tiles of rows whose partial sums are then added in tile order.
 #ifndef ATTNRES_LAYERS_H
 #define ATTNRES_LAYERS_H
 
@@ -87,7 +88,8 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 
 // ---- depth_attention.c -------------------------------------------------------------------
 // The AttnRes operator: softmax attention over n_sources depth sources, per row.
-// sources[i] points at a (N,C) tensor V_i; query w (C) and norm weight g (C).
+// sources[i] points at a (N,C) tensor V_i; query w (C), the pseudo-query, and norm_weight g
+// (C), the key norm's gain:
 //   k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s), out = sum_i alpha_i V_i.
 // Saves alpha (N,n_sources) and key_rstd (N,n_sources) for the backward.
 void depth_attention_forward(float* out, float* alpha, float* key_rstd,
@@ -101,19 +103,33 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
                               const float* dout, const float* alpha, const float* key_rstd,
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C);
+// The same two functions row by row (no tiles, no threads): the algorithm, and the reference
+// the tiled ones are tested against; every result is bit-identical except dquery and
+// dnorm_weight, whose sums over the rows go in another order.
+void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
+                                   const float* const* sources, const float* query,
+                                   const float* norm_weight, size_t n_sources, size_t N,
+                                   size_t C);
+void depth_attention_backward_naive(float* const* dsources, float* dquery, float* dnorm_weight,
+                                    const float* dout, const float* alpha, const float* key_rstd,
+                                    const float* const* sources, const float* query,
+                                    const float* norm_weight, size_t n_sources, size_t N,
+                                    size_t C);
 // The depth attention and the RMSNorm that always reads its output (every AttnRes sub-layer
 // norms its input, and the output's depth attention feeds the final norm), as one call:
-// out = depth_attention(sources), then xn = rmsnorm(out; weight) with rstd (N) saved. Here
-// the two functions above, in turn; cuda/ runs both in one kernel, the row still on chip.
+// out = depth_attention(sources), then xn = rmsnorm(out; weight) with rstd (N) saved; weight
+// (C) is that norm's gain (the sub-layer's attn_norm or mlp_norm, or final_norm), NULL for
+// none. Here the two functions above, in turn; cuda/ runs both in one kernel, the row still
+// on chip.
 void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
                                      float* key_rstd, const float* const* sources,
                                      const float* query, const float* norm_weight,
                                      const float* weight, size_t n_sources, size_t N, size_t C);
-// Its backward from dxn: dout (N,C) = rmsnorm's input gradient (overwritten: the caller's
-// scratch), dweight (C) +=, then depth_attention_backward from dout (dsources, dquery and
-// dnorm_weight +=).
+// Its backward from dxn: dout_scratch (N,C) is overwritten with out's gradient (rmsnorm's
+// input gradient; the caller's scratch, not an incoming gradient), dweight (C) +=, then
+// depth_attention_backward from dout_scratch (dsources, dquery and dnorm_weight +=).
 void depth_attention_rmsnorm_backward(float* const* dsources, float* dquery,
-                                      float* dnorm_weight, float* dweight, float* dout,
+                                      float* dnorm_weight, float* dweight, float* dout_scratch,
                                       const float* dxn, const float* out, const float* rstd,
                                       const float* weight, const float* alpha,
                                       const float* key_rstd, const float* const* sources,

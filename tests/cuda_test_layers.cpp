@@ -35,6 +35,7 @@
 #include "gradcheck.h"
 #include "layers.cuh"
 #include "layers.h"
+#include "../dev/bench/depth_attention_naive.cuh"  // the first depth attention kernels
 
 using gradcheck::compare_exact;
 using gradcheck::compare_within;
@@ -476,35 +477,22 @@ void check_source_gradients(const Outputs& cuda, size_t first, const std::vector
     for (size_t t = 0; t < dtensors.size(); t++) check(cuda[first + t], dtensors[t], tol);
 }
 
-TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
-    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
-    size_t N = 0, C = 0;
-    std::vector<size_t> uses;  // source i is tensor uses[i] (DepthSources)
-    SUBCASE("1 source (its query gets exactly zero gradient)") { N = 3; C = 8; uses = {0}; }
-    SUBCASE("2 sources, N=5 C=7") { N = 5; C = 7; uses = {0, 1}; }
-    SUBCASE("5 sources, N=9 C=70") { N = 9; C = 70; uses = {0, 1, 2, 3, 4}; }
-    SUBCASE("37 sources, more than a warp") {
-        N = 3; C = 33;
-        for (size_t i = 0; i < 37; i++) uses.push_back(i);
-    }
-    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
-        N = 9; C = 70; uses = {0, 1, 2, 3, 4, 0};
-    }
-    SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") {
-        N = 301; C = 12; uses = {0, 1, 2};
-    }
-    SUBCASE("2 sources, N=1100: 275 parts, 8-9 per group (two chunks of parts)") {
-        N = 1100; C = 12; uses = {0, 1};
-    }
-    SUBCASE("9 sources, N=5 C=601: a thread's columns in 3 or more groups, the last partial") {
-        N = 5; C = 601; uses = {0, 1, 2, 3, 4, 5, 6, 7, 8};
-    }
-    if (ON_GPU) {
-        SUBCASE("GPU: 17 sources, N=1024 C=256") {
-            N = 1024; C = 256; tol = {1e-4, 1e-4};
-            for (size_t i = 0; i < 17; i++) uses.push_back(i);
-        }
-    }
+// A version of the depth attention on the GPU: its forward and backward, with the arguments
+// of depth_attention_forward_cuda and depth_attention_backward_cuda
+struct DepthKernels {
+    void (*forward)(float*, float*, float*, const float* const*, const float*, const float*,
+                    size_t, size_t, size_t);
+    void (*backward)(float* const*, float*, float*, const float*, const float*, const float*,
+                     const float* const*, const float*, const float*, size_t, size_t, size_t);
+};
+
+// The kernels' forward and backward over the sources `uses` (DepthSources) of N rows of C
+// against the CPU's (src/depth_attention.c), within tol. serial_sums: the kernels add each
+// column's N x n_sources terms of dquery and dnorm_weight one after another in one float (as
+// the CPU's naive version does), not in parts of a few rows
+static void check_depth_attention(DepthKernels kernels, size_t N, size_t C,
+                                  const std::vector<size_t>& uses, Tolerance tol,
+                                  bool serial_sums) {
     Rng rng(7);
     DepthSources ds(N, C, uses, rng);
     size_t n_sources = ds.n();
@@ -528,11 +516,10 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
         float *d_key_rstd = d.zeros(N * n_sources);
         float *d_query = d.upload(query), *d_norm_weight = d.upload(norm_weight);
         float *d_dquery = d.upload(dquery0), *d_dnorm_weight = d.upload(dnorm_weight0);
-        depth_attention_forward_cuda(d_out, d_alpha, d_key_rstd, dev.src.data(), d_query,
-                                     d_norm_weight, n_sources, N, C);
-        depth_attention_backward_cuda(dev.dsrc.data(), d_dquery, d_dnorm_weight, d.upload(dout),
-                                      d_alpha, d_key_rstd, dev.src.data(), d_query,
-                                      d_norm_weight, n_sources, N, C);
+        kernels.forward(d_out, d_alpha, d_key_rstd, dev.src.data(), d_query, d_norm_weight,
+                        n_sources, N, C);
+        kernels.backward(dev.dsrc.data(), d_dquery, d_dnorm_weight, d.upload(dout), d_alpha,
+                         d_key_rstd, dev.src.data(), d_query, d_norm_weight, n_sources, N, C);
         Outputs result{{"out", download(d_out, N * C)}, {"alpha", download(d_alpha, N * n_sources)},
                        {"key_rstd", download(d_key_rstd, N * n_sources)},
                        {"dquery", download(d_dquery, C)},
@@ -566,6 +553,22 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
         spread = std::max(largest_difference(dquery2, dquery),
                           largest_difference(dnorm_weight2, dnorm_weight));
     }
+    // One float that takes every term in turn rounds more, the more terms (903 at N = 301, 3
+    // sources): there the spread is also the CPU's naive result (summed that way) against
+    // its tiled one
+    if (serial_sums) {
+        DepthSources::Lists lists = ds.host_lists();
+        Floats out2(N * C), alpha2(N * n_sources), rstd2(N * n_sources);
+        Floats dquery2 = dquery0, dnorm_weight2 = dnorm_weight0;
+        depth_attention_forward_naive(out2.data(), alpha2.data(), rstd2.data(), lists.src.data(),
+                                      query.data(), norm_weight.data(), n_sources, N, C);
+        depth_attention_backward_naive(lists.dsrc.data(), dquery2.data(), dnorm_weight2.data(),
+                                       dout.data(), alpha2.data(), rstd2.data(),
+                                       lists.src.data(), query.data(), norm_weight.data(),
+                                       n_sources, N, C);
+        spread = std::max({spread, largest_difference(dquery2, dquery),
+                           largest_difference(dnorm_weight2, dnorm_weight)});
+    }
     CAPTURE(spread);
     check(cuda[3], dquery, sum_tolerance(tol, spread));
     check(cuda[4], dnorm_weight, sum_tolerance(tol, spread));
@@ -574,6 +577,69 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
         compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
         compare_exact("dnorm_weight, one source", cuda[4].values.data(), dnorm_weight0.data(), C);
     }
+}
+
+TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;  // source i is tensor uses[i] (DepthSources)
+    SUBCASE("1 source (its query gets exactly zero gradient)") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("2 sources, N=5 C=7") { N = 5; C = 7; uses = {0, 1}; }
+    SUBCASE("5 sources, N=9 C=70") { N = 9; C = 70; uses = {0, 1, 2, 3, 4}; }
+    SUBCASE("37 sources, more than a warp") {
+        N = 3; C = 33;
+        for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
+        N = 9; C = 70; uses = {0, 1, 2, 3, 4, 0};
+    }
+    SUBCASE("3 sources, N=301: dw and dg summed over 76 parts of 4 rows, 2-3 per group") {
+        N = 301; C = 12; uses = {0, 1, 2};
+    }
+    SUBCASE("2 sources, N=1100: 275 parts, 8-9 per group (two chunks of parts)") {
+        N = 1100; C = 12; uses = {0, 1};
+    }
+    SUBCASE("9 sources, N=5 C=601: a thread's columns in 3 or more groups, the last partial") {
+        N = 5; C = 601; uses = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    }
+    if (ON_GPU) {
+        SUBCASE("GPU: 17 sources, N=1024 C=256") {
+            N = 1024; C = 256; tol = {1e-4, 1e-4};
+            for (size_t i = 0; i < 17; i++) uses.push_back(i);
+        }
+    }
+    check_depth_attention({depth_attention_forward_cuda, depth_attention_backward_cuda}, N, C,
+                          uses, tol, false);
+}
+
+// The first, one-thread-per-row version (dev/bench/depth_attention_naive.cuh), which
+// bench_depth times beside cuda/depth_attention.cu: the same tolerances, as the same sums in
+// another order (each row's in one thread, column by column), but for the weights' sums over
+// every row, which one thread per column adds in one float (serial_sums).
+TEST_CASE("the naive one-thread-per-row depth attention on the GPU matches the CPU") {
+    Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;  // source i is tensor uses[i] (DepthSources)
+    SUBCASE("1 source (its query gets exactly zero gradient)") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("5 sources, N=9 C=70") { N = 9; C = 70; uses = {0, 1, 2, 3, 4}; }
+    SUBCASE("37 sources, more than a warp") {
+        N = 3; C = 33;
+        for (size_t i = 0; i < 37; i++) uses.push_back(i);
+    }
+    SUBCASE("6 sources, the first passed again as the last: its gradient sums both uses") {
+        N = 9; C = 70; uses = {0, 1, 2, 3, 4, 0};
+    }
+    SUBCASE("3 sources, N=301 C=130: rows in three blocks, columns in two") {
+        N = 301; C = 130; uses = {0, 1, 2};
+    }
+    if (ON_GPU) {
+        SUBCASE("GPU: 17 sources, N=1024 C=256") {
+            N = 1024; C = 256; tol = {1e-4, 1e-4};
+            for (size_t i = 0; i < 17; i++) uses.push_back(i);
+        }
+    }
+    check_depth_attention({depth_attention_forward_naive_cuda, depth_attention_backward_naive_cuda},
+                          N, C, uses, tol, true);
 }
 
 // The depth attention with the RMSNorm of its output, one kernel each way on the GPU, against

@@ -422,15 +422,18 @@ struct DepthCase {
         }
     }
     size_t n_sources() const { return uses.size(); }
+    bool naive = false;  // forward and backward: the naive row-by-row version, not the tiled
     void forward(Vec& out, Vec& alpha, Vec& key_rstd) const {
-        depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), sources.data(),
-                                query.data(), norm_weight.data(), n_sources(), N, C);
+        (naive ? depth_attention_forward_naive : depth_attention_forward)(
+            out.data(), alpha.data(), key_rstd.data(), sources.data(), query.data(),
+            norm_weight.data(), n_sources(), N, C);
     }
     void backward(Vec& dquery, Vec& dnorm_weight, const Vec& dout, const Vec& alpha,
                   const Vec& key_rstd) const {
-        depth_attention_backward(dsources.data(), dquery.data(), dnorm_weight.data(), dout.data(),
-                                 alpha.data(), key_rstd.data(), sources.data(), query.data(),
-                                 norm_weight.data(), n_sources(), N, C);
+        (naive ? depth_attention_backward_naive : depth_attention_backward)(
+            dsources.data(), dquery.data(), dnorm_weight.data(), dout.data(), alpha.data(),
+            key_rstd.data(), sources.data(), query.data(), norm_weight.data(), n_sources(), N,
+            C);
     }
     // every source tensor's, the query's and the norm weight's gradient against finite
     // differences of loss (which reruns the forward)
@@ -474,6 +477,97 @@ TEST_CASE("depth attention backward matches finite differences, for every source
         return weighted_sum(R.data(), out.data(), N * C);
     };
     dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
+}
+
+TEST_CASE("the naive depth attention backward matches finite differences, for every source, query and norm") {
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;
+    SUBCASE("1 source") { N = 2; C = 4; uses = {0}; }
+    SUBCASE("3 sources, the first tensor passed twice") { N = 3; C = 8; uses = {0, 1, 0}; }
+    SUBCASE("4 sources, N=5 C=19: a dot product of 16 lanes and a remainder") {
+        N = 5; C = 19; uses = {0, 1, 2, 3};
+    }
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(uses.size());
+    Rng rng(107);
+    DepthCase dc(N, C, uses, rng, 1.0f);
+    dc.naive = true;
+    size_t n = dc.n_sources();
+    Vec R = rng.uniform_vector(N * C, -1, 1), out(N * C), alpha(N * n), key_rstd(N * n);
+    Vec dquery(C, 0.0f), dnorm_weight(C, 0.0f);
+    dc.forward(out, alpha, key_rstd);
+    dc.backward(dquery, dnorm_weight, R, alpha, key_rstd);
+    auto loss = [&] {
+        dc.forward(out, alpha, key_rstd);
+        return weighted_sum(R.data(), out.data(), N * C);
+    };
+    dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
+}
+
+// dquery and dnorm_weight sum N * n_sources terms ds_i k_i per column in another
+// order: the naive version adds them row by row into the gradients, the tiled one sums
+// ds_i r_i V_i over tiles of 16 rows, adds the tiles' sums in turn and multiplies by the gain
+// at the end. Reordering float additions moves the result by a few ulps of its partial sums:
+// here at most 1e-5 on sums up to about 10, 36 % of 1e-5 + 1e-5 |x| (GRADCHECK_VERBOSE=1),
+// the tolerance the GPU agreement tests allow these sums; any dropped term moves them by
+// 1e-2 or more. Everything else is the same arithmetic in the same order: bit for bit.
+static const Tolerance DEPTH_NAIVE_SUM_TOL = {1e-5, 1e-5};
+
+TEST_CASE("the tiled depth attention equals the naive row-by-row one, bit for bit but the weights' column sums") {
+    size_t N = 0, C = 0;
+    std::vector<size_t> uses;
+    SUBCASE("1 source, N=3 C=8") { N = 3; C = 8; uses = {0}; }
+    SUBCASE("3 sources, N=5 C=5") { N = 5; C = 5; uses = {0, 1, 2}; }
+    SUBCASE("5 sources, N=17 C=33: one whole tile of rows and one row, dots with remainders") {
+        N = 17; C = 33; uses = {0, 1, 2, 3, 4};
+    }
+    SUBCASE("6 sources, the first passed again as the last, N=40 C=16: three tiles") {
+        N = 40; C = 16; uses = {0, 1, 2, 3, 4, 0};
+    }
+    SUBCASE("17 sources (full mode at L=8), N=37 C=64") {
+        N = 37; C = 64;
+        for (size_t i = 0; i < 17; i++) uses.push_back(i);
+    }
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(uses.size());
+    Rng rng(113);
+    DepthCase tiled(N, C, uses, rng, 1.0f);
+    DepthCase naive = tiled;  // the same inputs, its own gradient tensors
+    naive.naive = true;
+    naive.sources.clear();
+    naive.dsources.clear();
+    for (size_t t : uses) {
+        naive.sources.push_back(naive.tensors[t].data());
+        naive.dsources.push_back(naive.dtensors[t].data());
+    }
+    for (size_t t = 0; t < tiled.dtensors.size(); t++) {  // both add into the same values
+        Vec start = rng.uniform_vector(N * C, -1, 1);  // copied in: dsources point at them
+        std::copy(start.begin(), start.end(), tiled.dtensors[t].begin());
+        std::copy(start.begin(), start.end(), naive.dtensors[t].begin());
+    }
+    size_t n = tiled.n_sources();
+    Vec dout = rng.uniform_vector(N * C, -1, 1);
+    Vec dquery0 = rng.uniform_vector(C, -1, 1), dnorm_weight0 = rng.uniform_vector(C, -1, 1);
+    Vec out = nan_vector(N * C), alpha = nan_vector(N * n), key_rstd = nan_vector(N * n);
+    Vec out_naive = nan_vector(N * C), alpha_naive = nan_vector(N * n);
+    Vec key_rstd_naive = nan_vector(N * n);
+    tiled.forward(out, alpha, key_rstd);
+    naive.forward(out_naive, alpha_naive, key_rstd_naive);
+    compare_exact("out", out.data(), out_naive.data(), N * C);
+    compare_exact("alpha", alpha.data(), alpha_naive.data(), N * n);
+    compare_exact("key_rstd", key_rstd.data(), key_rstd_naive.data(), N * n);
+    Vec dquery = dquery0, dnorm_weight = dnorm_weight0;
+    Vec dquery_naive = dquery0, dnorm_weight_naive = dnorm_weight0;
+    tiled.backward(dquery, dnorm_weight, dout, alpha, key_rstd);
+    naive.backward(dquery_naive, dnorm_weight_naive, dout, alpha, key_rstd);
+    for (size_t t = 0; t < tiled.dtensors.size(); t++)
+        compare_exact("dsource tensor " + std::to_string(t), tiled.dtensors[t].data(),
+                      naive.dtensors[t].data(), N * C);
+    compare_within("dquery", dquery.data(), dquery_naive.data(), C, DEPTH_NAIVE_SUM_TOL);
+    compare_within("dnorm_weight", dnorm_weight.data(), dnorm_weight_naive.data(), C,
+                   DEPTH_NAIVE_SUM_TOL);
 }
 
 TEST_CASE("depth attention with its RMSNorm (one call) matches finite differences, gain and dout included") {

@@ -1,18 +1,28 @@
-// bench_depth.cu — the depth attention's kernels (cuda/depth_attention.cu) as a training step
-// of the bench model calls them: in `full` and `block S=4` (d = 256, L = 8, B*T = 1024 rows),
-// the 2L + 1 = 17 forward calls of one step, each over the sources model.c hands it (1 to 17
-// in full, 1 to 5 in block), then the 17 backward calls; timed with CUDA events, median of
-// --repeats after warm-up. What the AttnRes modes add to a step over `none` is mostly these
-// calls, so this is the number to move when the overhead is too large. Each depth attention's
-// output goes straight into an RMSNorm, so the same calls are also timed with it: as two
-// calls each way (depth attention, then rmsnorm; zeroing, rmsnorm's backward, then the depth
-// attention's) and as the step runs them, one fused call each way
-// (depth_attention_rmsnorm_*_cuda), beside the 17 norms alone that `none` runs instead.
-// Before timing, one call of each mode is checked against the CPU (src/depth_attention.c),
-// since the program is also built with other block shapes (the Makefile's DEPTH_SHAPES): it
-// exits 1 on a mismatch. Also built against an earlier commit's cuda/ (make carry AB=...),
-// which may not have the fused calls: then their lines are left out. Built by
-// `make gpu-check`, which runs it.
+// bench_depth.cu — the depth attention on the GPU, version by version (llm.c's dev/cuda habit:
+// each version a complete idea, checked against the CPU and timed in one program, so a reader
+// sees how the kernel became fast and a GPU says by how much):
+//   version 1: depth_attention_naive.cuh: one thread per row, its sources and columns in
+//              plain loops (src/depth_attention.c's naive version on the GPU); the weights'
+//              gradients by one thread per column, adding every row in order.
+//   version 2: cuda/depth_attention.cu, what the trainer runs: a row's 64 threads split its
+//              columns, each issuing its loads of several sources and columns at once (memory
+//              latency, not bandwidth, bounds these kernels); the weights' gradients summed in
+//              parts of 4 rows, then over the parts.
+// Each is timed as a training step of the bench model calls it: in `full` and `block S=4`
+// (d = 256, L = 8, B*T = 1024 rows), the 2L + 1 = 17 forward calls of one step, each over the
+// sources model.c hands it (1 to 17 in full, 1 to 5 in block), then the 17 backward calls;
+// CUDA events, median of --repeats after warm-up (version 1, far slower, a tenth of them).
+// What the AttnRes modes add to a step over `none` is mostly these calls, so this is the
+// number to move when the overhead is too large. Each depth attention's output goes straight
+// into an RMSNorm, so version 2 is also timed with it: as two calls each way (depth
+// attention, then rmsnorm; zeroing, rmsnorm's backward, then the depth attention's) and as the
+// step runs them, one fused call each way (depth_attention_rmsnorm_*_cuda), beside the 17
+// norms alone that `none` runs instead.
+// Before timing, one call of each is checked against the CPU (src/depth_attention.c), since
+// the program is also built with other block shapes (the Makefile's DEPTH_SHAPES): it exits 1
+// on a mismatch. Also built against an earlier commit's cuda/ (make carry AB=...), which may
+// not have the fused calls: then their lines are left out. Built by `make gpu-check`, which
+// runs it.
 //
 // ./build/bench_depth [--repeats N]
 #include <algorithm>
@@ -25,6 +35,7 @@
 #include "layers.cuh"
 #include "bench_util.h"
 #include "bench_gpu.h"
+#include "depth_attention_naive.cuh"  // version 1
 
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM
 #define HAS_FUSED 1
@@ -53,16 +64,18 @@ static void print_depth_line(int mode, const char* calls, const std::vector<size
 }
 
 // The inputs of one call on the host: n sources V_i and the gradients they hold (N,C) (a call
-// over fewer takes the first ones), the query, norm weight and gain (C) and the gradients the
-// backwards add to, dxn (N,C): the norm's output gradient, or the attention's dout unfused.
+// over fewer takes the first ones), the query, the key norm's gain norm_weight and the RMSNorm's
+// gain weight (C) and the gradients the backwards add to, dxn (N,C): the norm's output
+// gradient, or the attention's dout unfused.
 // With `reversed`, every (N,C) tensor's rows in reverse order.
 struct HostInputs {
     std::vector<std::vector<float>> sources, dsources;
-    std::vector<float> query, norm_weight, gain, dquery, dnorm_weight, dgain, dxn;
+    std::vector<float> query, norm_weight, weight, dquery, dnorm_weight, dweight, dxn;
     HostInputs(size_t n, size_t N, size_t C)
-        : query(random_floats(C, 2)), norm_weight(random_floats(C, 3)), gain(random_floats(C, 7)),
-          dquery(random_floats(C, 4)), dnorm_weight(random_floats(C, 5)),
-          dgain(random_floats(C, 8)), dxn(random_floats(N * C, 6)) {
+        : query(random_floats(C, 2)), norm_weight(random_floats(C, 3)),
+          weight(random_floats(C, 7)), dquery(random_floats(C, 4)),
+          dnorm_weight(random_floats(C, 5)), dweight(random_floats(C, 8)),
+          dxn(random_floats(N * C, 6)) {
         for (size_t i = 0; i < n; i++) {
             sources.push_back(random_floats(N * C, 10 + (unsigned)i));
             dsources.push_back(random_floats(N * C, 40 + (unsigned)i));
@@ -83,31 +96,35 @@ struct HostInputs {
 
 // What one call (forward, then backward) gives: per row (out, alpha, key_rstd, the sources'
 // gradients; fused also xn, rstd, dout) and sums over every row (dquery, dnorm_weight; fused
-// also dgain), all on the host, each with its name
+// also dweight), all on the host, each with its name
 struct Results {
     std::vector<std::pair<const char*, std::vector<float>>> per_row, sums;
 };
 
-// The Results of one call from its tensors (host copies); xn, rstd, dout and dgain only fused
+// The calls checked and timed: version 1 (the depth attention alone), version 2 alone, and
+// version 2 fused with its RMSNorm
+enum Call { NAIVE, ALONE, FUSED };
+
+// The Results of one call from its tensors (host copies); xn, rstd, dout and dweight only fused
 static Results named_results(std::vector<float> out, std::vector<float> alpha,
                              std::vector<float> key_rstd, std::vector<std::vector<float>> dsources,
                              std::vector<float> dquery, std::vector<float> dnorm_weight, bool fused,
                              std::vector<float> xn, std::vector<float> rstd,
-                             std::vector<float> dout, std::vector<float> dgain) {
+                             std::vector<float> dout, std::vector<float> dweight) {
     Results r;
     r.per_row = {{"out", out}, {"alpha", alpha}, {"key_rstd", key_rstd}};
     for (const std::vector<float>& d : dsources) r.per_row.push_back({"dsource", d});
     r.sums = {{"dquery", dquery}, {"dnorm_weight", dnorm_weight}};
     if (fused) {
         r.per_row.insert(r.per_row.end(), {{"xn", xn}, {"rstd", rstd}, {"dout", dout}});
-        r.sums.push_back({"dgain", dgain});
+        r.sums.push_back({"dweight", dweight});
     }
     return r;
 }
 
-// The call over n sources and the first `rows` rows on the CPU (src/depth_attention.c), the
-// depth attention alone or fused with its RMSNorm
-static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, bool fused) {
+// The call over n sources and the first `rows` rows on the CPU (src/depth_attention.c): the
+// naive version for version 1, the tiled one alone or fused with its RMSNorm for version 2
+static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, Call call) {
     std::vector<const float*> sources;
     std::vector<std::vector<float>> grads(in.dsources.begin(), in.dsources.begin() + n);
     std::vector<float*> dsources;
@@ -117,31 +134,33 @@ static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
     }
     std::vector<float> out(rows * C), alpha(rows * n), key_rstd(rows * n), xn(rows * C), rstd(rows);
     std::vector<float> dout(rows * C), dquery(in.dquery), dnorm_weight(in.dnorm_weight);
-    std::vector<float> dgain(in.dgain);
-    if (fused) {
+    std::vector<float> dweight(in.dweight);
+    if (call == FUSED) {
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM  // an earlier commit's src/ may not have the fused call
         depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), alpha.data(),
                                         key_rstd.data(), sources.data(), in.query.data(),
-                                        in.norm_weight.data(), in.gain.data(), n, rows, C);
+                                        in.norm_weight.data(), in.weight.data(), n, rows, C);
         depth_attention_rmsnorm_backward(dsources.data(), dquery.data(), dnorm_weight.data(),
-                                         dgain.data(), dout.data(), in.dxn.data(), out.data(),
-                                         rstd.data(), in.gain.data(), alpha.data(),
+                                         dweight.data(), dout.data(), in.dxn.data(), out.data(),
+                                         rstd.data(), in.weight.data(), alpha.data(),
                                          key_rstd.data(), sources.data(), in.query.data(),
                                          in.norm_weight.data(), n, rows, C);
 #endif
     } else {
-        depth_attention_forward(out.data(), alpha.data(), key_rstd.data(), sources.data(),
-                                in.query.data(), in.norm_weight.data(), n, rows, C);
-        depth_attention_backward(dsources.data(), dquery.data(), dnorm_weight.data(),
-                                 in.dxn.data(), alpha.data(), key_rstd.data(), sources.data(),
-                                 in.query.data(), in.norm_weight.data(), n, rows, C);
+        (call == NAIVE ? depth_attention_forward_naive : depth_attention_forward)(
+            out.data(), alpha.data(), key_rstd.data(), sources.data(), in.query.data(),
+            in.norm_weight.data(), n, rows, C);
+        (call == NAIVE ? depth_attention_backward_naive : depth_attention_backward)(
+            dsources.data(), dquery.data(), dnorm_weight.data(), in.dxn.data(), alpha.data(),
+            key_rstd.data(), sources.data(), in.query.data(), in.norm_weight.data(), n, rows, C);
     }
-    return named_results(out, alpha, key_rstd, grads, dquery, dnorm_weight, fused, xn, rstd, dout,
-                         dgain);
+    return named_results(out, alpha, key_rstd, grads, dquery, dnorm_weight, call == FUSED, xn,
+                         rstd, dout, dweight);
 }
 
-// the same call on the GPU (cuda/depth_attention.cu); `fused` needs HAS_DEPTH_ATTENTION_RMSNORM
-static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, bool fused) {
+// the same call on the GPU: version 1 (depth_attention_naive.cuh) or version 2
+// (cuda/depth_attention.cu); FUSED needs HAS_DEPTH_ATTENTION_RMSNORM
+static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, Call call) {
     std::vector<const float*> sources;
     std::vector<float*> dsources;
     for (size_t i = 0; i < n; i++) {
@@ -152,24 +171,26 @@ static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
     float *key_rstd = cuda_malloc_floats(rows * n), *xn = cuda_malloc_floats(rows * C);
     float *rstd = cuda_malloc_floats(rows), *dout = cuda_malloc_floats(rows * C);
     float *query = upload(in.query), *norm_weight = upload(in.norm_weight);
-    float *gain = upload(in.gain), *dxn = upload(in.dxn), *dquery = upload(in.dquery);
-    float *dnorm_weight = upload(in.dnorm_weight), *dgain = upload(in.dgain);
-    if (fused) {
+    float *weight = upload(in.weight), *dxn = upload(in.dxn), *dquery = upload(in.dquery);
+    float *dnorm_weight = upload(in.dnorm_weight), *dweight = upload(in.dweight);
+    if (call == FUSED) {
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM
         depth_attention_rmsnorm_forward_cuda(xn, rstd, out, alpha, key_rstd, sources.data(), query,
-                                             norm_weight, gain, n, rows, C);
-        depth_attention_rmsnorm_backward_cuda(dsources.data(), dquery, dnorm_weight, dgain, dout,
-                                              dxn, out, rstd, gain, alpha, key_rstd,
+                                             norm_weight, weight, n, rows, C);
+        depth_attention_rmsnorm_backward_cuda(dsources.data(), dquery, dnorm_weight, dweight,
+                                              dout, dxn, out, rstd, weight, alpha, key_rstd,
                                               sources.data(), query, norm_weight, n, rows, C);
 #endif
     } else {
-        depth_attention_forward_cuda(out, alpha, key_rstd, sources.data(), query, norm_weight, n,
-                                     rows, C);
-        depth_attention_backward_cuda(dsources.data(), dquery, dnorm_weight, dxn, alpha, key_rstd,
-                                      sources.data(), query, norm_weight, n, rows, C);
+        (call == NAIVE ? depth_attention_forward_naive_cuda : depth_attention_forward_cuda)(
+            out, alpha, key_rstd, sources.data(), query, norm_weight, n, rows, C);
+        (call == NAIVE ? depth_attention_backward_naive_cuda : depth_attention_backward_cuda)(
+            dsources.data(), dquery, dnorm_weight, dxn, alpha, key_rstd, sources.data(), query,
+            norm_weight, n, rows, C);
     }
     std::vector<std::vector<float>> grads;
     for (size_t i = 0; i < n; i++) grads.push_back(download(dsources[i], rows * C));
+    bool fused = call == FUSED;
     auto fused_only = [&](const float* p, size_t count) {  // unfused, never written
         return fused ? download(p, count) : std::vector<float>();
     };
@@ -177,9 +198,9 @@ static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
                               download(key_rstd, rows * n), grads, download(dquery, C),
                               download(dnorm_weight, C), fused, fused_only(xn, rows * C),
                               fused_only(rstd, rows), fused_only(dout, rows * C),
-                              fused_only(dgain, C));
-    for (float* p : {out, alpha, key_rstd, xn, rstd, dout, query, norm_weight, gain, dxn, dquery,
-                     dnorm_weight, dgain})
+                              fused_only(dweight, C));
+    for (float* p : {out, alpha, key_rstd, xn, rstd, dout, query, norm_weight, weight, dxn,
+                     dquery, dnorm_weight, dweight})
         cudaCheck(cudaFree(p));
     for (size_t i = 0; i < n; i++) {
         cudaCheck(cudaFree((void*)sources[i]));
@@ -188,33 +209,49 @@ static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, b
     return r;
 }
 
-// One call over n sources and the first `rows` rows, alone and (where cuda/ has it) fused with
-// its RMSNorm, on the GPU against the CPU: returns the largest share of the tolerance used.
-// The tolerances are the agreement tests' at this size (tests/cuda_test_layers.cpp):
-// 1e-4 + 1e-4 |x|, and for the sums over every row (17,408 terms of either sign at the bench
-// size, summing to ~0.2, whose float result depends on the order of the sum) an atol of
-// 4 x the spread when that is more: the spread is the CPU's result against the CPU's with
-// the rows reversed, the same math rounded in another order. The kernels' block shape
-// (DEPTH_ROWS x ROW_THREADS x DEPTH_COLS) may be another than the tests': this says that the
-// build being timed computes the right thing.
+// One call over n sources and the first `rows` rows, each version (and, where cuda/ has it,
+// version 2 fused with its RMSNorm), on the GPU against the CPU: returns the largest share of
+// the tolerance used. The tolerances are the agreement tests' at this size
+// (tests/cuda_test_layers.cpp): 1e-4 + 1e-4 |x|, and for the sums over every row (17,408 terms
+// of either sign at the bench size, summing to ~0.2, whose float result depends on the order
+// of the sum) an atol of 4 x the spread when that is more: the spread is the CPU's result
+// against the CPU's with the rows reversed, the same math rounded in another order; for
+// version 1, which adds all of a column's terms in one float, also the CPU's naive result
+// (summed that way) against its tiled one. The kernels' block shape (DEPTH_ROWS x ROW_THREADS
+// x DEPTH_COLS) may be another than the tests': this says that the build being timed computes
+// the right thing.
 static double check_call(const HostInputs& in, size_t n, size_t rows, size_t C) {
     double used = 0.0;
     HostInputs reversed = in.reversed(rows, C);
-    for (int fused = 0; fused <= HAS_FUSED; fused++) {
-        Results gpu = gpu_call(in, n, rows, C, fused), cpu = cpu_call(in, n, rows, C, fused);
-        Results spread = cpu_call(reversed, n, rows, C, fused);
+    for (Call call : {NAIVE, ALONE, FUSED}) {
+        if (call == FUSED && !HAS_FUSED) continue;
+        Results gpu = gpu_call(in, n, rows, C, call), cpu = cpu_call(in, n, rows, C, call);
+        std::vector<Results> others = {cpu_call(reversed, n, rows, C, call)};
+        if (call == NAIVE) others.push_back(cpu_call(in, n, rows, C, ALONE));
         for (size_t k = 0; k < cpu.per_row.size(); k++)
             used = std::max(used, tolerance_used(gpu.per_row[k].second, cpu.per_row[k].second,
                                                  1e-4, 1e-4));
         for (size_t k = 0; k < cpu.sums.size(); k++) {
             const std::vector<float>&g = gpu.sums[k].second, &c = cpu.sums[k].second;
             double most = 0.0;
-            for (size_t j = 0; j < c.size(); j++)
-                most = std::max(most, (double)std::fabs(spread.sums[k].second[j] - c[j]));
+            for (const Results& other : others)
+                for (size_t j = 0; j < c.size(); j++)
+                    most = std::max(most, (double)std::fabs(other.sums[k].second[j] - c[j]));
             used = std::max(used, tolerance_used(g, c, std::max(1e-4, 4.0 * most), 1e-4));
         }
     }
     return used;
+}
+
+// a line of the table for the calls of one step, the depth attention's through `forward` and
+// `backward` (version 1 or 2) and nothing else: what is not the depth attention, the norm's
+// traffic, is not counted in the GB/s
+template <typename Forward, typename Backward>
+static void time_depth_line(int mode, const char* calls, const std::vector<size_t>& counts,
+                            Forward forward, Backward backward, int repeats, size_t N, size_t C) {
+    Timing t = time_forward_backward([&] { for (size_t n : counts) forward(n); },
+                                     [&] { for (size_t n : counts) backward(n); }, repeats);
+    print_depth_line(mode, calls, counts, t, N, C);
 }
 
 int main(int argc, char** argv) {
@@ -237,12 +274,14 @@ int main(int argc, char** argv) {
     float *out = cuda_malloc_floats(N * C), *dout = upload(random_floats(N * C, 1));
     float *xn = cuda_malloc_floats(N * C), *rstd = cuda_malloc_floats(N);
     float *dxn = upload(in.dxn), *dh = upload(std::vector<float>(N * C, 0.0f));
-    float *gain = upload(in.gain), *dgain = upload(in.dgain);
+    float *weight = upload(in.weight), *dweight = upload(in.dweight);
     float *alpha = cuda_malloc_floats(N * most), *key_rstd = cuda_malloc_floats(N * most);
     float *query = upload(in.query), *norm_weight = upload(in.norm_weight);
     float *dquery = upload(in.dquery), *dnorm_weight = upload(in.dnorm_weight);
+    const int naive_repeats = std::max(3, repeats / 10);
     std::printf("bench_depth: the depth attention's calls of one training step, bench model "
-                "(N=%zu rows, C=%zu), median of %d runs\n", N, C, repeats);
+                "(N=%zu rows, C=%zu), median of %d runs (version 1: %d)\n", N, C, repeats,
+                naive_repeats);
     // the least DRAM traffic of a call over n sources of N x C floats: the forward reads the
     // sources and writes out, n + 1 tensors; the backward reads the sources and dout and reads
     // and writes the sources' gradients, 3n + 1. Against the GPU's bandwidth (an H200: about
@@ -254,10 +293,10 @@ int main(int argc, char** argv) {
     // residual stream's gradient is added to, nothing zeroed
     const size_t n_norms = 2 * (size_t)bench_config(0).n_layers + 1;
     Timing norms = time_forward_backward(
-        [&] { for (size_t l = 0; l < n_norms; l++) rmsnorm_forward_cuda(xn, rstd, out, gain, N, C); },
+        [&] { for (size_t l = 0; l < n_norms; l++) rmsnorm_forward_cuda(xn, rstd, out, weight, N, C); },
         [&] {
             for (size_t l = 0; l < n_norms; l++)
-                rmsnorm_backward_cuda(dh, dgain, dxn, out, gain, rstd, N, C);
+                rmsnorm_backward_cuda(dh, dweight, dxn, out, weight, rstd, N, C);
         },
         repeats);
     char calls[32];
@@ -269,6 +308,18 @@ int main(int argc, char** argv) {
         ModelConfig c = bench_config(mode);
         std::vector<size_t> counts;
         for (int l = 0; l <= 2 * c.n_layers; l++) counts.push_back(count_sources(&c, l));
+        time_depth_line(
+            mode, "v1: a thread per row", counts,
+            [&](size_t n) {
+                depth_attention_forward_naive_cuda(out, alpha, key_rstd, sources.data(), query,
+                                                   norm_weight, n, N, C);
+            },
+            [&](size_t n) {
+                depth_attention_backward_naive_cuda(dsources.data(), dquery, dnorm_weight, dout,
+                                                    alpha, key_rstd, sources.data(), query,
+                                                    norm_weight, n, N, C);
+            },
+            naive_repeats, N, C);
         auto depth_forward = [&](size_t n) {
             depth_attention_forward_cuda(out, alpha, key_rstd, sources.data(), query,
                                          norm_weight, n, N, C);
@@ -278,44 +329,41 @@ int main(int argc, char** argv) {
                                           key_rstd, sources.data(), query, norm_weight, n, N,
                                           C);
         };
-        // the depth attention alone; the norm's traffic is not counted in the GB/s
-        Timing alone = time_forward_backward(
-            [&] { for (size_t n : counts) depth_forward(n); },
-            [&] { for (size_t n : counts) depth_backward(n, dout); }, repeats);
-        print_depth_line(mode, "depth attention", counts, alone, N, C);
+        time_depth_line(mode, "v2: depth_attention.cu", counts, depth_forward,
+                        [&](size_t n) { depth_backward(n, dout); }, repeats, N, C);
         Timing separate = time_forward_backward(
             [&] {
                 for (size_t n : counts) {
                     depth_forward(n);
-                    rmsnorm_forward_cuda(xn, rstd, out, gain, N, C);
+                    rmsnorm_forward_cuda(xn, rstd, out, weight, N, C);
                 }
             },
             [&] {
                 for (size_t n : counts) {
                     cudaCheck(cudaMemsetAsync(dh, 0, N * C * sizeof(float), cuda_stream));
-                    rmsnorm_backward_cuda(dh, dgain, dxn, out, gain, rstd, N, C);
+                    rmsnorm_backward_cuda(dh, dweight, dxn, out, weight, rstd, N, C);
                     depth_backward(n, dh);
                 }
             },
             repeats);
-        print_depth_line(mode, "+ rmsnorm, two calls", counts, separate, N, C);
+        print_depth_line(mode, "v2 + rmsnorm, two calls", counts, separate, N, C);
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM
         Timing fused = time_forward_backward(
             [&] {
                 for (size_t n : counts)
                     depth_attention_rmsnorm_forward_cuda(xn, rstd, out, alpha, key_rstd,
                                                          sources.data(), query, norm_weight,
-                                                         gain, n, N, C);
+                                                         weight, n, N, C);
             },
             [&] {
                 for (size_t n : counts)
                     depth_attention_rmsnorm_backward_cuda(dsources.data(), dquery, dnorm_weight,
-                                                          dgain, dh, dxn, out, rstd, gain, alpha,
-                                                          key_rstd, sources.data(), query,
+                                                          dweight, dh, dxn, out, rstd, weight,
+                                                          alpha, key_rstd, sources.data(), query,
                                                           norm_weight, n, N, C);
             },
             repeats);
-        print_depth_line(mode, "+ rmsnorm, one fused call", counts, fused, N, C);
+        print_depth_line(mode, "v2 + rmsnorm, one fused", counts, fused, N, C);
         // what the mode adds to a step over none's norms (its partial sums' adds aside)
         std::printf("%-10s %-26s %-22s %11.1f %11.1f   (fused - none's norms)\n",
                     mode == 1 ? "full" : "block S=4", "adds to a step", "",

@@ -2,7 +2,7 @@
 """mutants.py — a mutation study of the backward passes (`make mutants`).
 
 Do the gradient tests notice when one piece of a backward is missing? For every backward
-function in src/ (a name ending in _backward, and adamw_update) this script makes mutants, each
+function in src/ (a name ending in _backward or _backward_naive, and adamw_update) this script makes mutants, each
 the source with one piece taken out:
   - one term dropped from an accumulation (`+=`, `-=`), or from an assignment or a float
     initialisation whose right-hand side is a sum of several terms (`m[i] = beta1 * m[i]
@@ -104,7 +104,7 @@ TEST_TIMEOUT_S = 120  # per test command: a mutant that hangs longer is killed
 # ---------------------------------------------------------------------------------------
 # Reading C: just enough to find statements and the terms of a sum.
 
-TARGET_FUNCTION = re.compile(r"\w+_backward|adamw_update")
+TARGET_FUNCTION = re.compile(r"\w+_backward(?:_naive)?|adamw_update")
 # calls that are no part of the arithmetic: deleting one only leaks or skips an error report.
 # (Zeroing calls such as K->zero(a->dxn, ...) are mutated: the gradient buffers are reused
 # across sub-layers and steps, so a missing zeroing leaves stale gradient in them.)
