@@ -48,6 +48,20 @@ const float* model_probs_cuda(const ModelCuda* m);
 void model_zero_grad_cuda(ModelCuda* m);
 void model_backward_cuda(ModelCuda* m);
 float model_grad_norm_cuda(const ModelCuda* m);
+// A training step in its parts, the GPU never waiting on the host until the last one:
+// model_forward_rows_cuda uploads the batch (host arrays, targets required) and queues the
+// forward (n_targets: the targets of the batch whose mean loss is taken, all processes'
+// with several); model_zero_grad_cuda and model_backward_cuda follow it; then ONE read-back
+// gives the loss and the gradient norm (model_loss_and_norm_cuda) or, for one process of
+// several (data parallel, ZeRO-1), the gradients summed over the processes with this one's
+// shard [lo, hi) of the sum in grad_shard (device, distributed.cuh), the rows' loss sum and
+// the shard's squared sum, for the caller to add over the processes
+// (model_loss_and_shard_norm_cuda).
+void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                             size_t n_targets, size_t B, size_t T);
+float model_loss_and_norm_cuda(ModelCuda* m, float* norm);
+void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
+                                    size_t hi, double* loss_sum, double* shard_sum_sq);
 // A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the
 // GPU runs them without waiting on the host, then the rows' losses and the norm's partial
 // sums come back together. *loss and *norm equal what model_forward_cuda and
