@@ -538,7 +538,8 @@ int main(int argc, char** argv) {
     // the GPU builds: this process's GPU, and NCCL between the processes (MPI build)
     if (trainer_open_device(&dist, r.o.cublas, err, sizeof(err)) != 0) { die("%s", err); }
     if (r.o.checkpoint != NULL && dist.rank == 0 &&
-        checkpoint_path_check(r.o.checkpoint, err, sizeof(err)) != 0) {
+        checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, err,
+                              sizeof(err)) != 0) {
         die("%s", err);
     }
     load_data(&r);

@@ -1,6 +1,7 @@
 // run_record.c — the checks a training run makes before it trains (run_record.h).
-#define _POSIX_C_SOURCE 200809L  // stat
+#define _XOPEN_SOURCE 700  // stat, realpath
 #include <errno.h>
+#include <limits.h>  // PATH_MAX
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +87,51 @@ int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* w
     return 0;
 }
 
-int checkpoint_path_check(const char* path, char* err, size_t err_len) {
+// path made absolute from its folder's real path (symbolic links, "." and ".." resolved) and
+// its last name, for a path that need not exist yet; "" when its folder cannot be resolved
+static void folder_real_path(const char* path, char* out, size_t len) {
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof(copy), "%s", path);
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') { copy[--n] = '\0'; }  // "dir/" names dir
+    char* slash = strrchr(copy, '/');
+    const char* name = slash ? slash + 1 : copy;
+    const char* folder = slash == NULL ? "." : slash == copy ? "/" : copy;
+    if (slash != NULL) { *slash = '\0'; }
+    char real[PATH_MAX];
+    out[0] = '\0';
+    if (realpath(folder, real) != NULL) { snprintf(out, len, "%s/%s", real, name); }
+}
+
+// Whether a and b name the same file, however spelled: the same device and inode when both
+// exist; when neither does, the same name in the same real folder
+static int same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    int a_exists = stat(a, &sa) == 0, b_exists = stat(b, &sb) == 0;
+    if (a_exists || b_exists) {
+        return a_exists && b_exists && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    }
+    char ra[2 * PATH_MAX], rb[2 * PATH_MAX];
+    folder_real_path(a, ra, sizeof(ra));
+    folder_real_path(b, rb, sizeof(rb));
+    return ra[0] != '\0' && strcmp(ra, rb) == 0;
+}
+
+int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
+                          char* err, size_t err_len) {
+    char best[4200];
+    snprintf(best, sizeof(best), "%s.best", path);
+    const char* written[] = {path, best};  // the latest, and the best so far
+    const char* others[] = {text_path, diagnostics};
+    const char* other_names[] = {"the --text file", "the --diagnostics directory"};
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 2; j++) {
+            if (others[j] != NULL && same_file(written[i], others[j])) {
+                FAIL("--checkpoint %s: %s is %s %s, which a checkpoint would replace", path,
+                     written[i], other_names[j], others[j]);
+            }
+        }
+    }
     struct stat info;
     if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
         FAIL("--checkpoint %s is a directory, not a file", path);

@@ -335,6 +335,40 @@ TEST_CASE("--checkpoint onto a pipe (or a device such as /dev/null) is refused b
     CHECK(fs::is_fifo(pipe));
 }
 
+TEST_CASE("a --checkpoint path (or its .best) that is the --text file or the --diagnostics directory is refused, however spelled") {
+    TempDir dir;
+    std::string text = dir.file("input.txt"), link = dir.file("link.txt");
+    std::string some_text;
+    for (int i = 0; i < 40; i++) some_text += "the quick brown fox jumps over the lazy dog. ";
+    write_text(text, some_text);
+    REQUIRE(symlink(text.c_str(), link.c_str()) == 0);
+    Args text_run = {"--task", "text", "--steps", "2", "--eval-every", "2", "--seq-len", "16"};
+    // the text file as the checkpoint, spelled another way, or through a symbolic link
+    std::string spelled = dir.path + "/./input.txt";
+    Args a = text_run;
+    a.insert(a.end(), {"--text", text, "--checkpoint", spelled});
+    check_error(run_train(dir, tiny(a)), {spelled, "--text file"});
+    Args b = text_run;
+    b.insert(b.end(), {"--text", link, "--checkpoint", text});
+    check_error(run_train(dir, tiny(b)), {text, "--text file"});
+    // the text file as the best checkpoint
+    write_text(dir.file("notes"), "");
+    std::string best_text = dir.file("notes.best");
+    write_text(best_text, some_text);
+    Args c = text_run;
+    c.insert(c.end(), {"--text", best_text, "--checkpoint", dir.file("notes")});
+    check_error(run_train(dir, tiny(c)), {best_text, "--text file"});
+    CHECK(read_text(text) == some_text);
+    CHECK(read_text(best_text) == some_text);
+    // the diagnostics directory, before it exists, as the checkpoint or its .best
+    std::string diag = dir.file("diag");
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", diag, "--diagnostics", diag + "/"})),
+                {diag, "--diagnostics directory"});
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", diag, "--diagnostics", diag + ".best"})),
+                {diag + ".best", "--diagnostics directory"});
+    CHECK(!fs::exists(diag));
+}
+
 TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {
     TempDir dir;
     std::string missing = dir.file("missing.txt"), empty = dir.file("empty.txt");
