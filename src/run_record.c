@@ -140,6 +140,14 @@ int checkpoint_path_check(const char* path, const char* text_path, const char* d
         FAIL("--checkpoint %s is not a regular file: a checkpoint is renamed over its path, and "
              "would replace it", path);
     }
+    if (stat(best, &info) == 0 && S_ISDIR(info.st_mode)) {
+        FAIL("--checkpoint %s: the best checkpoint's path %s is a directory, not a file", path,
+             best);
+    }
+    if (!replaceable_by_rename(best)) {
+        FAIL("--checkpoint %s: the best checkpoint's path %s is not a regular file: a "
+             "checkpoint is renamed over its path, and would replace it", path, best);
+    }
     char tmp[4096];
     if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) { FAIL("--checkpoint path is too long"); }
     FILE* f = fopen(tmp, "wb");

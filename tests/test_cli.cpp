@@ -369,6 +369,20 @@ TEST_CASE("a --checkpoint path (or its .best) that is the --text file or the --d
     CHECK(!fs::exists(diag));
 }
 
+TEST_CASE("a directory (or a pipe) at PATH.best is refused before training, like one at PATH") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    REQUIRE(fs::create_directory(path + ".best"));
+    Run run = run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path}));
+    check_error(run, {path + ".best", "is a directory"});
+    CHECK(!contains(run.out, "step"));
+    CHECK(!fs::exists(path));
+    std::string other = dir.file("other.ckpt");
+    REQUIRE(mkfifo((other + ".best").c_str(), 0600) == 0);
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", other})), {other + ".best", "not a regular file"});
+    CHECK(fs::is_fifo(other + ".best"));
+}
+
 TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {
     TempDir dir;
     std::string missing = dir.file("missing.txt"), empty = dir.file("empty.txt");
