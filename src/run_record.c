@@ -148,6 +148,8 @@ int checkpoint_path_check(const char* path, const char* text_path, const char* d
         FAIL("--checkpoint %s: the best checkpoint's path %s is not a regular file: a "
              "checkpoint is renamed over its path, and would replace it", path, best);
     }
+    checkpoint_remove_stale_temps(path);
+    checkpoint_remove_stale_temps(best);
     char tmp[4096];
     if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) { FAIL("--checkpoint path is too long"); }
     FILE* f = fopen(tmp, "wb");

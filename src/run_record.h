@@ -21,8 +21,9 @@ int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* w
 // A checkpoint path that cannot be written is found before training, not at the first
 // evaluation: PATH and PATH.best (the best checkpoint) must be neither the text file nor the
 // diagnostics directory (either NULL: none), however spelled, nor a directory, a device, a
-// pipe or a socket; and PATH.tmp.<pid> (what checkpoint_save writes first) is written and
-// removed. 0, or -1 with one line in err.
+// pipe or a socket; the temporary files of saves killed midway (theirs and PATH.best's) are
+// removed, and PATH.tmp.<pid> (what checkpoint_save writes first) is written and removed.
+// 0, or -1 with one line in err.
 int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
                           char* err, size_t err_len);
 // MemAvailable of /proc/meminfo in bytes: what can be allocated without swapping; 0 if unknown

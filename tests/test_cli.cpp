@@ -383,6 +383,24 @@ TEST_CASE("a directory (or a pipe) at PATH.best is refused before training, like
     CHECK(fs::is_fifo(other + ".best"));
 }
 
+TEST_CASE("a run removes the temporary files that killed saves of its checkpoint left, not a live process's") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    pid_t child = fork();  // a process id that no process has once the child is reaped
+    REQUIRE(child >= 0);
+    if (child == 0) _exit(0);
+    REQUIRE(waitpid(child, nullptr, 0) == child);
+    std::string gone = std::to_string(child), live = std::to_string(getpid());
+    std::vector<std::string> stale = {path + ".tmp." + gone, path + ".best.tmp." + gone};
+    std::vector<std::string> kept = {path + ".tmp." + live, path + ".best.tmp." + live,
+                                     path + ".tmp." + gone + "x", dir.file("other.ckpt.tmp." + gone)};
+    for (const std::string& f : stale) write_text(f, "torn");
+    for (const std::string& f : kept) write_text(f, "torn");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path})));
+    for (const std::string& f : stale) CHECK_MESSAGE(!fs::exists(f), f << " is still there");
+    for (const std::string& f : kept) CHECK_MESSAGE(fs::exists(f), f << " was removed");
+}
+
 TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {
     TempDir dir;
     std::string missing = dir.file("missing.txt"), empty = dir.file("empty.txt");
