@@ -62,7 +62,23 @@ void options_print(const Flag* flags, int n) {
 }
 
 // Checks every flag that the model and data do not check themselves.
+// The flags --sample reads; it takes everything else (the model, its variant, the task's
+// settings) from the checkpoint, and a variant or task flag must agree with it (sample.c)
+static const char* const SAMPLE_FLAGS[] = {
+    "--sample", "--checkpoint", "--prompt", "--prompt-tokens", "--tokens", "--temperature",
+    "--top-k", "--seed", "--threads", "--task", "--length", "--symbols", "--eval-examples",
+    "--depth-score", "--key-norm", "--depth-query", "--depth-heads", "--depth-window", "--mixing"};
+
 int options_check(Options* o, char* err, size_t err_len) {
+    for (int i = 0; i < o->n_given && o->sample; i++) {
+        int used = 0;
+        for (size_t j = 0; j < sizeof(SAMPLE_FLAGS) / sizeof(SAMPLE_FLAGS[0]); j++) {
+            used |= strcmp(o->given[i], SAMPLE_FLAGS[j]) == 0;
+        }
+        if (!used) {
+            FAIL("%s is a training flag; --sample takes the model from the checkpoint", o->given[i]);
+        }
+    }
     const char* positive[] = {"--batch", "--steps", "--eval-every", "--log-every",
                               "--eval-examples"};
     int values[] = {o->batch, o->steps, o->eval_every, o->log_every, o->eval_examples};
@@ -125,12 +141,6 @@ int options_check(Options* o, char* err, size_t err_len) {
                                  "--top-k"};
     for (int i = 0; i < 5; i++) {
         if (!o->sample && option_given(o, sample_only[i])) { FAIL("%s is for --sample", sample_only[i]); }
-    }
-    const char* training_only[] = {"--resume", "--diagnostics", "--stop-after"};
-    for (int i = 0; i < 3; i++) {
-        if (o->sample && option_given(o, training_only[i])) {
-            FAIL("%s is for training, not --sample", training_only[i]);
-        }
     }
     const char* paths[] = {o->checkpoint, o->diagnostics};
     const char* path_flags[] = {"--checkpoint", "--diagnostics"};

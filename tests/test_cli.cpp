@@ -327,6 +327,26 @@ TEST_CASE("every variant trains, and its checkpoint resumes and samples only wit
     }
 }
 
+TEST_CASE("--sample refuses every flag it does not read, naming it") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path})));
+    const Args training[] = {{"--mode", "full"}, {"--d", "32"}, {"--L", "2"}, {"--H", "4"}, {"--G", "2"},
+                             {"--F", "64"}, {"--block-size", "2"}, {"--steps", "5"}, {"--batch", "8"},
+                             {"--seq-len", "8"}, {"--lr", "0.1"}, {"--warmup", "3"}, {"--final-lr-frac", "0.5"},
+                             {"--weight-decay", "0"}, {"--grad-clip", "0"}, {"--beta1", "0.8"},
+                             {"--beta2", "0.9"}, {"--eval-every", "3"}, {"--log-every", "3"},
+                             {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")}};
+    for (const Args& flag : training) {
+        Args args = {"--sample", "--checkpoint", path};
+        args.insert(args.end(), flag.begin(), flag.end());
+        check_error(run_train(dir, args), {flag[0] + " is a training flag", "--sample"});
+    }
+    // the flags it reads still work
+    check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1", "--seed", "3",
+                                  "--temperature", "1", "--top-k", "2", "--tokens", "3"}));
+}
+
 TEST_CASE("--checkpoint onto a pipe (or a device such as /dev/null) is refused before training, not replaced") {
     TempDir dir;
     std::string pipe = dir.file("pipe");
