@@ -124,6 +124,9 @@ int options_check(Options* o, char* err, size_t err_len) {
         }
         *switches[i] = found;
     }
+    // one head is one head: --depth-heads 1 is stored as 0, the default, so that a run with
+    // it and one without are the same run (resumed, sampled, described alike)
+    if (o->model.depth_heads == 1) { o->model.depth_heads = 0; }
     if (o->resume && o->checkpoint == NULL) { FAIL("--resume needs --checkpoint PATH"); }
     // a flag that would do nothing is a mistake worth one line
     if (option_given(o, "--block-size") && strcmp(o->mode, "block") != 0) {

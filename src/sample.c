@@ -152,11 +152,9 @@ static int check_sample_variant(const Options* o, const ModelConfig* trained, ch
     const char* flags[] = {"--depth-score", "--key-norm", "--depth-query", "--depth-heads",
                            "--depth-window", "--mixing"};
     const int asked[] = {o->model.depth_score, o->model.key_norm_off, o->model.depth_query,
-                         o->model.depth_heads > 1 ? o->model.depth_heads : 1,
-                         o->model.depth_window, o->model.mixing};
+                         o->model.depth_heads, o->model.depth_window, o->model.mixing};
     const int have[] = {trained->depth_score, trained->key_norm_off, trained->depth_query,
-                        trained->depth_heads > 1 ? trained->depth_heads : 1,
-                        trained->depth_window, trained->mixing};
+                        trained->depth_heads, trained->depth_window, trained->mixing};
     for (int i = 0; i < 6; i++) {
         if (option_given(o, flags[i]) && asked[i] != have[i]) {
             char variant[128];

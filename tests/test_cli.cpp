@@ -347,6 +347,33 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
                                   "--temperature", "1", "--top-k", "2", "--tokens", "3"}));
 }
 
+TEST_CASE("--depth-heads 1 and 0 are one head: a checkpoint trained with either resumes and samples with the other") {
+    TempDir dir;
+    const Args one = {"--depth-heads", "1"}, none = {};
+    for (int k = 0; k < 2; k++) {
+        const Args& trained = k == 0 ? one : none;
+        const Args& resumed = k == 0 ? none : one;
+        std::string path = dir.file("heads" + std::to_string(k) + ".ckpt");
+        Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path};
+        Args first = args;
+        first.insert(first.end(), {"--stop-after", "2"});
+        first.insert(first.end(), trained.begin(), trained.end());
+        check_success(run_train(dir, tiny(first)));
+        ModelConfig config;
+        int step = 0;
+        char err[512];
+        REQUIRE(checkpoint_read_config(path.c_str(), &config, &step, err, sizeof(err)) == 0);
+        CHECK(config.depth_heads == 0);  // stored as the default model
+        Args second = args;
+        second.push_back("--resume");
+        second.insert(second.end(), resumed.begin(), resumed.end());
+        check_success(run_train(dir, tiny(second)));
+        Args sample = {"--sample", "--checkpoint", path, "--threads", "1"};
+        sample.insert(sample.end(), resumed.begin(), resumed.end());
+        check_success(run_train(dir, sample));
+    }
+}
+
 TEST_CASE("--checkpoint onto a pipe (or a device such as /dev/null) is refused before training, not replaced") {
     TempDir dir;
     std::string pipe = dir.file("pipe");
