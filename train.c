@@ -292,6 +292,10 @@ static void build_model(Run* r) {
                 o->steps);
         }
         check_resumed_run(r);
+        if (o->stop_after > 0 && r->start_step + o->stop_after > o->steps) {
+            die("checkpoint %s is at step %d: --stop-after %d would end past --steps %d, so it "
+                "would do nothing", o->checkpoint, r->start_step, o->stop_after, o->steps);
+        }
     }
     r->x = mallocCheck(eval_B * r->T * sizeof(int));
     r->y = mallocCheck(eval_B * r->T * sizeof(int));

@@ -32,7 +32,9 @@ static void header_to_config(const int* header, ModelConfig* c) {
     int* variant[] = {&c->depth_score, &c->key_norm_off, &c->depth_query, &c->depth_heads,
                       &c->depth_window, &c->mixing};
     for (int i = 0; i < 6; i++) { *variant[i] = header[1] >= 3 ? header[VARIANT_SLOTS + i] : 0; }
-    if (c->depth_heads == 1) { c->depth_heads = 0; }  // one head, as ./train stores it
+    // one head, and a window of all the sources (W >= 2L in full mode), as ./train stores them
+    if (c->depth_heads == 1) { c->depth_heads = 0; }
+    if (c->block_size == 1 && c->depth_window >= 2 * c->n_layers) { c->depth_window = 0; }
 }
 
 // The run record's slots in the header: ints as they are, 64-bit values as two slots (low,

@@ -88,6 +88,10 @@ int options_check(Options* o, char* err, size_t err_len) {
     if (o->warmup < 0 || o->threads < 0 || o->seq_len < 0 || o->stop_after < 0) {
         FAIL("--warmup, --threads, --seq-len and --stop-after must not be negative");
     }
+    if (o->stop_after > o->steps) {
+        FAIL("--stop-after %d is more than --steps %d: the run would end at --steps anyway",
+             o->stop_after, o->steps);
+    }
     if (!(o->lr > 0.0f) || o->final_lr_frac < 0.0f || o->weight_decay < 0.0f ||
         o->grad_clip < 0.0f) {
         FAIL("--lr must be positive; --final-lr-frac, --weight-decay, --grad-clip non-negative");
@@ -123,6 +127,12 @@ int options_check(Options* o, char* err, size_t err_len) {
                 choices[i][1], choices[i][2] ? ", " : "", choices[i][2] ? choices[i][2] : "");
         }
         *switches[i] = found;
+    }
+    // SPEC: a window of W >= 2L sources leaves every sub-layer all of them: it is full mode,
+    // stored as such (0), so that --resume and --sample take it for what it is
+    if (o->model.block_size == 1 && o->model.depth_window >= 2 * o->model.n_layers &&
+        !o->sample) {
+        o->model.depth_window = 0;
     }
     // one head is one head: --depth-heads 1 is stored as 0, the default, so that a run with
     // it and one without are the same run (resumed, sampled, described alike)

@@ -149,10 +149,13 @@ static int sample_defaults(Options* o, size_t* context, char* err, size_t err_le
 // --sample reads the variant from the checkpoint; a variant flag that says otherwise is refused
 static int check_sample_variant(const Options* o, const ModelConfig* trained, char* err,
                                 size_t err_len) {
+    // a window of W >= 2L sources of the checkpoint's L is its full mode (window 0)
+    int window = o->model.depth_window;
+    if (trained->block_size == 1 && window >= 2 * trained->n_layers) { window = 0; }
     const char* flags[] = {"--depth-score", "--key-norm", "--depth-query", "--depth-heads",
                            "--depth-window", "--mixing"};
     const int asked[] = {o->model.depth_score, o->model.key_norm_off, o->model.depth_query,
-                         o->model.depth_heads, o->model.depth_window, o->model.mixing};
+                         o->model.depth_heads, window, o->model.mixing};
     const int have[] = {trained->depth_score, trained->key_norm_off, trained->depth_query,
                         trained->depth_heads, trained->depth_window, trained->mixing};
     for (int i = 0; i < 6; i++) {

@@ -374,6 +374,43 @@ TEST_CASE("--depth-heads 1 and 0 are one head: a checkpoint trained with either 
     }
 }
 
+TEST_CASE("--depth-window W >= 2L is full mode: stored as full, so --resume and --sample take it as such") {
+    TempDir dir;
+    std::string path = dir.file("window.ckpt");
+    Args args = {"--mode", "full", "--steps", "4", "--eval-every", "2", "--checkpoint", path};
+    Args first = args;
+    first.insert(first.end(), {"--depth-window", "2", "--stop-after", "2"});  // L = 1: 2L = 2
+    check_success(run_train(dir, tiny(first)));
+    ModelConfig config;
+    int step = 0;
+    char err[512];
+    REQUIRE(checkpoint_read_config(path.c_str(), &config, &step, err, sizeof(err)) == 0);
+    CHECK(config.depth_window == 0);
+    Args second = args;
+    second.push_back("--resume");  // full mode without a window: the same run
+    check_success(run_train(dir, tiny(second)));
+    check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1", "--depth-window", "5"}));
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--depth-window", "1"}),
+                {path, "--depth-window disagrees"});
+}
+
+TEST_CASE("--stop-after past --steps is refused, and so is --resume --stop-after past --steps from the checkpoint's step") {
+    TempDir dir;
+    check_error(run_train(dir, tiny({"--steps", "4", "--stop-after", "5"})), {"--stop-after 5", "--steps 4"});
+    std::string path = dir.file("model.ckpt");
+    Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path};
+    Args first = args;
+    first.insert(first.end(), {"--stop-after", "2"});
+    check_success(run_train(dir, tiny(first)));  // at step 2 of 4
+    Args resume = args;
+    resume.insert(resume.end(), {"--resume", "--stop-after", "3"});
+    check_error(run_train(dir, tiny(resume)), {path, "step 2", "--stop-after 3", "--steps 4"});
+    resume.back() = "2";
+    check_success(run_train(dir, tiny(resume)));  // to step 4, the end
+    resume.back() = "1";
+    check_error(run_train(dir, tiny(resume)), {path, "step 4", "--stop-after 1"});
+}
+
 TEST_CASE("--checkpoint onto a pipe (or a device such as /dev/null) is refused before training, not replaced") {
     TempDir dir;
     std::string pipe = dir.file("pipe");
