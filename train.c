@@ -79,7 +79,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)"},
         {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1"},
         {"--beta2", OPT_FLOAT, &o->beta2, "AdamW beta2"},
-        {"--seed", OPT_U64, &o->seed, "random seed (init and data; --sample: draws)"},
+        {"--seed", OPT_U64, &o->seed, "random seed (init and data; --sample: the draws and the task prompt)"},
         {"--threads", OPT_INT, &o->threads, "OpenMP threads (0 = all cores)"},
         {"--eval-every", OPT_INT, &o->eval_every, "evaluate (and checkpoint) every N steps"},
         {"--log-every", OPT_INT, &o->log_every, "print a training line every N steps"},

@@ -17,14 +17,22 @@ int options_parse_value(const Flag* f, const char* s, char* err, size_t err_len)
     if (f->kind == OPT_INT) {
         long v = strtol(s, &end, 10);
         if (!(isdigit((unsigned char)s[0]) || (s[0] == '-' && isdigit((unsigned char)s[1]))) ||
-            *end != '\0' || errno != 0 || v < INT_MIN || v > INT_MAX) {
+            *end != '\0') {
             FAIL("flag '%s' expects an integer, got '%s'", f->flag, s);
+        }
+        if (errno == ERANGE || v < INT_MIN || v > INT_MAX) {
+            FAIL("flag '%s' is out of range: %s is not an integer in [%d, %d]", f->flag, s,
+                 INT_MIN, INT_MAX);
         }
         *(int*)f->value = (int)v;
     } else if (f->kind == OPT_U64) {
         unsigned long long v = strtoull(s, &end, 10);
-        if (!isdigit((unsigned char)s[0]) || *end != '\0' || errno != 0) {
+        if (!isdigit((unsigned char)s[0]) || *end != '\0') {
             FAIL("flag '%s' expects a non-negative integer, got '%s'", f->flag, s);
+        }
+        if (errno == ERANGE) {
+            FAIL("flag '%s' is out of range: %s is not an integer in [0, %llu]", f->flag, s,
+                 ULLONG_MAX);
         }
         *(unsigned long long*)f->value = v;
     } else if (f->kind == OPT_FLOAT) {

@@ -296,6 +296,27 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
 
+TEST_CASE("an integer out of range says so, naming the flag and the range") {
+    TempDir dir;
+    check_error(run_train(dir, {"--batch", "99999999999"}), {"--batch", "out of range", "99999999999", "2147483647"});
+    check_error(run_train(dir, {"--d", "-99999999999"}), {"--d", "out of range", "-2147483648"});
+    check_error(run_train(dir, {"--seed", "99999999999999999999999"}),
+                {"--seed", "out of range", "18446744073709551615"});
+    check_error(run_train(dir, {"--steps", "12x"}), {"--steps", "expects an integer", "12x"});
+}
+
+TEST_CASE("--help says that --seed under --sample sets the draws and picks the task prompt") {
+    TempDir dir;
+    Run help = run_train(dir, {"--help"});
+    check_success(help);
+    std::string seed;
+    for (const std::string& line : lines_of(help.out))
+        if (line.find("--seed") == 2) seed = line;
+    CHECK(contains(seed, "--sample"));
+    CHECK(contains(seed, "draws"));
+    CHECK(contains(seed, "task prompt"));
+}
+
 TEST_CASE("every variant trains, and its checkpoint resumes and samples only with its own switches") {
     TempDir dir;
     const Args variants[] = {
