@@ -200,14 +200,14 @@ ASAN_OBJ   = $(patsubst %,build/emu_asan/%.o,$(CUDA_SRC) $(EMU_TESTS)) $(SAN_OBJ
 cuda_check: $(CUDA_OBJ)
 
 # `make cuda`: ./train_cuda, the same train.c (same flags) with its training step on the GPU
-# (cuda/model.cu): compiled by $(CC) with -DATTNRES_CUDA, linked by nvcc with the CUDA objects
-# and the CPU objects (evaluation, checkpoints), cudart linked statically.
+# (cuda/model.cu): src/trainer.c compiled by $(CC) with -DATTNRES_CUDA, linked by nvcc with
+# the CUDA objects and the CPU objects (evaluation, checkpoints), cudart linked statically.
 cuda: build/train_cuda
 	@cp build/train_cuda train_cuda
 
-build/train_cuda.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h)
+build/train_cuda.o: train.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DATTNRES_CUDA -Icuda -c train.c -o $@
+	$(CC) $(CFLAGS) -c train.c -o $@
 
 # src/trainer.c, where the step runs, is compiled again with -DATTNRES_CUDA for the GPU
 # trainers, in place of its CPU object
@@ -228,9 +228,9 @@ build/cuda_mpi/distributed.o: cuda/distributed.cu $(CUDA_DEPS) src/distributed.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DATTNRES_MPI -c $< -o $@
 
-build/train_cuda_mpi.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h cuda/*.cuh)
+build/train_cuda_mpi.o: train.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -DATTNRES_CUDA -DATTNRES_MPI -Icuda -c train.c -o $@
+	$(MPICC) $(CFLAGS) -DATTNRES_MPI -c train.c -o $@
 
 build/trainer_cuda_mpi.o: src/trainer.c cuda/model.cuh cuda/distributed.cuh $(wildcard src/*.h)
 	@mkdir -p $(dir $@)

@@ -210,7 +210,7 @@ typedef struct {
     int saved_step;       // the step of the last checkpoint this run wrote (0: none yet)
     int best_step;        // the best validation loss so far (PATH.best) and its step
     float best_val_loss;
-    size_t memory_bytes;  // what the run allocates (check_memory)
+    size_t memory_bytes;  // what the run allocates (run_memory_check)
     double step_seconds;  // the training steps' time, evaluation left out
 } Run;
 
