@@ -4,8 +4,8 @@
 // activation size table and orchestration (src/model.c), with every buffer in device memory
 // and the CUDA kernels in its kernel table. model_X_cuda mirrors model_X, same arguments in
 // the same order; host arrays (tokens, targets) stay host arrays and are copied over. Plain
-// C, so that train.c includes it; cuda/model.cu implements it. Everything runs on cuda_stream
-// (common.cuh); the calls that return a number to the host synchronise.
+// C, so that src/trainer.c includes it; cuda/model.cu implements it. Everything runs on
+// cuda_stream (common.cuh); the calls that return a number to the host synchronise.
 #ifndef ATTNRES_MODEL_CUH
 #define ATTNRES_MODEL_CUH
 
@@ -80,7 +80,7 @@ void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const in
                                        double* loss_sum, double* shard_sum_sq);
 // Waits until everything queued on the GPU has run (for timing).
 void model_wait_cuda(void);
-// Clipping as train.c does it on the host: when norm > max_norm, grads *= max_norm / norm.
+// Clipping as src/trainer.c does it on the host: when norm > max_norm, grads *= max_norm / norm.
 void model_clip_gradients_cuda(ModelCuda* m, float norm, float max_norm);
 void model_update_cuda(ModelCuda* m, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t);
