@@ -84,7 +84,8 @@ int options_check(Options* o, char* err, size_t err_len) {
             used |= strcmp(o->given[i], SAMPLE_FLAGS[j]) == 0;
         }
         if (!used) {
-            FAIL("%s is a training flag; --sample takes the model from the checkpoint", o->given[i]);
+            FAIL("%s is a training flag; --sample takes the model from the checkpoint",
+                 o->given[i]);
         }
     }
     const char* positive[] = {"--batch", "--steps", "--eval-every", "--log-every",

@@ -151,7 +151,9 @@ int checkpoint_path_check(const char* path, const char* text_path, const char* d
     checkpoint_remove_stale_temps(path);
     checkpoint_remove_stale_temps(best);
     char tmp[4096];
-    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) { FAIL("--checkpoint path is too long"); }
+    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
+        FAIL("--checkpoint path is too long");
+    }
     FILE* f = fopen(tmp, "wb");
     if (f == NULL) { FAIL("cannot write checkpoint %s: %s", tmp, strerror(errno)); }
     fclose(f);

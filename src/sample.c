@@ -174,7 +174,8 @@ int sample_main(const Options* flags, char* err, size_t err_len) {
     size_t context;
     ModelConfig config;
     int step;
-    if (check_sample_flags(o, err, err_len) != 0 || sample_defaults(o, &context, err, err_len) != 0 ||
+    if (check_sample_flags(o, err, err_len) != 0 ||
+        sample_defaults(o, &context, err, err_len) != 0 ||
         checkpoint_read_config(o->checkpoint, &config, &step, err, err_len) != 0 ||
         check_sample_variant(o, &config, err, err_len) != 0) {
         return -1;
