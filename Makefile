@@ -217,17 +217,24 @@ ASAN_OBJ   = $(patsubst %,build/emu_asan/%.o,$(CUDA_SRC) $(EMU_TESTS)) $(SAN_OBJ
 cuda_check: $(CUDA_OBJ)  ## compile every CUDA file with nvcc (sm_80, sm_90), warnings as errors
 
 # `make cuda`: ./train_cuda, the same train.c (same flags) with its training step on the GPU
-# (cuda/model.cu): compiled by $(CC) with -DATTNRES_CUDA, linked by nvcc with the CUDA objects
-# and the CPU objects (evaluation, checkpoints), cudart linked statically.
+# (cuda/model.cu): src/trainer.c compiled by $(CC) with -DATTNRES_CUDA, linked by nvcc with
+# the CUDA objects and the CPU objects (evaluation, checkpoints), cudart linked statically.
 cuda: build/train_cuda  ## ./train_cuda: ./train with its training step on the GPU (needs nvcc)
 	@cp build/train_cuda train_cuda
 
-build/train_cuda.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h)
+build/train_cuda.o: train.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DATTNRES_CUDA -Icuda -c train.c -o $@
+	$(CC) $(CFLAGS) -c train.c -o $@
 
-build/train_cuda: build/train_cuda.o $(CUDA_OBJ) $(OBJ)
-	$(NVCC) build/train_cuda.o $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+# src/trainer.c, where the step runs, is compiled again with -DATTNRES_CUDA for the GPU
+# trainers, in place of its CPU object
+GPU_HOST_OBJ = $(filter-out build/src/trainer.o,$(OBJ))
+build/trainer_cuda.o: src/trainer.c cuda/model.cuh cuda/distributed.cuh $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DATTNRES_CUDA -Icuda -c $< -o $@
+
+build/train_cuda: build/train_cuda.o build/trainer_cuda.o $(CUDA_OBJ) $(GPU_HOST_OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # ./train_cuda_mpi: ./train_cuda with data parallel over GPUs (`mpirun -np P`, one process
 # per GPU): MPI starts the processes and hands them NCCL's id, NCCL (in the CUDA toolkit)
@@ -238,17 +245,23 @@ build/cuda_mpi/distributed.o: cuda/distributed.cu $(CUDA_DEPS) src/distributed.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -DATTNRES_MPI -c $< -o $@
 
-build/train_cuda_mpi.o: train.c cuda/model.cuh $(wildcard src/*.h data/*.h cuda/*.cuh)
+build/train_cuda_mpi.o: train.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -DATTNRES_CUDA -DATTNRES_MPI -Icuda -c train.c -o $@
+	$(MPICC) $(CFLAGS) -DATTNRES_MPI -c train.c -o $@
 
-build/train_cuda_mpi: build/train_cuda_mpi.o build/cuda_mpi/distributed.o \
-                      $(filter-out build/cuda/distributed.o,$(CUDA_OBJ)) $(MPI_OBJ)
+build/trainer_cuda_mpi.o: src/trainer.c cuda/model.cuh cuda/distributed.cuh $(wildcard src/*.h)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DATTNRES_CUDA -DATTNRES_MPI -Icuda -c $< -o $@
+
+build/train_cuda_mpi: build/train_cuda_mpi.o build/trainer_cuda_mpi.o build/cuda_mpi/distributed.o \
+                      $(filter-out build/cuda/distributed.o,$(CUDA_OBJ)) \
+                      $(filter-out build/src/trainer.o,$(MPI_OBJ))
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS) -lnccl $(MPI_LINK)
 
 # the same with the emulated kernels (and, with no NCCL there, one process): the trainer's
 # sharded GPU step, checked against ./train by tests/run_all.sh without a GPU
-build/emu/train_cuda_mpi: build/train_cuda_mpi.o $(filter build/emu/cuda/%,$(EMU_OBJ)) $(MPI_OBJ)
+build/emu/train_cuda_mpi: build/train_cuda_mpi.o build/trainer_cuda_mpi.o \
+                          $(filter build/emu/cuda/%,$(EMU_OBJ)) $(filter-out build/src/trainer.o,$(MPI_OBJ))
 	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS) $(MPI_LINK)
 
 build/cuda/%.o: cuda/%.cu $(CUDA_DEPS)
@@ -268,7 +281,8 @@ test_cuda_emu: $(EMU_OBJ) $(OBJ)  ## ./test_cuda_emu: the CUDA kernels and model
 
 # ./train_cuda's object with the emulated kernels: tests/run_all.sh checks that the trainer's
 # device path prints what ./train prints, without a GPU
-build/emu/train_cuda: build/train_cuda.o $(filter build/emu/cuda/%,$(EMU_OBJ)) $(OBJ)
+build/emu/train_cuda: build/train_cuda.o build/trainer_cuda.o $(filter build/emu/cuda/%,$(EMU_OBJ)) \
+                      $(GPU_HOST_OBJ)
 	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
 
 # the same suite under AddressSanitizer and UBSan, linked with the sanitized CPU layers of

@@ -143,7 +143,7 @@ void squared_sum_partials_cuda(float* partial, const float* x, size_t n);
 float norm_from_partials(const float* host_partial);
 // their sum (in double, in order): the squared norm of x
 double sum_of_partials(const float* host_partial);
-// Clipping as train.c does it: when norm > max_norm, grads *= max_norm / norm.
+// Clipping as src/trainer.c does it: when norm > max_norm, grads *= max_norm / norm.
 void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm);
 
 #endif

@@ -186,10 +186,8 @@ float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, si
                                  crossentropy_count(targets, N), B, T);
 }
 
-// The step's forward, zero_grad and backward on the device, nothing read back. n_targets is
-// the number of targets of the batch whose mean loss is taken (all ranks' with several).
-static void queue_forward_backward(ModelCuda* m, const int* tokens, const int* targets,
-                                   size_t n_targets, size_t B, size_t T) {
+void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                             size_t n_targets, size_t B, size_t T) {
     if (targets == NULL) {
         fprintf(stderr, "error: a training step needs targets\n");
         exit(EXIT_FAILURE);
@@ -199,8 +197,6 @@ static void queue_forward_backward(ModelCuda* m, const int* tokens, const int* t
     }
     upload_batch(m, tokens, targets, B * T);
     model_forward_rows(&m->model, m->tokens, m->targets, n_targets, B, T);
-    model_zero_grad(&m->model);
-    model_backward(&m->model);
 }
 
 // The step's one read-back: the rows' losses (N) and the squared sums' partials of `x` (n
@@ -218,22 +214,36 @@ static double read_back_step(ModelCuda* m, size_t N, const float* x, size_t n, d
     return cpu_kernels.sum(m->readback, N);
 }
 
+float model_loss_and_norm_cuda(ModelCuda* m, float* norm) {
+    double sum_sq;
+    double sum = read_back_step(m, m->model.B * m->model.T, m->model.grads_memory,
+                                m->model.num_params, &sum_sq);
+    *norm = (float)sqrt(sum_sq);
+    return model_set_loss(&m->model, sum);
+}
+
+void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
+                                    size_t hi, double* loss_sum, double* shard_sum_sq) {
+    dist_reduce_scatter_cuda(d, grad_shard, m->model.grads_memory, m->model.num_params);
+    *loss_sum = read_back_step(m, m->model.B * m->model.T, grad_shard, hi - lo, shard_sum_sq);
+}
+
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm) {
-    queue_forward_backward(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
-    double sum_sq;
-    double sum = read_back_step(m, B * T, m->model.grads_memory, m->model.num_params, &sum_sq);
-    *loss = model_set_loss(&m->model, sum);
-    *norm = (float)sqrt(sum_sq);
+    model_forward_rows_cuda(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+    model_zero_grad(&m->model);
+    model_backward(&m->model);
+    *loss = model_loss_and_norm_cuda(m, norm);
 }
 
 void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const int* targets,
                                        size_t n_targets, size_t B, size_t T, const Dist* d,
                                        float* grad_shard, size_t lo, size_t hi,
                                        double* loss_sum, double* shard_sum_sq) {
-    queue_forward_backward(m, tokens, targets, n_targets, B, T);
-    dist_reduce_scatter_cuda(d, grad_shard, m->model.grads_memory, m->model.num_params);
-    *loss_sum = read_back_step(m, B * T, grad_shard, hi - lo, shard_sum_sq);
+    model_forward_rows_cuda(m, tokens, targets, n_targets, B, T);
+    model_zero_grad(&m->model);
+    model_backward(&m->model);
+    model_loss_and_shard_norm_cuda(m, d, grad_shard, lo, hi, loss_sum, shard_sum_sq);
 }
 
 void model_wait_cuda(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); }

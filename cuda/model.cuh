@@ -4,8 +4,8 @@
 // activation size table and orchestration (src/model.c), with every buffer in device memory
 // and the CUDA kernels in its kernel table. model_X_cuda mirrors model_X, same arguments in
 // the same order; host arrays (tokens, targets) stay host arrays and are copied over. Plain
-// C, so that train.c includes it; cuda/model.cu implements it. Everything runs on cuda_stream
-// (common.cuh); the calls that return a number to the host synchronise.
+// C, so that src/trainer.c includes it; cuda/model.cu implements it. Everything runs on
+// cuda_stream (common.cuh); the calls that return a number to the host synchronise.
 #ifndef ATTNRES_MODEL_CUH
 #define ATTNRES_MODEL_CUH
 
@@ -48,6 +48,20 @@ const float* model_probs_cuda(const ModelCuda* m);
 void model_zero_grad_cuda(ModelCuda* m);
 void model_backward_cuda(ModelCuda* m);
 float model_grad_norm_cuda(const ModelCuda* m);
+// A training step in its parts, the GPU never waiting on the host until the last one:
+// model_forward_rows_cuda uploads the batch (host arrays, targets required) and queues the
+// forward (n_targets: the targets of the batch whose mean loss is taken, all processes'
+// with several); model_zero_grad_cuda and model_backward_cuda follow it; then ONE read-back
+// gives the loss and the gradient norm (model_loss_and_norm_cuda) or, for one process of
+// several (data parallel, ZeRO-1), the gradients summed over the processes with this one's
+// shard [lo, hi) of the sum in grad_shard (device, distributed.cuh), the rows' loss sum and
+// the shard's squared sum, for the caller to add over the processes
+// (model_loss_and_shard_norm_cuda).
+void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                             size_t n_targets, size_t B, size_t T);
+float model_loss_and_norm_cuda(ModelCuda* m, float* norm);
+void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
+                                    size_t hi, double* loss_sum, double* shard_sum_sq);
 // A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the
 // GPU runs them without waiting on the host, then the rows' losses and the norm's partial
 // sums come back together. *loss and *norm equal what model_forward_cuda and
@@ -66,7 +80,7 @@ void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const in
                                        double* loss_sum, double* shard_sum_sq);
 // Waits until everything queued on the GPU has run (for timing).
 void model_wait_cuda(void);
-// Clipping as train.c does it on the host: when norm > max_norm, grads *= max_norm / norm.
+// Clipping as src/trainer.c does it on the host: when norm > max_norm, grads *= max_norm / norm.
 void model_clip_gradients_cuda(ModelCuda* m, float norm, float max_norm);
 void model_update_cuda(ModelCuda* m, float lr, float beta1, float beta2, float eps,
                        float weight_decay, int t);

@@ -1,6 +1,9 @@
 // checkpoint.c — save and load checkpoints (format in checkpoint.h).
-#define _POSIX_C_SOURCE 200809L  // stat, fileno, fsync
+#define _POSIX_C_SOURCE 200809L  // stat, fileno, fsync, kill
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +32,9 @@ static void header_to_config(const int* header, ModelConfig* c) {
     int* variant[] = {&c->depth_score, &c->key_norm_off, &c->depth_query, &c->depth_heads,
                       &c->depth_window, &c->mixing};
     for (int i = 0; i < 6; i++) { *variant[i] = header[1] >= 3 ? header[VARIANT_SLOTS + i] : 0; }
+    // one head, and a window of all the sources (W >= 2L in full mode), as ./train stores them
+    if (c->depth_heads == 1) { c->depth_heads = 0; }
+    if (c->block_size == 1 && c->depth_window >= 2 * c->n_layers) { c->depth_window = 0; }
 }
 
 // The run record's slots in the header: ints as they are, 64-bit values as two slots (low,
@@ -76,6 +82,36 @@ static void header_to_run(const int* h, RunRecord* r) {
 int checkpoint_temp_path(char* tmp, size_t len, const char* path) {
     int n = snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
+int checkpoint_remove_stale_temps(const char* path) {
+    char folder[4096];
+    const char* slash = strrchr(path, '/');
+    const char* name = slash ? slash + 1 : path;
+    if (slash == NULL) { snprintf(folder, sizeof(folder), "."); }
+    else if (slash == path) { snprintf(folder, sizeof(folder), "/"); }
+    else { snprintf(folder, sizeof(folder), "%.*s", (int)(slash - path), path); }
+    char prefix[4200];
+    snprintf(prefix, sizeof(prefix), "%s.tmp.", name);
+    size_t n = strlen(prefix);
+    DIR* d = opendir(folder);
+    if (d == NULL) { return 0; }
+    int removed = 0;
+    for (struct dirent* e = readdir(d); e != NULL; e = readdir(d)) {
+        const char* pid_text = e->d_name + n;
+        size_t digits = strncmp(e->d_name, prefix, n) == 0 ? strspn(pid_text, "0123456789") : 0;
+        if (digits == 0 || digits > 9 || pid_text[digits] != '\0') { continue; }
+        long pid = strtol(pid_text, NULL, 10);
+        // the writer is gone: no process has that id (kill with signal 0 sends nothing)
+        if (pid <= 0 || pid == (long)getpid() || kill((pid_t)pid, 0) == 0 || errno != ESRCH) {
+            continue;
+        }
+        char stale[8400];
+        snprintf(stale, sizeof(stale), "%s/%s", folder, e->d_name);
+        removed += unlink(stale) == 0;
+    }
+    closedir(d);
+    return removed;
 }
 
 int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,

@@ -44,6 +44,10 @@ typedef struct {
 // The temporary file checkpoint_save writes before the rename: PATH.tmp.<this process's
 // id>. 0, or -1 if it does not fit in len bytes.
 int checkpoint_temp_path(char* tmp, size_t len, const char* path);
+// Removes the temporary files PATH.tmp.<pid> that a process killed during a save left
+// behind: those whose process no longer exists (another run's live save is left alone).
+// Returns how many it removed.
+int checkpoint_remove_stale_temps(const char* path);
 // Each returns 0 on success, or -1 after writing a one-line reason into err.
 // run (may be NULL: none recorded) is stored in the header.
 int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,

@@ -296,6 +296,27 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
 
+TEST_CASE("an integer out of range says so, naming the flag and the range") {
+    TempDir dir;
+    check_error(run_train(dir, {"--batch", "99999999999"}), {"--batch", "out of range", "99999999999", "2147483647"});
+    check_error(run_train(dir, {"--d", "-99999999999"}), {"--d", "out of range", "-2147483648"});
+    check_error(run_train(dir, {"--seed", "99999999999999999999999"}),
+                {"--seed", "out of range", "18446744073709551615"});
+    check_error(run_train(dir, {"--steps", "12x"}), {"--steps", "expects an integer", "12x"});
+}
+
+TEST_CASE("--help says that --seed under --sample sets the draws and picks the task prompt") {
+    TempDir dir;
+    Run help = run_train(dir, {"--help"});
+    check_success(help);
+    std::string seed;
+    for (const std::string& line : lines_of(help.out))
+        if (line.find("--seed") == 2) seed = line;
+    CHECK(contains(seed, "--sample"));
+    CHECK(contains(seed, "draws"));
+    CHECK(contains(seed, "task prompt"));
+}
+
 TEST_CASE("every variant trains, and its checkpoint resumes and samples only with its own switches") {
     TempDir dir;
     const Args variants[] = {
@@ -327,12 +348,162 @@ TEST_CASE("every variant trains, and its checkpoint resumes and samples only wit
     }
 }
 
+TEST_CASE("--sample refuses every flag it does not read, naming it") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path})));
+    const Args training[] = {{"--mode", "full"}, {"--d", "32"}, {"--L", "2"}, {"--H", "4"}, {"--G", "2"},
+                             {"--F", "64"}, {"--block-size", "2"}, {"--steps", "5"}, {"--batch", "8"},
+                             {"--seq-len", "8"}, {"--lr", "0.1"}, {"--warmup", "3"}, {"--final-lr-frac", "0.5"},
+                             {"--weight-decay", "0"}, {"--grad-clip", "0"}, {"--beta1", "0.8"},
+                             {"--beta2", "0.9"}, {"--eval-every", "3"}, {"--log-every", "3"},
+                             {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")}};
+    for (const Args& flag : training) {
+        Args args = {"--sample", "--checkpoint", path};
+        args.insert(args.end(), flag.begin(), flag.end());
+        check_error(run_train(dir, args), {flag[0] + " is a training flag", "--sample"});
+    }
+    // the flags it reads still work
+    check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1", "--seed", "3",
+                                  "--temperature", "1", "--top-k", "2", "--tokens", "3"}));
+}
+
+TEST_CASE("--depth-heads 1 and 0 are one head: a checkpoint trained with either resumes and samples with the other") {
+    TempDir dir;
+    const Args one = {"--depth-heads", "1"}, none = {};
+    for (int k = 0; k < 2; k++) {
+        const Args& trained = k == 0 ? one : none;
+        const Args& resumed = k == 0 ? none : one;
+        std::string path = dir.file("heads" + std::to_string(k) + ".ckpt");
+        Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path};
+        Args first = args;
+        first.insert(first.end(), {"--stop-after", "2"});
+        first.insert(first.end(), trained.begin(), trained.end());
+        check_success(run_train(dir, tiny(first)));
+        ModelConfig config;
+        int step = 0;
+        char err[512];
+        REQUIRE(checkpoint_read_config(path.c_str(), &config, &step, err, sizeof(err)) == 0);
+        CHECK(config.depth_heads == 0);  // stored as the default model
+        Args second = args;
+        second.push_back("--resume");
+        second.insert(second.end(), resumed.begin(), resumed.end());
+        check_success(run_train(dir, tiny(second)));
+        Args sample = {"--sample", "--checkpoint", path, "--threads", "1"};
+        sample.insert(sample.end(), resumed.begin(), resumed.end());
+        check_success(run_train(dir, sample));
+    }
+}
+
+TEST_CASE("--depth-window W >= 2L is full mode: stored as full, so --resume and --sample take it as such") {
+    TempDir dir;
+    std::string path = dir.file("window.ckpt");
+    Args args = {"--mode", "full", "--steps", "4", "--eval-every", "2", "--checkpoint", path};
+    Args first = args;
+    first.insert(first.end(), {"--depth-window", "2", "--stop-after", "2"});  // L = 1: 2L = 2
+    check_success(run_train(dir, tiny(first)));
+    ModelConfig config;
+    int step = 0;
+    char err[512];
+    REQUIRE(checkpoint_read_config(path.c_str(), &config, &step, err, sizeof(err)) == 0);
+    CHECK(config.depth_window == 0);
+    Args second = args;
+    second.push_back("--resume");  // full mode without a window: the same run
+    check_success(run_train(dir, tiny(second)));
+    check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1", "--depth-window", "5"}));
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--depth-window", "1"}),
+                {path, "--depth-window disagrees"});
+}
+
+TEST_CASE("--stop-after past --steps is refused, and so is --resume --stop-after past --steps from the checkpoint's step") {
+    TempDir dir;
+    check_error(run_train(dir, tiny({"--steps", "4", "--stop-after", "5"})), {"--stop-after 5", "--steps 4"});
+    std::string path = dir.file("model.ckpt");
+    Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path};
+    Args first = args;
+    first.insert(first.end(), {"--stop-after", "2"});
+    check_success(run_train(dir, tiny(first)));  // at step 2 of 4
+    Args resume = args;
+    resume.insert(resume.end(), {"--resume", "--stop-after", "3"});
+    check_error(run_train(dir, tiny(resume)), {path, "step 2", "--stop-after 3", "--steps 4"});
+    resume.back() = "2";
+    check_success(run_train(dir, tiny(resume)));  // to step 4, the end
+    resume.back() = "1";
+    check_error(run_train(dir, tiny(resume)), {path, "step 4", "--stop-after 1"});
+}
+
 TEST_CASE("--checkpoint onto a pipe (or a device such as /dev/null) is refused before training, not replaced") {
     TempDir dir;
     std::string pipe = dir.file("pipe");
     REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
     check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", pipe})), {pipe, "not a regular file"});
     CHECK(fs::is_fifo(pipe));
+}
+
+TEST_CASE("a --checkpoint path (or its .best) that is the --text file or the --diagnostics directory is refused, however spelled") {
+    TempDir dir;
+    std::string text = dir.file("input.txt"), link = dir.file("link.txt");
+    std::string some_text;
+    for (int i = 0; i < 40; i++) some_text += "the quick brown fox jumps over the lazy dog. ";
+    write_text(text, some_text);
+    REQUIRE(symlink(text.c_str(), link.c_str()) == 0);
+    Args text_run = {"--task", "text", "--steps", "2", "--eval-every", "2", "--seq-len", "16"};
+    // the text file as the checkpoint, spelled another way, or through a symbolic link
+    std::string spelled = dir.path + "/./input.txt";
+    Args a = text_run;
+    a.insert(a.end(), {"--text", text, "--checkpoint", spelled});
+    check_error(run_train(dir, tiny(a)), {spelled, "--text file"});
+    Args b = text_run;
+    b.insert(b.end(), {"--text", link, "--checkpoint", text});
+    check_error(run_train(dir, tiny(b)), {text, "--text file"});
+    // the text file as the best checkpoint
+    write_text(dir.file("notes"), "");
+    std::string best_text = dir.file("notes.best");
+    write_text(best_text, some_text);
+    Args c = text_run;
+    c.insert(c.end(), {"--text", best_text, "--checkpoint", dir.file("notes")});
+    check_error(run_train(dir, tiny(c)), {best_text, "--text file"});
+    CHECK(read_text(text) == some_text);
+    CHECK(read_text(best_text) == some_text);
+    // the diagnostics directory, before it exists, as the checkpoint or its .best
+    std::string diag = dir.file("diag");
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", diag, "--diagnostics", diag + "/"})),
+                {diag, "--diagnostics directory"});
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", diag, "--diagnostics", diag + ".best"})),
+                {diag + ".best", "--diagnostics directory"});
+    CHECK(!fs::exists(diag));
+}
+
+TEST_CASE("a directory (or a pipe) at PATH.best is refused before training, like one at PATH") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    REQUIRE(fs::create_directory(path + ".best"));
+    Run run = run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path}));
+    check_error(run, {path + ".best", "is a directory"});
+    CHECK(!contains(run.out, "step"));
+    CHECK(!fs::exists(path));
+    std::string other = dir.file("other.ckpt");
+    REQUIRE(mkfifo((other + ".best").c_str(), 0600) == 0);
+    check_error(run_train(dir, tiny({"--steps", "2", "--checkpoint", other})), {other + ".best", "not a regular file"});
+    CHECK(fs::is_fifo(other + ".best"));
+}
+
+TEST_CASE("a run removes the temporary files that killed saves of its checkpoint left, not a live process's") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    pid_t child = fork();  // a process id that no process has once the child is reaped
+    REQUIRE(child >= 0);
+    if (child == 0) _exit(0);
+    REQUIRE(waitpid(child, nullptr, 0) == child);
+    std::string gone = std::to_string(child), live = std::to_string(getpid());
+    std::vector<std::string> stale = {path + ".tmp." + gone, path + ".best.tmp." + gone};
+    std::vector<std::string> kept = {path + ".tmp." + live, path + ".best.tmp." + live,
+                                     path + ".tmp." + gone + "x", dir.file("other.ckpt.tmp." + gone)};
+    for (const std::string& f : stale) write_text(f, "torn");
+    for (const std::string& f : kept) write_text(f, "torn");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path})));
+    for (const std::string& f : stale) CHECK_MESSAGE(!fs::exists(f), f << " is still there");
+    for (const std::string& f : kept) CHECK_MESSAGE(fs::exists(f), f << " was removed");
 }
 
 TEST_CASE("bad text files exit 1 with one error line naming the file and the problem") {

@@ -1,0 +1,26 @@
+// evaluate.h — the held-out metrics of a training run: the validation loss, the next-token
+// accuracy and, for the tasks, whole answers right under greedy decoding.
+#ifndef ATTNRES_EVALUATE_H
+#define ATTNRES_EVALUATE_H
+
+#include "dataset.h"
+#include "diagnostics.h"
+#include "inference.h"
+#include "model.h"
+#include "options.h"
+
+typedef struct {
+    float val_loss;
+    float accuracy;     // next-token accuracy on the scored positions (teacher forcing), %
+    float exact_match;  // tasks: whole answers right under greedy decoding, %; text: -1
+} EvalResult;
+
+// The first min(--eval-examples, the held-out rows) rows, in batches of m->max_B; x, y, work
+// hold (max_B, T) ints each. dec (built for max_B rows) decodes the tasks' answers.
+EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o, int* x, int* y,
+                    int* work);
+// Depth-attention weights averaged over the tokens of the first evaluation batch, into dg
+void measure_eval_alpha(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
+                        Diagnostics* dg);
+
+#endif

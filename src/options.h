@@ -1,0 +1,68 @@
+// options.h — a run's settings, as ./train's flags set them (train.c's flag table, which says
+// what each one does): what the trainer, --sample and the run record's checks read.
+#ifndef ATTNRES_OPTIONS_H
+#define ATTNRES_OPTIONS_H
+
+#include <stddef.h>
+#include <string.h>
+#include "model.h"
+
+#define MAX_FLAGS 64
+
+typedef struct {
+    ModelConfig model;       // vocab_size is set by the data
+    const char* mode;        // none | full | block
+    // SPEC's depth-attention variants, as words (options_check sets model's switches)
+    const char *depth_score, *key_norm, *depth_query, *mixing;
+    const char* task;        // reverse | copy | sort | text
+    const char* text_path;
+    int length, symbols, eval_examples;
+    int batch, seq_len, steps, warmup, threads, eval_every, log_every;
+    float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
+    unsigned long long seed;
+    const char* checkpoint;
+    int resume;
+    int stop_after;
+    const char* diagnostics;  // directory for the CSVs of diagnostics.h, NULL = off
+    int sample;                                // --sample: generate from --checkpoint
+    const char *prompt, *prompt_tokens;        // NULL = none given
+    int sample_tokens, top_k;                  // 0 = default length / all tokens
+    float temperature;                         // 0 = greedy
+    int cublas;                                // ./train_cuda: matmuls through cuBLAS
+    const char* given[MAX_FLAGS];              // the flags on the command line, each once
+    int n_given;
+} Options;
+
+// whether `flag` ("--steps") was on the command line
+static inline int option_given(const Options* o, const char* flag) {
+    for (int i = 0; i < o->n_given; i++) {
+        if (strcmp(o->given[i], flag) == 0) { return 1; }
+    }
+    return 0;
+}
+
+// One row of train.c's flag table: the flag, what its value is, where it goes, its help line
+typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_U64, OPT_SWITCH } OptionKind;
+typedef struct {
+    const char* flag;
+    OptionKind kind;
+    void* value;
+    const char* help;
+} Flag;
+
+// Reads s, the value given to flag f, into f->value: plain decimal numbers only (no spaces,
+// no hexadecimal, no inf or nan). 0, or -1 with one line in err.
+int options_parse_value(const Flag* f, const char* s, char* err, size_t err_len);
+// --help: one line per flag, with its default (the value it points to now)
+void options_print(const Flag* flags, int n);
+// Checks every flag that the model and data do not check themselves, and turns the words
+// (--mode, the variants') into o->model's numbers. 0, or -1 with one line in err.
+int options_check(Options* o, char* err, size_t err_len);
+
+// a TaskKind's name (dataset.h), as --task spells it
+static inline const char* task_name(int kind) {
+    static const char* const names[] = {"reverse", "copy", "sort", "text"};
+    return names[kind];
+}
+
+#endif

@@ -1,0 +1,199 @@
+// run_record.c — the checks a training run makes before it trains (run_record.h).
+#define _XOPEN_SOURCE 700  // stat, realpath
+#include <errno.h>
+#include <limits.h>  // PATH_MAX
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include "inference.h"  // decoder_floats
+#include "run_record.h"
+#include "util.h"
+
+RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, float best_val_loss) {
+    RunRecord run;
+    memset(&run, 0, sizeof(run));
+    run.task = (int)ds->kind;
+    int text = ds->kind == TASK_TEXT;
+    run.length = text ? 0 : o->length;
+    run.symbols = text ? 0 : o->symbols;
+    run.seq_len = ds->seq_len;
+    run.batch = o->batch;
+    run.steps = o->steps;
+    run.warmup = o->warmup;
+    run.eval_examples = o->eval_examples;
+    run.seed = o->seed;
+    run.lr = o->lr;
+    run.final_lr_frac = o->final_lr_frac;
+    run.weight_decay = o->weight_decay;
+    run.grad_clip = o->grad_clip;
+    run.beta1 = o->beta1;
+    run.beta2 = o->beta2;
+    run.adam_eps = o->adam_eps;
+    if (text) {
+        const char* slash = strrchr(o->text_path, '/');
+        snprintf(run.text_name, sizeof(run.text_name), "%s", slash ? slash + 1 : o->text_path);
+        run.text_bytes = ds->n_text;
+    }
+    run.best_step = best_step;
+    run.best_val_loss = best_val_loss;
+    return run;
+}
+
+#define FAIL(...) do { snprintf(err, err_len, __VA_ARGS__); return -1; } while (0)
+
+int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* was,
+                            int* recorded, char* err, size_t err_len) {
+    if (checkpoint_read_run(path, was, recorded, err, err_len) != 0) { return -1; }
+    if (!*recorded) { return 0; }
+    const char* fix = "resume with the training's flags, or start a new run";
+    if (was->task != now->task) {
+        FAIL("checkpoint %s was trained on --task %s, this run has --task %s (%s)", path,
+             task_name(was->task), task_name(now->task), fix);
+    }
+    if (strcmp(was->text_name, now->text_name) != 0 || was->text_bytes != now->text_bytes) {
+        FAIL("checkpoint %s was trained on --text %s (%llu bytes), this run reads %s (%llu "
+             "bytes) (%s)", path, was->text_name, was->text_bytes, now->text_name,
+             now->text_bytes, fix);
+    }
+    const char* int_flags[] = {"--length", "--symbols", "--seq-len", "--batch", "--steps",
+                               "--warmup", "--eval-examples"};
+    int int_was[] = {was->length, was->symbols, was->seq_len, was->batch, was->steps,
+                     was->warmup, was->eval_examples};
+    int int_now[] = {now->length, now->symbols, now->seq_len, now->batch, now->steps,
+                     now->warmup, now->eval_examples};
+    for (int i = 0; i < 7; i++) {
+        if (int_was[i] != int_now[i]) {
+            FAIL("checkpoint %s was trained with %s %d, this run has %s %d (%s)", path,
+                 int_flags[i], int_was[i], int_flags[i], int_now[i], fix);
+        }
+    }
+    if (was->seed != now->seed) {
+        FAIL("checkpoint %s was trained with --seed %llu, this run has --seed %llu (%s)", path,
+             was->seed, now->seed, fix);
+    }
+    const char* float_flags[] = {"--lr", "--final-lr-frac", "--weight-decay", "--grad-clip",
+                                 "--beta1", "--beta2"};
+    float float_was[] = {was->lr, was->final_lr_frac, was->weight_decay, was->grad_clip,
+                         was->beta1, was->beta2};
+    float float_now[] = {now->lr, now->final_lr_frac, now->weight_decay, now->grad_clip,
+                         now->beta1, now->beta2};
+    for (int i = 0; i < 6; i++) {
+        if (float_was[i] != float_now[i]) {
+            FAIL("checkpoint %s was trained with %s %g, this run has %s %g (%s)", path,
+                 float_flags[i], (double)float_was[i], float_flags[i], (double)float_now[i], fix);
+        }
+    }
+    return 0;
+}
+
+// path made absolute from its folder's real path (symbolic links, "." and ".." resolved) and
+// its last name, for a path that need not exist yet; "" when its folder cannot be resolved
+static void folder_real_path(const char* path, char* out, size_t len) {
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof(copy), "%s", path);
+    size_t n = strlen(copy);
+    while (n > 1 && copy[n - 1] == '/') { copy[--n] = '\0'; }  // "dir/" names dir
+    char* slash = strrchr(copy, '/');
+    const char* name = slash ? slash + 1 : copy;
+    const char* folder = slash == NULL ? "." : slash == copy ? "/" : copy;
+    if (slash != NULL) { *slash = '\0'; }
+    char real[PATH_MAX];
+    out[0] = '\0';
+    if (realpath(folder, real) != NULL) { snprintf(out, len, "%s/%s", real, name); }
+}
+
+// Whether a and b name the same file, however spelled: the same device and inode when both
+// exist; when neither does, the same name in the same real folder
+static int same_file(const char* a, const char* b) {
+    struct stat sa, sb;
+    int a_exists = stat(a, &sa) == 0, b_exists = stat(b, &sb) == 0;
+    if (a_exists || b_exists) {
+        return a_exists && b_exists && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    }
+    char ra[2 * PATH_MAX], rb[2 * PATH_MAX];
+    folder_real_path(a, ra, sizeof(ra));
+    folder_real_path(b, rb, sizeof(rb));
+    return ra[0] != '\0' && strcmp(ra, rb) == 0;
+}
+
+int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
+                          char* err, size_t err_len) {
+    char best[4200];
+    snprintf(best, sizeof(best), "%s.best", path);
+    const char* written[] = {path, best};  // the latest, and the best so far
+    const char* others[] = {text_path, diagnostics};
+    const char* other_names[] = {"the --text file", "the --diagnostics directory"};
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 2; j++) {
+            if (others[j] != NULL && same_file(written[i], others[j])) {
+                FAIL("--checkpoint %s: %s is %s %s, which a checkpoint would replace", path,
+                     written[i], other_names[j], others[j]);
+            }
+        }
+    }
+    struct stat info;
+    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
+        FAIL("--checkpoint %s is a directory, not a file", path);
+    }
+    if (!replaceable_by_rename(path)) {  // a device, a pipe, a socket
+        FAIL("--checkpoint %s is not a regular file: a checkpoint is renamed over its path, and "
+             "would replace it", path);
+    }
+    if (stat(best, &info) == 0 && S_ISDIR(info.st_mode)) {
+        FAIL("--checkpoint %s: the best checkpoint's path %s is a directory, not a file", path,
+             best);
+    }
+    if (!replaceable_by_rename(best)) {
+        FAIL("--checkpoint %s: the best checkpoint's path %s is not a regular file: a "
+             "checkpoint is renamed over its path, and would replace it", path, best);
+    }
+    checkpoint_remove_stale_temps(path);
+    checkpoint_remove_stale_temps(best);
+    char tmp[4096];
+    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
+        FAIL("--checkpoint path is too long");
+    }
+    FILE* f = fopen(tmp, "wb");
+    if (f == NULL) { FAIL("cannot write checkpoint %s: %s", tmp, strerror(errno)); }
+    fclose(f);
+    remove(tmp);
+    return 0;
+}
+
+size_t available_memory(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (f == NULL) { return 0; }
+    char line[256];
+    size_t kib = 0;
+    while (fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "MemAvailable: %zu kB", &kib) == 1) { break; }
+    }
+    fclose(f);
+    return kib * 1024;
+}
+
+int run_memory_check(const ModelConfig* c, size_t eval_B, size_t T, size_t decoder_rows,
+                     const Dist* dist, size_t data_bytes, size_t* bytes, char* err,
+                     size_t err_len) {
+    size_t sizes[N_PARAM_TENSORS];
+    size_t params = param_sizes(c, sizes);
+    Activations sizing;
+    sizing.sub = mallocCheck((size_t)(2 * c->n_layers + 1) * sizeof(SubLayer));
+    size_t activations = point_activations(&sizing, c, eval_B, T, 1, NULL);
+    free(sizing.sub);
+    size_t world = (size_t)dist->world, shard = (params + world - 1) / world;
+    size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
+    size_t decoder = dist->rank == 0 ? decoder_floats(c, decoder_rows, T) : 0;
+    *bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * T * sizeof(int) +
+             data_bytes;
+    size_t available = available_memory();
+    if (available > 0 && *bytes > available) {
+        size_t maps = (size_t)c->n_layers * eval_B * (size_t)c->n_heads * T * T * sizeof(float);
+        FAIL("this run needs %.2f GiB (%.2f GiB of them attention maps, which grow with T^2), "
+             "more than the %.2f GiB available: lower --seq-len or --batch (or --d, --L)",
+             (double)*bytes / 1073741824.0, (double)maps / 1073741824.0,
+             (double)available / 1073741824.0);
+    }
+    return 0;
+}
