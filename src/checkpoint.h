@@ -1,6 +1,6 @@
 // checkpoint.h — model checkpoints: a 256-int header, then parameters, then AdamW state.
 //
-// Format (little-endian, documented in README.md):
+// Format (little-endian, documented in docs/training.md, "Checkpoints"):
 //   int32[256] header: [0] magic 20261124, [1] version 3, [2] V, [3] d, [4] L, [5] H,
 //                      [6] G, [7] F, [8] S (0 none, 1 full, >= 2 block), [9] completed
 //                      steps, [10..11] number of parameters P (low, high 32 bits),
