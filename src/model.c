@@ -277,9 +277,9 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, sub * attnres * N * d);
         s->alpha    = take(&at, N * s->n_sources * z.K);
         s->key_rstd = take(&at, N * s->n_sources * z.K);
-        s->qn       = take(&at, (z.n_qproj_rows > 0) * N * d);
-        s->q_rstd   = take(&at, (z.n_qproj_rows > 0) * N);
-        s->qrows    = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->last_xn = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->last_rstd = take(&at, (z.n_qproj_rows > 0) * N);
+        s->query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
     }
     a->x0      = take(&at, N * d);
     a->out     = take(&at, N * d);
@@ -305,8 +305,8 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dup     = take(&at, b * N * F);
     a->dact    = take(&at, b * N * F);
     a->dpartial = take(&at, b * (attnres ? z.n_sub / z.S : 0) * N * d);
-    a->dqrows  = take(&at, b * (z.n_qproj_rows > 0) * N * d);
-    a->dqn     = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dquery_rows = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     return at.used;
 }
 
@@ -446,56 +446,15 @@ DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) 
 }
 
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out) {
-    const Kernels* K = m->kernels;
     const ModelConfig* c = &m->config;
     const float* src[m->dims.n_sub + 2];
-    size_t d = m->dims.d;
     size_t n = gather_sources(a, c, N, l, src, NULL);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
     SubLayer* s = &a->sub[l];
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-    if (c->mixing) {
-        K->depth_mixing_forward(out, s->alpha, src, p.mix, n, N, d, c->mixing == 1);
-    } else if (depth_variant(c)) {
-        // --depth-query input: the query's row part U_l rmsnorm(V_last), no gain
-        if (p.qproj != NULL) {
-            K->rmsnorm_forward(s->qn, s->q_rstd, src[n - 1], NULL, N, d);
-            K->linear_forward(s->qrows, s->qn, p.qproj, N, d, d);
-        }
-        K->depth_attention_variant_forward(out, s->alpha, s->key_rstd, src, p.query,
-                                           p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
-                                           m->dims.K, c->depth_score);
-    } else {
-        K->depth_attention_forward(out, s->alpha, s->key_rstd, src, p.query, p.norm, n, N, d);
-    }
-}
-
-// The variants and the mixings from dout, the gradient of their output, into the sources'
-// gradients (the standard depth attention runs its backward with its norm's: input_backward).
-static void depth_backward(Model* m, int l, const float* dout) {
-    const Kernels* K = m->kernels;
-    const ModelConfig* c = &m->config;
-    Activations* a = &m->acts;
-    const float* src[m->dims.n_sub + 2];
-    float* dsrc[m->dims.n_sub + 2];
-    size_t N = m->B * m->T, d = m->dims.d;
-    size_t n = gather_sources(a, c, N, l, src, dsrc);
-    const SubLayer* s = &a->sub[l];
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-    DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
-    if (c->mixing) {
-        K->depth_mixing_backward(dsrc, g.mix, dout, s->alpha, src, n, N, d, c->mixing == 1);
-        return;
-    }
-    if (p.qproj != NULL) { K->zero(a->dqrows, N * d); }
-    K->depth_attention_variant_backward(dsrc, g.query, p.qproj != NULL ? a->dqrows : NULL,
-                                        g.norm, dout, s->alpha, s->key_rstd, src, p.query,
-                                        p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
-                                        m->dims.K, c->depth_score);
-    if (p.qproj != NULL) {  // qrows = qn U_l^T, qn = rmsnorm(V_last) without gain
-        K->zero(a->dqn, N * d);
-        K->linear_backward(a->dqn, g.qproj, a->dqrows, s->qn, p.qproj, N, d, d);
-        K->rmsnorm_backward(dsrc[n - 1], NULL, a->dqn, src[n - 1], NULL, s->q_rstd, N, d);
-    }
+    m->kernels->attnres_input_forward(NULL, NULL, out, s->alpha, s->key_rstd, s->last_xn,
+                                      s->last_rstd, s->query_rows, src, p.query, p.norm,
+                                      p.qproj, p.mix, NULL, n, N, m->dims.d, m->dims.K,
+                                      c->depth_score, c->mixing);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -504,8 +463,8 @@ static void depth_backward(Model* m, int l, const float* dout) {
 // xf = rmsnorm(out), out = h_{2L} or DA_out.
 
 typedef struct {
-    float *inp, *out, *rstd;  // h_l (or out), xn_l (or xf), the saved rstd
-    float *weight, *dweight;  // the norm's gain and its gradient
+    float *h, *xn, *rstd;  // h_l (or out), xn_l = rmsnorm(h_l) (or xf), the saved rstd
+    float *gain, *dgain;   // the norm's gain and its gradient
 } Norm;
 
 static Norm sublayer_norm(Model* m, int l) {
@@ -521,54 +480,51 @@ static Norm sublayer_norm(Model* m, int l) {
     return (Norm){s->h, s->xn, s->rstd, m->params.mlp_norm + at, m->grads.mlp_norm + at};
 }
 
-// AttnRes with the standard depth attention: every depth attention's output goes straight
-// into an RMSNorm, and the two run as one kernel call (depth_attention_rmsnorm_forward; on
-// the GPU one pass over the rows instead of two, and launches: one instead of two forward,
-// two instead of six backward)
-static int fused_depth_norm(const Model* m) {
-    return m->dims.S > 0 && !m->config.mixing && !depth_variant(&m->config);
-}
-
 static void input_forward(Model* m, int l) {
     const Kernels* K = m->kernels;
+    const ModelConfig* c = &m->config;
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d;
-    Norm q = sublayer_norm(m, l);
-    if (fused_depth_norm(m)) {  // h_l = DA_l(sources), xn_l = rmsnorm(h_l)
-        const float* src[m->dims.n_sub + 2];
-        size_t n = gather_sources(a, &m->config, N, l, src, NULL);
-        DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-        K->depth_attention_rmsnorm_forward(q.out, q.rstd, q.inp, a->sub[l].alpha,
-                                           a->sub[l].key_rstd, src, p.query, p.norm, q.weight,
-                                           n, N, d);
+    Norm norm = sublayer_norm(m, l);
+    if (m->dims.S == 0) {  // none: h_l is the residual stream
+        K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.gain, N, d);
         return;
     }
-    if (m->dims.S > 0) { depth_forward_rows(m, a, N, l, q.inp); }  // h_l = DA_l(sources)
-    K->rmsnorm_forward(q.out, q.rstd, q.inp, q.weight, N, d);
+    // AttnRes: h_l = DA_l(sources) by the operator the config picks (depth_variants.c), then
+    // xn_l = rmsnorm(h_l)
+    const float* src[m->dims.n_sub + 2];
+    size_t n = gather_sources(a, c, N, l, src, NULL);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    SubLayer* s = &a->sub[l];
+    K->attnres_input_forward(norm.xn, norm.rstd, norm.h, s->alpha, s->key_rstd, s->last_xn,
+                             s->last_rstd, s->query_rows, src, p.query, p.norm, p.qproj, p.mix,
+                             norm.gain, n, N, d, m->dims.K, c->depth_score, c->mixing);
 }
 
-// The backward of input_forward from dxn, the gradient of xn_l: none adds h_l's gradient into
-// dh (the residual stream's); AttnRes takes it on through the depth attention into the
-// sources' gradients, dh the scratch for h_l's gradient (overwritten).
+// The backward of input_forward from dxn, the gradient of xn_l. none: dh holds the residual
+// stream's gradient, and h_l's share adds into it. AttnRes: dh is scratch for h_l's gradient
+// (overwritten), which the depth attention takes on into the sources' gradients.
 static void input_backward(Model* m, int l, const float* dxn, float* dh) {
     const Kernels* K = m->kernels;
+    const ModelConfig* c = &m->config;
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d;
-    Norm q = sublayer_norm(m, l);
-    if (fused_depth_norm(m)) {
-        const float* src[m->dims.n_sub + 2];
-        float* dsrc[m->dims.n_sub + 2];
-        size_t n = gather_sources(a, &m->config, N, l, src, dsrc);
-        DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-        DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
-        K->depth_attention_rmsnorm_backward(dsrc, g.query, g.norm, q.dweight, dh, dxn, q.inp,
-                                            q.rstd, q.weight, a->sub[l].alpha,
-                                            a->sub[l].key_rstd, src, p.query, p.norm, n, N, d);
+    Norm norm = sublayer_norm(m, l);
+    if (m->dims.S == 0) {
+        K->rmsnorm_backward(dh, norm.dgain, dxn, norm.h, norm.gain, norm.rstd, N, d);
         return;
     }
-    if (m->dims.S > 0) { K->zero(dh, N * d); }
-    K->rmsnorm_backward(dh, q.dweight, dxn, q.inp, q.weight, q.rstd, N, d);
-    if (m->dims.S > 0) { depth_backward(m, l, dh); }
+    const float* src[m->dims.n_sub + 2];
+    float* dsrc[m->dims.n_sub + 2];
+    size_t n = gather_sources(a, c, N, l, src, dsrc);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
+    const SubLayer* s = &a->sub[l];
+    K->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dgain, dh,
+                              a->dquery_rows, a->dlast_xn, dxn, norm.h, norm.rstd, norm.gain,
+                              s->alpha, s->key_rstd, s->last_xn, s->last_rstd, s->query_rows,
+                              src, p.query, p.norm, p.qproj, n, N, d, m->dims.K,
+                              c->depth_score, c->mixing);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -768,14 +724,8 @@ const Kernels cpu_kernels = {
     .attention_backward = attention_backward,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
-    .depth_attention_forward = depth_attention_forward,
-    .depth_attention_backward = depth_attention_backward,
-    .depth_attention_rmsnorm_forward = depth_attention_rmsnorm_forward,
-    .depth_attention_rmsnorm_backward = depth_attention_rmsnorm_backward,
-    .depth_attention_variant_forward = depth_attention_variant_forward,
-    .depth_attention_variant_backward = depth_attention_variant_backward,
-    .depth_mixing_forward = depth_mixing_forward,
-    .depth_mixing_backward = depth_mixing_backward,
+    .attnres_input_forward = attnres_input_forward,
+    .attnres_input_backward = attnres_input_backward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .adamw_update = adamw_update,

@@ -134,9 +134,9 @@ typedef struct {
     float* alpha;     // (N,n_sources,K) depth-attention weights  [AttnRes]
                       // (with --mixing: the n_sources weights, the same for every row)
     float* key_rstd;  // (N,n_sources,K)                          [AttnRes]
-    float* qn;        // (N,d) rmsnorm(V_last), no gain      [--depth-query input]
-    float* q_rstd;    // (N)                                 [--depth-query input]
-    float* qrows;     // (N,d) U_l qn: the query's row part  [--depth-query input]
+    float* last_xn;     // (N,d) rmsnorm(V_last), no gain              [--depth-query input]
+    float* last_rstd;   // (N)                                         [--depth-query input]
+    float* query_rows;  // (N,d) last_xn U_l^T: the query's row part   [--depth-query input]
     size_t n_sources;
 } SubLayer;
 
@@ -153,7 +153,7 @@ typedef struct {
     float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
     float* dpartial;  // (2L/S, N, d) gradients of the partial sums, one a block  [AttnRes]
-    float *dqrows, *dqn;  // (N,d) each                  [--depth-query input]
+    float *dquery_rows, *dlast_xn;  // (N,d) each       [--depth-query input]
 } Activations;
 
 // The size table: points every buffer of a (NULL: only counts) into one block of memory
@@ -258,8 +258,8 @@ void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N);
 typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
 DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l);
 // out (N,d) = the depth attention of sub-layer l (l = 2L: output aggregation) over its sources
-// in a, N rows, by the sequential definition: the default operator, a variant
-// (depth_variants.c) or a mixing; saves what the backward needs in a->sub[l].
+// in a, N rows, by the sequential definition: attnres_input_forward (depth_variants.c)
+// without the norm, for the operator the config picks; saves what it needs in a->sub[l].
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out);
 
 #ifdef __cplusplus
