@@ -5,12 +5,10 @@
 // Sub-layer l = 0 .. 2L-1: even l is the attention of layer l/2, odd l its MLP. Each is
 // f_l(h) = Attn(rmsnorm(h)) or MLP(rmsnorm(h)). What feeds h depends on the mode (SPEC.md):
 //   none : h_0 = x0, h_{l+1} = h_l + f_l(h_l), out = h_{2L}
-//   block: sources are the completed blocks b_0 = x0, b_1, ... and the partial sum p of the
-//          current block; h_l = DA_l(b_0..b_{n-1}[, p]); out = DA_out(b_0..b_{n_blocks})
+//   block: h_l = DA_l(b_0 .. b_{l/S}[, p]) over b_0 = x0, the completed blocks and the partial
+//          sum p of l's block; out = DA_out(b_0 .. b_{n_blocks})
 //   full : block with S = 1 (every sub-layer output is its own block)
-// Block bookkeeping: partial[l] is the running sum of the outputs of the sub-layers of l's
-// block up to and including l, so block k >= 1 is partial[k*S - 1], and the partial sum that
-// sub-layer l sees (when it is not first in its block) is partial[l-1].
+// Which buffers those are, forward and backward, with a worked example: gather_sources.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +186,35 @@ void model_init_params(Model* m, uint64_t seed) {
 
 // ---------------------------------------------------------------------------------------
 // The residual bookkeeping: which sources each depth attention reads.
+//
+// Block mode (SPEC.md "Residual mode"; full mode is S = 1). The 2L sub-layers l = 0 .. 2L-1
+// fall into n_blocks = 2L/S blocks of S; sub-layer l is in block l/S (0-based here; SPEC's
+// block n = 1 + l/S). partial[l] is the running sum of the outputs of l's block up to and
+// including l: partial[l] = f_l when l starts its block (f_l's own buffer, no copy), else
+// partial[l-1] + f_l (residual_update). The block sources are b_0 = x0 and, for k >= 1, the
+// completed block b_k = partial[k*S - 1].
+// Sub-layer l reads b_0 .. b_{l/S} (every block before its own: 1 + l/S block sources), then,
+// unless l starts its block, partial[l-1]: the sum of the outputs before it in its block. The
+// output aggregation (l = 2L) reads b_0 .. b_{n_blocks}. A depth window W (full mode only)
+// keeps x0 and the W most recent of those.
+// Gradients: b_0's is dx0. Every other source is a partial sum, and the backward keeps ONE
+// gradient buffer a block, dpartial[k] for block k (n_blocks of them): b_{k+1} =
+// partial[(k+1)S - 1] and the partial[l-1] that a sub-layer l of block k reads both add into
+// dpartial[k]. One buffer is enough because the backward walks l downwards: when it reaches
+// sub-layer l, every reader of partial[l] is done, so dpartial[l/S] holds d partial[l] = d f_l
+// in full (sublayer_backward reads it there); partial[l] = partial[l-1] + f_l hands that same
+// gradient to partial[l-1], so the buffer simply becomes partial[l-1]'s, and sub-layer l's
+// depth attention adds its share on top.
+// L = 2, S = 2 (n_blocks = 2: block 0 = sub-layers 0, 1 with b_1 = partial[1], block 1 =
+// sub-layers 2, 3 with b_2 = partial[3]):
+//   sub-layer     l   sources (in order)            its depth attention adds into   f_l's grad
+//   L0.attn       0   x0                            dx0                              dpartial[0]
+//   L0.mlp        1   x0, partial[0] (= f_0)        dx0, dpartial[0]                 dpartial[0]
+//   L1.attn       2   x0, b_1                       dx0, dpartial[0]                 dpartial[1]
+//   L1.mlp        3   x0, b_1, partial[2] (= f_2)   dx0, dpartial[0], dpartial[1]    dpartial[1]
+//   output        4   x0, b_1, b_2                  dx0, dpartial[0], dpartial[1]    -
+// Backward order: output, then l = 3, 2, 1, 0, each sub-layer first reading f_l's gradient,
+// then adding its depth attention's into the buffers on its row; dx0 ends in the embedding.
 
 size_t count_sources(const ModelConfig* c, int l) {
     int S = c->block_size, W = c->depth_window;
@@ -200,9 +227,9 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
                       const float** src, float** dsrc) {
     int S = c->block_size, n_sub = 2 * c->n_layers;
     size_t d = (size_t)c->d_model;
-    int n_blocks = (l == n_sub) ? n_sub / S + 1 : 1 + l / S;
+    int n_block_sources = (l == n_sub) ? n_sub / S + 1 : 1 + l / S;  // b_0 and the blocks before l
     size_t count = 0;
-    for (int k = 0; k < n_blocks; k++, count++) {
+    for (int k = 0; k < n_block_sources; k++, count++) {
         src[count] = k == 0 ? a->x0 : a->sub[k * S - 1].partial;
         if (dsrc != NULL) { dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k - 1) * N * d; }
     }
@@ -230,8 +257,8 @@ void residual_update(const Model* m, Activations* a, int l, size_t N) {
     if (S == 0) {
         float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
         K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
-    } else if (l % S > 0) {  // (when l starts its block, p = f_l is f_l's buffer: the layout)
-        K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // p = p_{l-1} + f_l
+    } else if (l % S > 0) {  // (when l starts its block, partial[l] is f_l's own buffer)
+        K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // partial[l] = partial[l-1] + f_l
     }
 }
 
@@ -605,20 +632,18 @@ void model_backward(Model* m) {
 
     K->zero(a->dx0, N * d);
     if (S == 0) {
-        // h_{l+1} = h_l + f_l(h_l): the residual gradient flows straight through, and each
-        // sub-layer adds its input gradient to it. dx0 carries the running gradient: it is
-        // df_l = dh_{l+1} while sub-layer l's backward reads it, then dh_l once l's input
-        // gradient is added in.
-        input_backward(m, n_sub, a->dxf, a->dx0);  // out's gradient
+        // h_{l+1} = h_l + f_l(h_l): the residual stream's gradient flows straight through, and
+        // each sub-layer adds its input's share. One buffer holds it: dh_{l+1} = df_l while
+        // sub-layer l's backward reads it, dh_l once l's share is added; after sub-layer 0 it
+        // is dh_0, the gradient of h_0 = x0, so the buffer is dx0's.
+        float* dresidual = a->dx0;
+        input_backward(m, n_sub, a->dxf, dresidual);  // out = h_{2L}
         for (int l = n_sub - 1; l >= 0; l--) {
-            sublayer_backward(m, l, a->dx0);
-            input_backward(m, l, a->dxn, a->dx0);
+            sublayer_backward(m, l, dresidual);
+            input_backward(m, l, a->dxn, dresidual);
         }
     } else {
-        // One gradient buffer a block (dpartial, n_sub/S of them): every consumer of
-        // partial[l] comes later, so its gradient is complete here; partial[l] = partial[l-1]
-        // + f_l passes it on whole to partial[l-1], whose one consumer, sub-layer l's depth
-        // attention (gather_sources), then adds its share into the same buffer.
+        // one gradient buffer a block, dpartial[l/S] (gather_sources explains it)
         K->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
         input_backward(m, n_sub, a->dxf, a->dout);
         for (int l = n_sub - 1; l >= 0; l--) {

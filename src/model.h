@@ -241,10 +241,9 @@ const float* model_sublayer_input(const Model* m, int l);
 const float* model_sublayer_output(const Model* m, int l);
 
 // ---- the pieces the cached decoder (inference.c) shares with the forward ----------------
-// The sources of sub-layer l (l = 2L: output aggregation) in a, N rows: blocks b_0 .. b_{n-1}
-// (b_0 = x0, b_k = partial[k*S-1]), then partial[l-1] if l is not first in its block; and,
-// when dsrc is not NULL, their gradient buffers (dx0, then dpartial's one a block: b_k's is
-// block k-1's, partial[l-1]'s its own block's). Returns their number (count_sources).
+// The sources of sub-layer l (l = 2L: output aggregation) in a, N rows, into src, and, when
+// dsrc is not NULL, the gradient buffers they add into; returns their number (count_sources).
+// model.c explains block mode there, with a worked table for L = 2, S = 2.
 size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
                       const float** src, float** dsrc);
 // After sub-layer l has written s->f: none mode: h_{l+1} = h_l + f_l (out after the last);
