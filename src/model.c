@@ -710,9 +710,9 @@ const float* model_sublayer_output(const Model* m, int l) {
 
 static float* host_alloc_zeroed(size_t n) { return callocCheck(n, sizeof(float)); }
 static void host_release(void* p) { free(p); }
-// Zeroing and copying run on every thread in chunks of 64 KB: a step zeroes ~160 MB of
-// gradient buffers (the backwards accumulate), and memset on one thread while the other
-// waited took ~10 % of the bench step (perf, 2 cores).
+// Zeroing and copying run on every thread in chunks of 64 KB: a step zeroes every gradient
+// buffer (the backwards accumulate), and a memset on one thread would keep the other core
+// waiting for a visible share of the step (docs/speed.md).
 #define HOST_CHUNK ((size_t)16384)
 static void host_zero(float* x, size_t n) {
     #pragma omp parallel for if (n > 4 * HOST_CHUNK)
