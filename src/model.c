@@ -472,6 +472,7 @@ DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) 
     return r;
 }
 
+// the decoder's depth attention (inference.c): attnres_input_forward without the norm
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out) {
     const ModelConfig* c = &m->config;
     const float* src[m->dims.n_sub + 2];
