@@ -315,16 +315,15 @@ void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float
                            const float* norm_weight, const float* query_proj,
                            const float* coefficients, const float* gain, size_t n_sources,
                            size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
-    int standard = default_operator(norm_weight, query_proj, heads, sigmoid, mixing);
-    if (standard && xn != NULL) {  // the default operator and its norm as one call
+    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing) && xn != NULL) {
         depth_attention_rmsnorm_forward(xn, rstd, h, alpha, key_rstd, sources, query,
                                         norm_weight, gain, n_sources, N, C);
         return;
     }
+    // (without the norm the default operator is the variant with every switch off, the same
+    // bits: test_variants.cpp)
     if (mixing) {
         depth_mixing_forward(h, alpha, sources, coefficients, n_sources, N, C, mixing == 1);
-    } else if (standard) {
-        depth_attention_forward(h, alpha, key_rstd, sources, query, norm_weight, n_sources, N, C);
     } else {
         if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
             rmsnorm_forward(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);

@@ -155,7 +155,8 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
 //   mixing 1 (static, normalised) or 2 (dense): depth_mixing_forward with coefficients,
 //     alpha holding its n_sources weights;
 //   heads 1, softmax, a norm weight, no query_proj: the default operator and its norm in one
-//     call (depth_attention_rmsnorm_forward);
+//     call (depth_attention_rmsnorm_forward); without the norm (xn NULL: the decoder's), the
+//     variant below with every switch off, which is the default operator bit for bit;
 //   else depth_attention_variant_forward; with query_proj U (C,C) (--depth-query input) the
 //     query's row part first: last_xn (N,C) = rmsnorm(sources[n-1]) without a gain, last_rstd
 //     (N) saved, query_rows (N,C) = last_xn U^T.
