@@ -121,7 +121,7 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads);
 // The one call the model makes for an AttnRes sub-layer's input, as layers.h's
 // attnres_input_forward and attnres_input_backward: the default operator runs fused with its
-// norm (one kernel), a variant or a mixing and then rmsnorm_forward_cuda.
+// norm (one kernel), a variant or a mixing runs and then rmsnorm_forward_cuda.
 void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
                                 float* last_xn, float* last_rstd, float* query_rows,
                                 const float* const* sources, const float* query,

@@ -169,7 +169,7 @@ void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float
                            const float* coefficients, const float* gain, size_t n_sources,
                            size_t N, size_t C, size_t heads, int sigmoid, int mixing);
 // Its backward from dxn: dsources, dquery, dnorm_weight, dquery_proj, dcoefficients and dgain
-// += (NULL where the forward's parameter was); dh, dquery_rows and dlast_xn (N,C) are
+// += (each NULL where the forward's parameter is); dh, dquery_rows and dlast_xn (N,C) are
 // scratch, overwritten (the last two only with query_proj).
 void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
                             float* dquery_proj, float* dcoefficients, float* dgain, float* dh,
