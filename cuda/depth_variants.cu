@@ -1,5 +1,6 @@
 // depth_variants.cu — SPEC's variants of the depth attention on the GPU (mirror of
-// src/depth_variants.c): the attention with every switch, and the two mixings.
+// src/depth_variants.c): the attention with every switch, the two mixings, and
+// attnres_input_forward_cuda and its backward, the model's one call for any AttnRes operator.
 //
 // The attention, per row (position) n and head k (channels c of group k, Ck = C / heads):
 //   q      = w + u_n                (u_n = query_rows[n] with --depth-query input, else 0)
@@ -346,4 +347,85 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
                   distinct_grads(dsources, n_sources));
     launch_kernel(depth_mixing_backward_coefficients_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES,
                   dcoefficients, partial, weights, n_tiles, n_sources, normalise);
+}
+
+// ---- the one entry point: any depth attention, then its RMSNorm ---------------------------
+// model.c's input_forward makes this one call for every AttnRes sub-layer (and the output),
+// through the kernel table: attnres_input_forward of src/depth_variants.c, each layer of it
+// here its _cuda twin.
+
+// 1 for the default operator (depth_attention.cu): softmax, one head, the key norm, a static
+// query, no mixing
+static int default_operator(const float* norm_weight, const float* query_proj, size_t heads,
+                            int sigmoid, int mixing) {
+    return !mixing && heads == 1 && !sigmoid && norm_weight != NULL && query_proj == NULL;
+}
+
+static void zero(float* x, size_t n) {
+    cudaCheck(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
+}
+
+void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
+                                float* last_xn, float* last_rstd, float* query_rows,
+                                const float* const* sources, const float* query,
+                                const float* norm_weight, const float* query_proj,
+                                const float* coefficients, const float* gain, size_t n_sources,
+                                size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
+    // the default operator and its norm as one kernel: one pass over the rows, each row's h
+    // still on chip when it is normed
+    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing) && xn != NULL) {
+        depth_attention_rmsnorm_forward_cuda(xn, rstd, h, alpha, key_rstd, sources, query,
+                                             norm_weight, gain, n_sources, N, C);
+        return;
+    }
+    // (without the norm the default operator is the variant with every switch off)
+    if (mixing) {
+        depth_mixing_forward_cuda(h, alpha, sources, coefficients, n_sources, N, C, mixing == 1);
+    } else {
+        if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+            rmsnorm_forward_cuda(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
+            linear_forward_cuda(query_rows, last_xn, query_proj, N, C, C);
+        }
+        depth_attention_variant_forward_cuda(h, alpha, key_rstd, sources, query,
+                                             query_proj != NULL ? query_rows : NULL,
+                                             norm_weight, n_sources, N, C, heads, sigmoid);
+    }
+    if (xn != NULL) rmsnorm_forward_cuda(xn, rstd, h, gain, N, C);
+}
+
+void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
+                                 float* dquery_proj, float* dcoefficients, float* dgain,
+                                 float* dh, float* dquery_rows, float* dlast_xn,
+                                 const float* dxn, const float* h, const float* rstd,
+                                 const float* gain, const float* alpha, const float* key_rstd,
+                                 const float* last_xn, const float* last_rstd,
+                                 const float* query_rows, const float* const* sources,
+                                 const float* query, const float* norm_weight,
+                                 const float* query_proj, size_t n_sources, size_t N, size_t C,
+                                 size_t heads, int sigmoid, int mixing) {
+    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing)) {
+        depth_attention_rmsnorm_backward_cuda(dsources, dquery, dnorm_weight, dgain, dh, dxn, h,
+                                              rstd, gain, alpha, key_rstd, sources, query,
+                                              norm_weight, n_sources, N, C);
+        return;
+    }
+    zero(dh, N * C);
+    rmsnorm_backward_cuda(dh, dgain, dxn, h, gain, rstd, N, C);
+    if (mixing) {
+        depth_mixing_backward_cuda(dsources, dcoefficients, dh, alpha, sources, n_sources, N, C,
+                                   mixing == 1);
+        return;
+    }
+    if (query_proj != NULL) zero(dquery_rows, N * C);
+    depth_attention_variant_backward_cuda(dsources, dquery,
+                                          query_proj != NULL ? dquery_rows : NULL, dnorm_weight,
+                                          dh, alpha, key_rstd, sources, query,
+                                          query_proj != NULL ? query_rows : NULL, norm_weight,
+                                          n_sources, N, C, heads, sigmoid);
+    if (query_proj != NULL) {
+        zero(dlast_xn, N * C);
+        linear_backward_cuda(dlast_xn, dquery_proj, dquery_rows, last_xn, query_proj, N, C, C);
+        rmsnorm_backward_cuda(dsources[n_sources - 1], NULL, dlast_xn, sources[n_sources - 1],
+                              NULL, last_rstd, N, C);
+    }
 }

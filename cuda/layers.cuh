@@ -121,6 +121,25 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
                                 size_t n_sources, size_t N, size_t C, int normalise);
 // The most floats of the workspace (common.cuh) one variant or mixing backward borrows.
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads);
+// The one call the model makes for an AttnRes sub-layer's input, as layers.h's
+// attnres_input_forward and attnres_input_backward: the default operator runs fused with its
+// norm (one kernel), a variant or a mixing runs and then rmsnorm_forward_cuda.
+void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
+                                float* last_xn, float* last_rstd, float* query_rows,
+                                const float* const* sources, const float* query,
+                                const float* norm_weight, const float* query_proj,
+                                const float* coefficients, const float* gain, size_t n_sources,
+                                size_t N, size_t C, size_t heads, int sigmoid, int mixing);
+void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
+                                 float* dquery_proj, float* dcoefficients, float* dgain,
+                                 float* dh, float* dquery_rows, float* dlast_xn,
+                                 const float* dxn, const float* h, const float* rstd,
+                                 const float* gain, const float* alpha, const float* key_rstd,
+                                 const float* last_xn, const float* last_rstd,
+                                 const float* query_rows, const float* const* sources,
+                                 const float* query, const float* norm_weight,
+                                 const float* query_proj, size_t n_sources, size_t N, size_t C,
+                                 size_t heads, int sigmoid, int mixing);
 
 // ---- crossentropy.cu ---------------------------------------------------------------------
 // Counting the targets is the caller's, on the host (crossentropy_count): no copy, no sync.

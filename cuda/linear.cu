@@ -194,9 +194,9 @@ static void launch_matmul(float* c, const float* a, const float* b, size_t M, si
     const size_t tiles = (size_t)ceil_div(M, BM) * ceil_div(P, BN);
     // Split K when the tiles alone would leave the GPU short of blocks: double the splits
     // while the blocks stay under 4 per multiprocessor and each split keeps >= 64 of K (8
-    // slices of BK). On an H200 (132 SMs), at the bench shapes, this took our products from
-    // 49% to 90% of cuBLAS SGEMM: 2 blocks per SM and >= 256 of K gave 49%, 4 and >= 128 73%,
-    // 8 and >= 64 82% (dev/bench/bench_gemm, 2026-11-26).
+    // slices of BK): at the bench shapes the tiles alone fill too few multiprocessors, and
+    // each doubling of the splits brought the products closer to cuBLAS SGEMM (docs/cuda.md,
+    // dev/bench/bench_gemm.cu).
     size_t splits = 1;
     while (tiles * splits * 2 <= (size_t)cuda_sm_count() * 4 && K / (splits * 2) >= 64)
         splits *= 2;

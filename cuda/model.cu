@@ -51,15 +51,29 @@ static double sum_cuda(const float* x, size_t n) {
 }
 
 static const Kernels cuda_kernels = {
-    embedding_forward_cuda, embedding_backward_cuda, rmsnorm_forward_cuda, rmsnorm_backward_cuda,
-    linear_forward_cuda, linear_backward_cuda, rope_forward_cuda, rope_backward_cuda,
-    attention_forward_cuda, attention_backward_cuda, swiglu_forward_cuda, swiglu_backward_cuda,
-    depth_attention_forward_cuda, depth_attention_backward_cuda,
-    depth_attention_rmsnorm_forward_cuda, depth_attention_rmsnorm_backward_cuda,
-    depth_attention_variant_forward_cuda, depth_attention_variant_backward_cuda,
-    depth_mixing_forward_cuda, depth_mixing_backward_cuda, crossentropy_forward_cuda,
-    crossentropy_backward_cuda, adamw_update_cuda,
-    alloc_zeroed_cuda, release_cuda, zero_cuda, copy_cuda, add_cuda, sum_cuda,
+    .embedding_forward = embedding_forward_cuda,
+    .embedding_backward = embedding_backward_cuda,
+    .rmsnorm_forward = rmsnorm_forward_cuda,
+    .rmsnorm_backward = rmsnorm_backward_cuda,
+    .linear_forward = linear_forward_cuda,
+    .linear_backward = linear_backward_cuda,
+    .rope_forward = rope_forward_cuda,
+    .rope_backward = rope_backward_cuda,
+    .attention_forward = attention_forward_cuda,
+    .attention_backward = attention_backward_cuda,
+    .swiglu_forward = swiglu_forward_cuda,
+    .swiglu_backward = swiglu_backward_cuda,
+    .attnres_input_forward = attnres_input_forward_cuda,
+    .attnres_input_backward = attnres_input_backward_cuda,
+    .crossentropy_forward = crossentropy_forward_cuda,
+    .crossentropy_backward = crossentropy_backward_cuda,
+    .adamw_update = adamw_update_cuda,
+    .alloc_zeroed = alloc_zeroed_cuda,
+    .release = release_cuda,
+    .zero = zero_cuda,
+    .copy = copy_cuda,
+    .add = add_cuda,
+    .sum = sum_cuda,
 };
 
 const char* cuda_device_problem(void) {

@@ -5,8 +5,8 @@
 // One warp per row; lane l takes the columns c = l, l + 32, l + 64, ... A lane loads
 // ROW_CHUNK of its columns at once (the whole row at C = 256: 8 per lane), all loads issued
 // before any arithmetic waits on them. With B*T = 1024 rows the GPU has one warp per row, 8
-// per multiprocessor, too few to hide a memory latency behind another: a lane that loaded
-// one column, used it and only then loaded the next waited out a latency per column (16 in
+// per multiprocessor, too few to hide a memory latency behind another: a lane that loads
+// one column, uses it and only then loads the next waits out a latency per column (16 in
 // the forward at C = 256). Out-of-range columns load as 0, which leaves every sum as it was.
 #define ROW_CHUNK 8
 

@@ -8,7 +8,7 @@
 // float after it. They are computed on the host by src/rope.c's rope_table (angles in double,
 // rounded once) and uploaded, so the GPU turns by the CPU's cos and sin, bit for bit. (Computed
 // here in float, t * powf(10000, -2j/hs) errs by a few ulps of an angle up to T, ~1e-5 at
-// t = 127: an H200 showed the rotated values off by that. Kernels keep doubles off the GPU.)
+// t = 127, and the rotated values would be off by that. Kernels keep doubles off the GPU.)
 // The table grows when a call needs more positions or another head size (cudaFree
 // synchronises, so no kernel still reads the old one); model_build_cuda builds the largest a
 // training step needs, so steps build nothing.

@@ -1,7 +1,9 @@
 // depth_variants.c — SPEC's variants of the depth attention ("Variants"; the paper's Table 4
 // ablations). depth_attention.c is the default operator, kept as it is; this file holds the
 // switches, one version of the operator that takes them all (walking its rows in tiles, as
-// depth_attention.c does), and the two mixings that replace the attention.
+// depth_attention.c does), the two mixings that replace the attention, and, at the end,
+// attnres_input_forward and its backward: the one call model.c makes for an AttnRes
+// sub-layer's input, which picks the operator (the default one included) and norms its output.
 //
 // The attention, per row (position) n and head k (channels c of group k, Ck = C / heads):
 //   q      = w + u_n                (u_n = query_rows[n] with --depth-query input, else 0)
@@ -289,4 +291,86 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
     }
     free(partials);
     free(dweight);
+}
+
+// ---- the one entry point: any depth attention, then its RMSNorm ---------------------------
+// model.c's input_forward makes this one call for every AttnRes sub-layer (and the output);
+// the switches pick the operator (layers.h). Every call below is a layer of its own file.
+
+// 1 for the default operator (depth_attention.c): softmax, one head, the key norm, a static
+// query, no mixing
+static int default_operator(const float* norm_weight, const float* query_proj, size_t heads,
+                            int sigmoid, int mixing) {
+    return !mixing && heads == 1 && !sigmoid && norm_weight != NULL && query_proj == NULL;
+}
+
+static void zero(float* x, size_t n) {
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) { x[i] = 0.0f; }
+}
+
+void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
+                           float* last_xn, float* last_rstd, float* query_rows,
+                           const float* const* sources, const float* query,
+                           const float* norm_weight, const float* query_proj,
+                           const float* coefficients, const float* gain, size_t n_sources,
+                           size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
+    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing) && xn != NULL) {
+        depth_attention_rmsnorm_forward(xn, rstd, h, alpha, key_rstd, sources, query,
+                                        norm_weight, gain, n_sources, N, C);
+        return;
+    }
+    // (without the norm the default operator is the variant with every switch off, the same
+    // bits: test_variants.cpp)
+    if (mixing) {
+        depth_mixing_forward(h, alpha, sources, coefficients, n_sources, N, C, mixing == 1);
+    } else {
+        if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+            rmsnorm_forward(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
+            linear_forward(query_rows, last_xn, query_proj, N, C, C);
+        }
+        depth_attention_variant_forward(h, alpha, key_rstd, sources, query,
+                                        query_proj != NULL ? query_rows : NULL, norm_weight,
+                                        n_sources, N, C, heads, sigmoid);
+    }
+    if (xn != NULL) { rmsnorm_forward(xn, rstd, h, gain, N, C); }
+}
+
+// forward was: h = DA(sources), xn = rmsnorm(h; gain). dh = rmsnorm's input gradient, then
+// the operator's backward from dh into the sources' gradients (with --depth-query input, on
+// through query_rows = last_xn U^T and last_xn = rmsnorm(V_last) into V_last's gradient)
+void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
+                            float* dquery_proj, float* dcoefficients, float* dgain, float* dh,
+                            float* dquery_rows, float* dlast_xn, const float* dxn,
+                            const float* h, const float* rstd, const float* gain,
+                            const float* alpha, const float* key_rstd, const float* last_xn,
+                            const float* last_rstd, const float* query_rows,
+                            const float* const* sources, const float* query,
+                            const float* norm_weight, const float* query_proj,
+                            size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid,
+                            int mixing) {
+    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing)) {
+        depth_attention_rmsnorm_backward(dsources, dquery, dnorm_weight, dgain, dh, dxn, h,
+                                         rstd, gain, alpha, key_rstd, sources, query,
+                                         norm_weight, n_sources, N, C);
+        return;
+    }
+    zero(dh, N * C);
+    rmsnorm_backward(dh, dgain, dxn, h, gain, rstd, N, C);
+    if (mixing) {
+        depth_mixing_backward(dsources, dcoefficients, dh, alpha, sources, n_sources, N, C,
+                              mixing == 1);
+        return;
+    }
+    if (query_proj != NULL) { zero(dquery_rows, N * C); }
+    depth_attention_variant_backward(dsources, dquery, query_proj != NULL ? dquery_rows : NULL,
+                                     dnorm_weight, dh, alpha, key_rstd, sources, query,
+                                     query_proj != NULL ? query_rows : NULL, norm_weight,
+                                     n_sources, N, C, heads, sigmoid);
+    if (query_proj != NULL) {
+        zero(dlast_xn, N * C);
+        linear_backward(dlast_xn, dquery_proj, dquery_rows, last_xn, query_proj, N, C, C);
+        rmsnorm_backward(dsources[n_sources - 1], NULL, dlast_xn, sources[n_sources - 1], NULL,
+                         last_rstd, N, C);
+    }
 }

@@ -10,8 +10,8 @@
 //     again, and "the depth sources cached per position" are those of the position being
 //     decoded: while a step walks the sub-layers it keeps, in the model's own activation
 //     buffers (model.h, sized for B rows), b_0 = x0 and the partial sum after every
-//     sub-layer, whose last one in each block is that block's b_n: n_blocks completed blocks
-//     plus the running partial sum of the current block are what each depth attention
+//     sub-layer, whose last one in each block is that block's b_n: b_0, the completed blocks
+//     and the running partial sum of the current block are what each depth attention
 //     reads. The next step overwrites them. Everything from earlier positions that a step
 //     needs reaches it through the KV cache.
 // Variants (SPEC "Variants"): each decodes with the same caches. Sigmoid scores, the key norm
@@ -22,7 +22,7 @@
 // is w_l + U_l rmsnorm(V_last), and V_last of a sub-layer that is not first in its block is
 // the partial sum p, which exists only once the sub-layers before it have run: phase 1
 // cannot score that query. What it could share without the query, each block's key rstd, is
-// one square root per block and row against the 2 n_blocks d multiply-adds that need the
+// one square root per block and row against the 2 d multiply-adds per block that need the
 // query, so with this variant every depth attention runs at its sub-layer's own turn by the
 // sequential definition (depth_attention_variant_forward over gather_sources' list), as
 // model_forward does.
@@ -44,12 +44,13 @@ extern "C" {
 // r = (mean(V^2) + eps)^(-1/2), so the S queries of a block share the rstd r of a source.
 //
 // Phase 1: the S pseudo-queries of block n against its completed blocks b_0 .. b_{n-1}
-// (blocks[i] is (N,C)), at once: per query j and row, the max score m, the sum of
-// exponentials l = sum_i e^{s_i - m} and the un-normalised sum o = sum_i e^{s_i - m} b_i.
+// (n_block_sources = n of them, blocks[i] (N,C)), at once: per query j and row, the max
+// score m, the sum of exponentials l = sum_i e^{s_i - m} and the un-normalised sum
+// o = sum_i e^{s_i - m} b_i.
 // queries and norm_weights (S,C) are rows l of res_query and res_norm; o (S,N,C);
 // max and sumexp (S,N).
 void depth_attention_phase1(float* o, float* max, float* sumexp, const float* const* blocks,
-                            const float* queries, const float* norm_weights, size_t n_blocks,
+                            const float* queries, const float* norm_weights, size_t n_block_sources,
                             size_t S, size_t N, size_t C);
 // Phase 2 for one sub-layer of the block: out (N,C) = DA over the completed blocks and the
 // partial sum p (N,C). Its own attention over p alone has o2 = p, m2 = s_p, l2 = 1; it merges
@@ -67,7 +68,7 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
 // normalise: o1 = sum_i sigmoid(s_i) b_i, and phase 1 writes m1 = 0, l1 = 1.
 void depth_attention_variant_phase1(float* o, float* max, float* sumexp,
                                     const float* const* blocks, const float* queries,
-                                    const float* norm_weights, size_t n_blocks, size_t S,
+                                    const float* norm_weights, size_t n_block_sources, size_t S,
                                     size_t N, size_t C, size_t heads, int sigmoid);
 // Phase 2 per head: softmax merges the partial's score s_p as above; sigmoid adds its term,
 // out = o1 + sigmoid(s_p) p. partial NULL: out = o1 / l1. max1, sumexp1 (N,heads).
@@ -76,13 +77,13 @@ void depth_attention_variant_phase2(float* out, const float* o1, const float* ma
                                     const float* query, const float* norm_weight, size_t N,
                                     size_t C, size_t heads, int sigmoid);
 // The mixings: one weight per source, the same for every row, from the coefficient row of
-// the sub-layer (res_logits or res_scalars; S rows `stride` floats apart, the first n_blocks
-// entries of row j weigh the blocks). normalise (static mixing, softmax over the logits c):
-// per query max m1 = max_i c_i and sumexp l1 = sum_i e^{c_i - m1} over the blocks, (S) each,
-// and o1 = sum_i e^{c_i - m1} b_i (S,N,C). Dense (DenseFormer scalars beta): o1 = sum_i
-// beta_i b_i, with m1 = 0 and l1 = 1.
+// the sub-layer (res_logits or res_scalars; S rows `stride` floats apart, the first
+// n_block_sources entries of row j weigh the blocks). normalise (static mixing, softmax over
+// the logits c): per query max m1 = max_i c_i and sumexp l1 = sum_i e^{c_i - m1} over the
+// blocks, (S) each, and o1 = sum_i e^{c_i - m1} b_i (S,N,C). Dense (DenseFormer scalars
+// beta): o1 = sum_i beta_i b_i, with m1 = 0 and l1 = 1.
 void depth_mixing_phase1(float* o, float* max, float* sumexp, const float* const* blocks,
-                         const float* coefficients, size_t stride, size_t n_blocks, size_t S,
+                         const float* coefficients, size_t stride, size_t n_block_sources, size_t S,
                          size_t N, size_t C, int normalise);
 // Phase 2 with the partial's coefficient (its logit c_p, or beta_p): static merges c_p by the
 // online-softmax rule (o2 = p, m2 = c_p, l2 = 1); dense adds out = o1 + beta_p p. partial

@@ -39,47 +39,26 @@ typedef struct {
     void (*swiglu_forward)(float* out, const float* gate, const float* up, size_t N, size_t F);
     void (*swiglu_backward)(float* dgate, float* dup, const float* dout, const float* gate,
                             const float* up, size_t N, size_t F);
-    // sources and dsources are host arrays of pointers into the table's memory
-    void (*depth_attention_forward)(float* out, float* alpha, float* key_rstd,
-                                    const float* const* sources, const float* query,
-                                    const float* norm_weight, size_t n_sources, size_t N,
-                                    size_t C);
-    void (*depth_attention_backward)(float* const* dsources, float* dquery, float* dnorm_weight,
-                                     const float* dout, const float* alpha,
-                                     const float* key_rstd, const float* const* sources,
-                                     const float* query, const float* norm_weight,
-                                     size_t n_sources, size_t N, size_t C);
-    void (*depth_attention_rmsnorm_forward)(float* xn, float* rstd, float* out, float* alpha,
-                                            float* key_rstd, const float* const* sources,
-                                            const float* query, const float* norm_weight,
-                                            const float* weight, size_t n_sources, size_t N,
-                                            size_t C);
-    void (*depth_attention_rmsnorm_backward)(float* const* dsources, float* dquery,
-                                             float* dnorm_weight, float* dweight, float* dout,
-                                             const float* dxn, const float* out,
-                                             const float* rstd, const float* weight,
-                                             const float* alpha, const float* key_rstd,
-                                             const float* const* sources, const float* query,
-                                             const float* norm_weight, size_t n_sources,
-                                             size_t N, size_t C);
-    void (*depth_attention_variant_forward)(float* out, float* alpha, float* key_rstd,
-                                            const float* const* sources, const float* query,
-                                            const float* query_rows, const float* norm_weight,
-                                            size_t n_sources, size_t N, size_t C, size_t heads,
-                                            int sigmoid);
-    void (*depth_attention_variant_backward)(float* const* dsources, float* dquery,
-                                             float* dquery_rows, float* dnorm_weight,
-                                             const float* dout, const float* alpha,
-                                             const float* key_rstd, const float* const* sources,
-                                             const float* query, const float* query_rows,
-                                             const float* norm_weight, size_t n_sources,
-                                             size_t N, size_t C, size_t heads, int sigmoid);
-    void (*depth_mixing_forward)(float* out, float* weights, const float* const* sources,
-                                 const float* coefficients, size_t n_sources, size_t N, size_t C,
-                                 int normalise);
-    void (*depth_mixing_backward)(float* const* dsources, float* dcoefficients, const float* dout,
-                                  const float* weights, const float* const* sources,
-                                  size_t n_sources, size_t N, size_t C, int normalise);
+    // AttnRes: the depth attention of any kind, then its RMSNorm (layers.h); sources and
+    // dsources are host arrays of pointers into the table's memory
+    void (*attnres_input_forward)(float* xn, float* rstd, float* h, float* alpha,
+                                  float* key_rstd, float* last_xn, float* last_rstd,
+                                  float* query_rows, const float* const* sources,
+                                  const float* query, const float* norm_weight,
+                                  const float* query_proj, const float* coefficients,
+                                  const float* gain, size_t n_sources, size_t N, size_t C,
+                                  size_t heads, int sigmoid, int mixing);
+    void (*attnres_input_backward)(float* const* dsources, float* dquery, float* dnorm_weight,
+                                   float* dquery_proj, float* dcoefficients, float* dgain,
+                                   float* dh, float* dquery_rows, float* dlast_xn,
+                                   const float* dxn, const float* h, const float* rstd,
+                                   const float* gain, const float* alpha,
+                                   const float* key_rstd, const float* last_xn,
+                                   const float* last_rstd, const float* query_rows,
+                                   const float* const* sources, const float* query,
+                                   const float* norm_weight, const float* query_proj,
+                                   size_t n_sources, size_t N, size_t C, size_t heads,
+                                   int sigmoid, int mixing);
     void (*crossentropy_forward)(float* losses, float* probs, const float* logits,
                                  const int* targets, size_t N, size_t V);
     void (*crossentropy_backward)(float* dlogits, const float* probs, const int* targets,

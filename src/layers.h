@@ -165,6 +165,38 @@ void depth_mixing_forward(float* out, float* weights, const float* const* source
 void depth_mixing_backward(float* const* dsources, float* dcoefficients, const float* dout,
                            const float* weights, const float* const* sources, size_t n_sources,
                            size_t N, size_t C, int normalise);
+// The one call the model makes for an AttnRes sub-layer's input (model.c: input_forward):
+// h (N,C) = the depth attention over the sources by the operator the switches pick, then
+// xn (N,C) = rmsnorm(h; gain) with rstd (N) saved (xn NULL: h alone, no norm):
+//   mixing 1 (static, normalised) or 2 (dense): depth_mixing_forward with coefficients,
+//     alpha holding its n_sources weights;
+//   heads 1, softmax, a norm weight, no query_proj: the default operator and its norm in one
+//     call (depth_attention_rmsnorm_forward); without the norm (xn NULL: the decoder's), the
+//     variant below with every switch off, which is the default operator bit for bit;
+//   else depth_attention_variant_forward; with query_proj U (C,C) (--depth-query input) the
+//     query's row part first: last_xn (N,C) = rmsnorm(sources[n-1]) without a gain, last_rstd
+//     (N) saved, query_rows (N,C) = last_xn U^T.
+// A parameter the config does not have is NULL (norm_weight, query_proj, coefficients), and
+// so is a buffer it does not use (last_xn, last_rstd, query_rows).
+void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
+                           float* last_xn, float* last_rstd, float* query_rows,
+                           const float* const* sources, const float* query,
+                           const float* norm_weight, const float* query_proj,
+                           const float* coefficients, const float* gain, size_t n_sources,
+                           size_t N, size_t C, size_t heads, int sigmoid, int mixing);
+// Its backward from dxn: dsources, dquery, dnorm_weight, dquery_proj, dcoefficients and dgain
+// += (each NULL where the forward's parameter is); dh, dquery_rows and dlast_xn (N,C) are
+// scratch, overwritten (the last two only with query_proj).
+void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
+                            float* dquery_proj, float* dcoefficients, float* dgain, float* dh,
+                            float* dquery_rows, float* dlast_xn, const float* dxn,
+                            const float* h, const float* rstd, const float* gain,
+                            const float* alpha, const float* key_rstd, const float* last_xn,
+                            const float* last_rstd, const float* query_rows,
+                            const float* const* sources, const float* query,
+                            const float* norm_weight, const float* query_proj,
+                            size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid,
+                            int mixing);
 
 // ---- crossentropy.c ----------------------------------------------------------------------
 // Softmax + cross-entropy per row. logits, probs (N,V); losses (N); targets (N), -1 = ignored

@@ -5,12 +5,10 @@
 // Sub-layer l = 0 .. 2L-1: even l is the attention of layer l/2, odd l its MLP. Each is
 // f_l(h) = Attn(rmsnorm(h)) or MLP(rmsnorm(h)). What feeds h depends on the mode (SPEC.md):
 //   none : h_0 = x0, h_{l+1} = h_l + f_l(h_l), out = h_{2L}
-//   block: sources are the completed blocks b_0 = x0, b_1, ... and the partial sum p of the
-//          current block; h_l = DA_l(b_0..b_{n-1}[, p]); out = DA_out(b_0..b_{n_blocks})
+//   block: h_l = DA_l(b_0 .. b_{l/S}[, p]) over b_0 = x0, the completed blocks and the partial
+//          sum p of l's block; out = DA_out(b_0 .. b_{n_blocks})
 //   full : block with S = 1 (every sub-layer output is its own block)
-// Block bookkeeping: partial[l] is the running sum of the outputs of the sub-layers of l's
-// block up to and including l, so block k >= 1 is partial[k*S - 1], and the partial sum that
-// sub-layer l sees (when it is not first in its block) is partial[l-1].
+// Which buffers those are, forward and backward, with a worked example: gather_sources.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,6 +186,35 @@ void model_init_params(Model* m, uint64_t seed) {
 
 // ---------------------------------------------------------------------------------------
 // The residual bookkeeping: which sources each depth attention reads.
+//
+// Block mode (SPEC.md "Residual mode"; full mode is S = 1). The 2L sub-layers l = 0 .. 2L-1
+// fall into n_blocks = 2L/S blocks of S; sub-layer l is in block l/S (0-based here; SPEC's
+// block n = 1 + l/S). partial[l] is the running sum of the outputs of l's block up to and
+// including l: partial[l] = f_l when l starts its block (f_l's own buffer, no copy), else
+// partial[l-1] + f_l (residual_update). The block sources are b_0 = x0 and, for k >= 1, the
+// completed block b_k = partial[k*S - 1].
+// Sub-layer l reads b_0 .. b_{l/S} (every block before its own: 1 + l/S block sources), then,
+// unless l starts its block, partial[l-1]: the sum of the outputs before it in its block. The
+// output aggregation (l = 2L) reads b_0 .. b_{n_blocks}. A depth window W (full mode only)
+// keeps x0 and the W most recent of those.
+// Gradients: b_0's is dx0. Every other source is a partial sum, and the backward keeps ONE
+// gradient buffer a block, dpartial[k] for block k (n_blocks of them): b_{k+1} =
+// partial[(k+1)S - 1] and the partial[l-1] that a sub-layer l of block k reads both add into
+// dpartial[k]. One buffer is enough because the backward walks l downwards: when it reaches
+// sub-layer l, every reader of partial[l] is done, so dpartial[l/S] holds d partial[l] = d f_l
+// in full (sublayer_backward reads it there); partial[l] = partial[l-1] + f_l hands that same
+// gradient to partial[l-1], so the buffer simply becomes partial[l-1]'s, and sub-layer l's
+// depth attention adds its share on top.
+// L = 2, S = 2 (n_blocks = 2: block 0 = sub-layers 0, 1 with b_1 = partial[1], block 1 =
+// sub-layers 2, 3 with b_2 = partial[3]):
+//   sub-layer     l   sources (in order)            its depth attention adds into   f_l's grad
+//   L0.attn       0   x0                            dx0                              dpartial[0]
+//   L0.mlp        1   x0, partial[0] (= f_0)        dx0, dpartial[0]                 dpartial[0]
+//   L1.attn       2   x0, b_1                       dx0, dpartial[0]                 dpartial[1]
+//   L1.mlp        3   x0, b_1, partial[2] (= f_2)   dx0, dpartial[0], dpartial[1]    dpartial[1]
+//   output        4   x0, b_1, b_2                  dx0, dpartial[0], dpartial[1]    -
+// Backward order: output, then l = 3, 2, 1, 0, each sub-layer first reading f_l's gradient,
+// then adding its depth attention's into the buffers on its row; dx0 ends in the embedding.
 
 size_t count_sources(const ModelConfig* c, int l) {
     int S = c->block_size, W = c->depth_window;
@@ -200,9 +227,9 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
                       const float** src, float** dsrc) {
     int S = c->block_size, n_sub = 2 * c->n_layers;
     size_t d = (size_t)c->d_model;
-    int n_blocks = (l == n_sub) ? n_sub / S + 1 : 1 + l / S;
+    int n_block_sources = (l == n_sub) ? n_sub / S + 1 : 1 + l / S;  // b_0 and the blocks before l
     size_t count = 0;
-    for (int k = 0; k < n_blocks; k++, count++) {
+    for (int k = 0; k < n_block_sources; k++, count++) {
         src[count] = k == 0 ? a->x0 : a->sub[k * S - 1].partial;
         if (dsrc != NULL) { dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k - 1) * N * d; }
     }
@@ -230,8 +257,8 @@ void residual_update(const Model* m, Activations* a, int l, size_t N) {
     if (S == 0) {
         float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
         K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
-    } else if (l % S > 0) {  // (when l starts its block, p = f_l is f_l's buffer: the layout)
-        K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // p = p_{l-1} + f_l
+    } else if (l % S > 0) {  // (when l starts its block, partial[l] is f_l's own buffer)
+        K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // partial[l] = partial[l-1] + f_l
     }
 }
 
@@ -277,9 +304,9 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, sub * attnres * N * d);
         s->alpha    = take(&at, N * s->n_sources * z.K);
         s->key_rstd = take(&at, N * s->n_sources * z.K);
-        s->qn       = take(&at, (z.n_qproj_rows > 0) * N * d);
-        s->q_rstd   = take(&at, (z.n_qproj_rows > 0) * N);
-        s->qrows    = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->last_xn = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->last_rstd = take(&at, (z.n_qproj_rows > 0) * N);
+        s->query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
     }
     a->x0      = take(&at, N * d);
     a->out     = take(&at, N * d);
@@ -305,8 +332,8 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dup     = take(&at, b * N * F);
     a->dact    = take(&at, b * N * F);
     a->dpartial = take(&at, b * (attnres ? z.n_sub / z.S : 0) * N * d);
-    a->dqrows  = take(&at, b * (z.n_qproj_rows > 0) * N * d);
-    a->dqn     = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dquery_rows = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     return at.used;
 }
 
@@ -445,57 +472,17 @@ DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) 
     return r;
 }
 
+// the decoder's depth attention (inference.c): attnres_input_forward without the norm
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out) {
-    const Kernels* K = m->kernels;
     const ModelConfig* c = &m->config;
     const float* src[m->dims.n_sub + 2];
-    size_t d = m->dims.d;
     size_t n = gather_sources(a, c, N, l, src, NULL);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
     SubLayer* s = &a->sub[l];
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-    if (c->mixing) {
-        K->depth_mixing_forward(out, s->alpha, src, p.mix, n, N, d, c->mixing == 1);
-    } else if (depth_variant(c)) {
-        // --depth-query input: the query's row part U_l rmsnorm(V_last), no gain
-        if (p.qproj != NULL) {
-            K->rmsnorm_forward(s->qn, s->q_rstd, src[n - 1], NULL, N, d);
-            K->linear_forward(s->qrows, s->qn, p.qproj, N, d, d);
-        }
-        K->depth_attention_variant_forward(out, s->alpha, s->key_rstd, src, p.query,
-                                           p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
-                                           m->dims.K, c->depth_score);
-    } else {
-        K->depth_attention_forward(out, s->alpha, s->key_rstd, src, p.query, p.norm, n, N, d);
-    }
-}
-
-// The variants and the mixings from dout, the gradient of their output, into the sources'
-// gradients (the standard depth attention runs its backward with its norm's: input_backward).
-static void depth_backward(Model* m, int l, const float* dout) {
-    const Kernels* K = m->kernels;
-    const ModelConfig* c = &m->config;
-    Activations* a = &m->acts;
-    const float* src[m->dims.n_sub + 2];
-    float* dsrc[m->dims.n_sub + 2];
-    size_t N = m->B * m->T, d = m->dims.d;
-    size_t n = gather_sources(a, c, N, l, src, dsrc);
-    const SubLayer* s = &a->sub[l];
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-    DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
-    if (c->mixing) {
-        K->depth_mixing_backward(dsrc, g.mix, dout, s->alpha, src, n, N, d, c->mixing == 1);
-        return;
-    }
-    if (p.qproj != NULL) { K->zero(a->dqrows, N * d); }
-    K->depth_attention_variant_backward(dsrc, g.query, p.qproj != NULL ? a->dqrows : NULL,
-                                        g.norm, dout, s->alpha, s->key_rstd, src, p.query,
-                                        p.qproj != NULL ? s->qrows : NULL, p.norm, n, N, d,
-                                        m->dims.K, c->depth_score);
-    if (p.qproj != NULL) {  // qrows = qn U_l^T, qn = rmsnorm(V_last) without gain
-        K->zero(a->dqn, N * d);
-        K->linear_backward(a->dqn, g.qproj, a->dqrows, s->qn, p.qproj, N, d, d);
-        K->rmsnorm_backward(dsrc[n - 1], NULL, a->dqn, src[n - 1], NULL, s->q_rstd, N, d);
-    }
+    m->kernels->attnres_input_forward(NULL, NULL, out, s->alpha, s->key_rstd, s->last_xn,
+                                      s->last_rstd, s->query_rows, src, p.query, p.norm,
+                                      p.qproj, p.mix, NULL, n, N, m->dims.d, m->dims.K,
+                                      c->depth_score, c->mixing);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -504,8 +491,8 @@ static void depth_backward(Model* m, int l, const float* dout) {
 // xf = rmsnorm(out), out = h_{2L} or DA_out.
 
 typedef struct {
-    float *inp, *out, *rstd;  // h_l (or out), xn_l (or xf), the saved rstd
-    float *weight, *dweight;  // the norm's gain and its gradient
+    float *h, *xn, *rstd;  // h_l (or out), xn_l = rmsnorm(h_l) (or xf), the saved rstd
+    float *gain, *dgain;   // the norm's gain and its gradient
 } Norm;
 
 static Norm sublayer_norm(Model* m, int l) {
@@ -521,54 +508,51 @@ static Norm sublayer_norm(Model* m, int l) {
     return (Norm){s->h, s->xn, s->rstd, m->params.mlp_norm + at, m->grads.mlp_norm + at};
 }
 
-// AttnRes with the standard depth attention: every depth attention's output goes straight
-// into an RMSNorm, and the two run as one kernel call (depth_attention_rmsnorm_forward; on
-// the GPU one pass over the rows instead of two, and launches: one instead of two forward,
-// two instead of six backward)
-static int fused_depth_norm(const Model* m) {
-    return m->dims.S > 0 && !m->config.mixing && !depth_variant(&m->config);
-}
-
 static void input_forward(Model* m, int l) {
     const Kernels* K = m->kernels;
+    const ModelConfig* c = &m->config;
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d;
-    Norm q = sublayer_norm(m, l);
-    if (fused_depth_norm(m)) {  // h_l = DA_l(sources), xn_l = rmsnorm(h_l)
-        const float* src[m->dims.n_sub + 2];
-        size_t n = gather_sources(a, &m->config, N, l, src, NULL);
-        DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-        K->depth_attention_rmsnorm_forward(q.out, q.rstd, q.inp, a->sub[l].alpha,
-                                           a->sub[l].key_rstd, src, p.query, p.norm, q.weight,
-                                           n, N, d);
+    Norm norm = sublayer_norm(m, l);
+    if (m->dims.S == 0) {  // none: h_l is the residual stream
+        K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.gain, N, d);
         return;
     }
-    if (m->dims.S > 0) { depth_forward_rows(m, a, N, l, q.inp); }  // h_l = DA_l(sources)
-    K->rmsnorm_forward(q.out, q.rstd, q.inp, q.weight, N, d);
+    // AttnRes: h_l = DA_l(sources) by the operator the config picks (depth_variants.c), then
+    // xn_l = rmsnorm(h_l)
+    const float* src[m->dims.n_sub + 2];
+    size_t n = gather_sources(a, c, N, l, src, NULL);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    SubLayer* s = &a->sub[l];
+    K->attnres_input_forward(norm.xn, norm.rstd, norm.h, s->alpha, s->key_rstd, s->last_xn,
+                             s->last_rstd, s->query_rows, src, p.query, p.norm, p.qproj, p.mix,
+                             norm.gain, n, N, d, m->dims.K, c->depth_score, c->mixing);
 }
 
-// The backward of input_forward from dxn, the gradient of xn_l: none adds h_l's gradient into
-// dh (the residual stream's); AttnRes takes it on through the depth attention into the
-// sources' gradients, dh the scratch for h_l's gradient (overwritten).
+// The backward of input_forward from dxn, the gradient of xn_l. none: dh holds the residual
+// stream's gradient, and h_l's share adds into it. AttnRes: dh is scratch for h_l's gradient
+// (overwritten), which the depth attention takes on into the sources' gradients.
 static void input_backward(Model* m, int l, const float* dxn, float* dh) {
     const Kernels* K = m->kernels;
+    const ModelConfig* c = &m->config;
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d;
-    Norm q = sublayer_norm(m, l);
-    if (fused_depth_norm(m)) {
-        const float* src[m->dims.n_sub + 2];
-        float* dsrc[m->dims.n_sub + 2];
-        size_t n = gather_sources(a, &m->config, N, l, src, dsrc);
-        DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-        DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
-        K->depth_attention_rmsnorm_backward(dsrc, g.query, g.norm, q.dweight, dh, dxn, q.inp,
-                                            q.rstd, q.weight, a->sub[l].alpha,
-                                            a->sub[l].key_rstd, src, p.query, p.norm, n, N, d);
+    Norm norm = sublayer_norm(m, l);
+    if (m->dims.S == 0) {
+        K->rmsnorm_backward(dh, norm.dgain, dxn, norm.h, norm.gain, norm.rstd, N, d);
         return;
     }
-    if (m->dims.S > 0) { K->zero(dh, N * d); }
-    K->rmsnorm_backward(dh, q.dweight, dxn, q.inp, q.weight, q.rstd, N, d);
-    if (m->dims.S > 0) { depth_backward(m, l, dh); }
+    const float* src[m->dims.n_sub + 2];
+    float* dsrc[m->dims.n_sub + 2];
+    size_t n = gather_sources(a, c, N, l, src, dsrc);
+    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
+    const SubLayer* s = &a->sub[l];
+    K->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dgain, dh,
+                              a->dquery_rows, a->dlast_xn, dxn, norm.h, norm.rstd, norm.gain,
+                              s->alpha, s->key_rstd, s->last_xn, s->last_rstd, s->query_rows,
+                              src, p.query, p.norm, p.qproj, n, N, d, m->dims.K,
+                              c->depth_score, c->mixing);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -649,20 +633,18 @@ void model_backward(Model* m) {
 
     K->zero(a->dx0, N * d);
     if (S == 0) {
-        // h_{l+1} = h_l + f_l(h_l): the residual gradient flows straight through, and each
-        // sub-layer adds its input gradient to it. dx0 carries the running gradient: it is
-        // df_l = dh_{l+1} while sub-layer l's backward reads it, then dh_l once l's input
-        // gradient is added in.
-        input_backward(m, n_sub, a->dxf, a->dx0);  // out's gradient
+        // h_{l+1} = h_l + f_l(h_l): the residual stream's gradient flows straight through, and
+        // each sub-layer adds its input's share. One buffer holds it: dh_{l+1} = df_l while
+        // sub-layer l's backward reads it, dh_l once l's share is added; after sub-layer 0 it
+        // is dh_0, the gradient of h_0 = x0, so the buffer is dx0's.
+        float* dresidual = a->dx0;
+        input_backward(m, n_sub, a->dxf, dresidual);  // out = h_{2L}
         for (int l = n_sub - 1; l >= 0; l--) {
-            sublayer_backward(m, l, a->dx0);
-            input_backward(m, l, a->dxn, a->dx0);
+            sublayer_backward(m, l, dresidual);
+            input_backward(m, l, a->dxn, dresidual);
         }
     } else {
-        // One gradient buffer a block (dpartial, n_sub/S of them): every consumer of
-        // partial[l] comes later, so its gradient is complete here; partial[l] = partial[l-1]
-        // + f_l passes it on whole to partial[l-1], whose one consumer, sub-layer l's depth
-        // attention (gather_sources), then adds its share into the same buffer.
+        // one gradient buffer a block, dpartial[l/S] (gather_sources explains it)
         K->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
         input_backward(m, n_sub, a->dxf, a->dout);
         for (int l = n_sub - 1; l >= 0; l--) {
@@ -729,9 +711,9 @@ const float* model_sublayer_output(const Model* m, int l) {
 
 static float* host_alloc_zeroed(size_t n) { return callocCheck(n, sizeof(float)); }
 static void host_release(void* p) { free(p); }
-// Zeroing and copying run on every thread in chunks of 64 KB: a step zeroes ~160 MB of
-// gradient buffers (the backwards accumulate), and memset on one thread while the other
-// waited took ~10 % of the bench step (perf, 2 cores).
+// Zeroing and copying run on every thread in chunks of 64 KB: a step zeroes every gradient
+// buffer (the backwards accumulate), and a memset on one thread would keep the other core
+// waiting for a visible share of the step (docs/speed.md).
 #define HOST_CHUNK ((size_t)16384)
 static void host_zero(float* x, size_t n) {
     #pragma omp parallel for if (n > 4 * HOST_CHUNK)
@@ -756,13 +738,27 @@ static double host_sum(const float* x, size_t n) {
 }
 
 const Kernels cpu_kernels = {
-    embedding_forward, embedding_backward, rmsnorm_forward, rmsnorm_backward,
-    linear_forward, linear_backward, rope_forward, rope_backward,
-    attention_forward, attention_backward, swiglu_forward, swiglu_backward,
-    depth_attention_forward, depth_attention_backward, depth_attention_rmsnorm_forward,
-    depth_attention_rmsnorm_backward, depth_attention_variant_forward,
-    depth_attention_variant_backward, depth_mixing_forward, depth_mixing_backward,
-    crossentropy_forward,
-    crossentropy_backward, adamw_update,
-    host_alloc_zeroed, host_release, host_zero, host_copy, host_add, host_sum,
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward = rmsnorm_backward,
+    .linear_forward = linear_forward,
+    .linear_backward = linear_backward,
+    .rope_forward = rope_forward,
+    .rope_backward = rope_backward,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .attnres_input_forward = attnres_input_forward,
+    .attnres_input_backward = attnres_input_backward,
+    .crossentropy_forward = crossentropy_forward,
+    .crossentropy_backward = crossentropy_backward,
+    .adamw_update = adamw_update,
+    .alloc_zeroed = host_alloc_zeroed,
+    .release = host_release,
+    .zero = host_zero,
+    .copy = host_copy,
+    .add = host_add,
+    .sum = host_sum,
 };

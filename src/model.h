@@ -134,9 +134,9 @@ typedef struct {
     float* alpha;     // (N,n_sources,K) depth-attention weights  [AttnRes]
                       // (with --mixing: the n_sources weights, the same for every row)
     float* key_rstd;  // (N,n_sources,K)                          [AttnRes]
-    float* qn;        // (N,d) rmsnorm(V_last), no gain      [--depth-query input]
-    float* q_rstd;    // (N)                                 [--depth-query input]
-    float* qrows;     // (N,d) U_l qn: the query's row part  [--depth-query input]
+    float* last_xn;     // (N,d) rmsnorm(V_last), no gain              [--depth-query input]
+    float* last_rstd;   // (N)                                         [--depth-query input]
+    float* query_rows;  // (N,d) last_xn U_l^T: the query's row part   [--depth-query input]
     size_t n_sources;
 } SubLayer;
 
@@ -153,7 +153,7 @@ typedef struct {
     float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
     float* dpartial;  // (2L/S, N, d) gradients of the partial sums, one a block  [AttnRes]
-    float *dqrows, *dqn;  // (N,d) each                  [--depth-query input]
+    float *dquery_rows, *dlast_xn;  // (N,d) each       [--depth-query input]
 } Activations;
 
 // The size table: points every buffer of a (NULL: only counts) into one block of memory
@@ -241,10 +241,9 @@ const float* model_sublayer_input(const Model* m, int l);
 const float* model_sublayer_output(const Model* m, int l);
 
 // ---- the pieces the cached decoder (inference.c) shares with the forward ----------------
-// The sources of sub-layer l (l = 2L: output aggregation) in a, N rows: blocks b_0 .. b_{n-1}
-// (b_0 = x0, b_k = partial[k*S-1]), then partial[l-1] if l is not first in its block; and,
-// when dsrc is not NULL, their gradient buffers (dx0, then dpartial's one a block: b_k's is
-// block k-1's, partial[l-1]'s its own block's). Returns their number (count_sources).
+// The sources of sub-layer l (l = 2L: output aggregation) in a, N rows, into src, and, when
+// dsrc is not NULL, the gradient buffers they add into; returns their number (count_sources).
+// model.c explains block mode there, with a worked table for L = 2, S = 2.
 size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
                       const float** src, float** dsrc);
 // After sub-layer l has written s->f: none mode: h_{l+1} = h_l + f_l (out after the last);
@@ -258,8 +257,8 @@ void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N);
 typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
 DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l);
 // out (N,d) = the depth attention of sub-layer l (l = 2L: output aggregation) over its sources
-// in a, N rows, by the sequential definition: the default operator, a variant
-// (depth_variants.c) or a mixing; saves what the backward needs in a->sub[l].
+// in a, N rows, by the sequential definition: attnres_input_forward (depth_variants.c)
+// without the norm, for the operator the config picks; saves what it needs in a->sub[l].
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out);
 
 #ifdef __cplusplus

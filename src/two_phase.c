@@ -41,29 +41,30 @@ static float* query_times_gain(const float* queries, const float* norm_weights, 
 
 // o (S,N,C), max and sumexp (S,N); blocks[i] (N,C); queries, norm_weights (S,C)
 void depth_attention_phase1(float* o, float* max, float* sumexp, const float* const* blocks,
-                            const float* queries, const float* norm_weights, size_t n_blocks,
+                            const float* queries, const float* norm_weights, size_t n_block_sources,
                             size_t S, size_t N, size_t C) {
-    float* scores = mallocCheck(N * n_blocks * S * sizeof(float));  // (N, n_blocks, S)
+    // (N, n_block_sources, S)
+    float* scores = mallocCheck(N * n_block_sources * S * sizeof(float));
     float* wg = query_times_gain(queries, norm_weights, S, C);
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
-        float* s = scores + n * n_blocks * S;
+        float* s = scores + n * n_block_sources * S;
         // scores of all S queries against each block: the block's rstd is shared
-        for (size_t i = 0; i < n_blocks; i++) {
+        for (size_t i = 0; i < n_block_sources; i++) {
             const float* v = blocks[i] + n * C;
             float r = depth_attention_rstd(v, C);
             for (size_t j = 0; j < S; j++) { s[i * S + j] = dot(wg + j * C, v, C) * r; }
         }
         for (size_t j = 0; j < S; j++) {
             float m = -INFINITY;
-            for (size_t i = 0; i < n_blocks; i++) { m = fmaxf(m, s[i * S + j]); }
+            for (size_t i = 0; i < n_block_sources; i++) { m = fmaxf(m, s[i * S + j]); }
             max[j * N + n] = m;
             float* oj = o + (j * N + n) * C;
             for (size_t c = 0; c < C; c++) { oj[c] = 0.0f; }
         }
         // e_ij = e^{s_ij - m_j}; l_j = sum_i e_ij; o_j = sum_i e_ij b_i (blocks read once)
         for (size_t j = 0; j < S; j++) { sumexp[j * N + n] = 0.0f; }
-        for (size_t i = 0; i < n_blocks; i++) {
+        for (size_t i = 0; i < n_block_sources; i++) {
             const float* v = blocks[i] + n * C;
             for (size_t j = 0; j < S; j++) {
                 float e = expf(s[i * S + j] - max[j * N + n]);
@@ -116,13 +117,13 @@ static float head_rstd(const float* v, size_t Ck, int key_norm) {
     return key_norm ? depth_attention_rstd(v, Ck) : 1.0f;
 }
 
-// Row n of phase 1 from its scores s (n_blocks, S, heads), per query j and head k:
+// Row n of phase 1 from its scores s (n_block_sources, S, heads), per query j and head k:
 //   softmax: m = max_i s_ijk, e_ijk = e^{s_ijk - m}, l = sum_i e_ijk
 //   sigmoid: e_ijk = sigmoid(s_ijk), m = 0, l = 1 (no normaliser)
 //   o_j[k] = sum_i e_ijk b_i[k]
 static void phase1_row(float* o, float* max, float* sumexp, const float* s,
-                       const float* const* blocks, size_t n, size_t n_blocks, size_t S, size_t N,
-                       size_t C, size_t heads, int sigmoid) {
+                       const float* const* blocks, size_t n, size_t n_block_sources, size_t S,
+                       size_t N, size_t C, size_t heads, int sigmoid) {
     size_t Ck = C / heads;
     for (size_t j = 0; j < S; j++) {
         float* oj = o + (j * N + n) * C;
@@ -132,9 +133,9 @@ static void phase1_row(float* o, float* max, float* sumexp, const float* s,
             float m = 0.0f, l = 0.0f;
             if (!sigmoid) {
                 m = -INFINITY;
-                for (size_t i = 0; i < n_blocks; i++) { m = fmaxf(m, sjk[i * S * heads]); }
+                for (size_t i = 0; i < n_block_sources; i++) { m = fmaxf(m, sjk[i * S * heads]); }
             }
-            for (size_t i = 0; i < n_blocks; i++) {
+            for (size_t i = 0; i < n_block_sources; i++) {
                 const float* v = blocks[i] + n * C + k * Ck;
                 float score = sjk[i * S * heads];
                 float e = sigmoid ? sigmoidf(score) : expf(score - m);
@@ -150,16 +151,17 @@ static void phase1_row(float* o, float* max, float* sumexp, const float* s,
 // o (S,N,C); max and sumexp (S,N,heads); blocks[i] (N,C); queries, norm_weights (S,C)
 void depth_attention_variant_phase1(float* o, float* max, float* sumexp,
                                     const float* const* blocks, const float* queries,
-                                    const float* norm_weights, size_t n_blocks, size_t S,
+                                    const float* norm_weights, size_t n_block_sources, size_t S,
                                     size_t N, size_t C, size_t heads, int sigmoid) {
     size_t Ck = C / heads;
-    float* scores = mallocCheck(N * n_blocks * S * heads * sizeof(float));  // (N,n_blocks,S,heads)
+    // (N, n_block_sources, S, heads)
+    float* scores = mallocCheck(N * n_block_sources * S * heads * sizeof(float));
     float* wg = query_times_gain(queries, norm_weights, S, C);
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
-        float* s = scores + n * n_blocks * S * heads;
+        float* s = scores + n * n_block_sources * S * heads;
         // all S queries against each head of each block: the head's r is shared
-        for (size_t i = 0; i < n_blocks; i++) {
+        for (size_t i = 0; i < n_block_sources; i++) {
             for (size_t k = 0; k < heads; k++) {
                 const float* v = blocks[i] + n * C + k * Ck;
                 float r = head_rstd(v, Ck, norm_weights != NULL);
@@ -168,7 +170,7 @@ void depth_attention_variant_phase1(float* o, float* max, float* sumexp,
                 }
             }
         }
-        phase1_row(o, max, sumexp, s, blocks, n, n_blocks, S, N, C, heads, sigmoid);
+        phase1_row(o, max, sumexp, s, blocks, n, n_block_sources, S, N, C, heads, sigmoid);
     }
     free(scores);
     free(wg);
@@ -217,22 +219,22 @@ void depth_attention_variant_phase2(float* out, const float* o1, const float* ma
 //          depth_mixing_forward's sum in its order, bit for bit.
 
 // o (S,N,C); max and sumexp (S); blocks[i] (N,C); coefficients: S rows `stride` floats apart,
-// row j's first n_blocks entries weigh the blocks
+// row j's first n_block_sources entries weigh the blocks
 void depth_mixing_phase1(float* o, float* max, float* sumexp, const float* const* blocks,
-                         const float* coefficients, size_t stride, size_t n_blocks, size_t S,
+                         const float* coefficients, size_t stride, size_t n_block_sources, size_t S,
                          size_t N, size_t C, int normalise) {
-    float* weights = mallocCheck(S * n_blocks * sizeof(float));  // (S, n_blocks)
+    float* weights = mallocCheck(S * n_block_sources * sizeof(float));  // (S, n_block_sources)
     for (size_t j = 0; j < S; j++) {
         const float* c = coefficients + j * stride;
-        float* w = weights + j * n_blocks;
+        float* w = weights + j * n_block_sources;
         max[j] = 0.0f;
         sumexp[j] = 1.0f;
-        for (size_t i = 0; i < n_blocks; i++) { w[i] = c[i]; }
+        for (size_t i = 0; i < n_block_sources; i++) { w[i] = c[i]; }
         if (!normalise) { continue; }
         // static: w_i = e^{c_i - m}, l = sum_i w_i
         float m = -INFINITY, l = 0.0f;
-        for (size_t i = 0; i < n_blocks; i++) { m = fmaxf(m, c[i]); }
-        for (size_t i = 0; i < n_blocks; i++) {
+        for (size_t i = 0; i < n_block_sources; i++) { m = fmaxf(m, c[i]); }
+        for (size_t i = 0; i < n_block_sources; i++) {
             w[i] = expf(c[i] - m);
             l += w[i];
         }
@@ -244,9 +246,9 @@ void depth_mixing_phase1(float* o, float* max, float* sumexp, const float* const
         for (size_t j = 0; j < S; j++) {
             float* oj = o + (j * N + n) * C;
             for (size_t c = 0; c < C; c++) { oj[c] = 0.0f; }
-            for (size_t i = 0; i < n_blocks; i++) {
+            for (size_t i = 0; i < n_block_sources; i++) {
                 const float* v = blocks[i] + n * C;
-                float w = weights[j * n_blocks + i];
+                float w = weights[j * n_block_sources + i];
                 for (size_t c = 0; c < C; c++) { oj[c] += w * v[c]; }
             }
         }

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-// Room for an error line: two paths of PATH_MAX (4096) and the reason; a shorter buffer cut a
-// long path's message before it said what was wrong.
+// Room for an error line: two paths of PATH_MAX (4096) and the reason, so that a long path
+// never cuts the message off before it says what is wrong.
 #define ERROR_MAX 10240
 
 static inline void* malloc_check(size_t size, const char* file, int line) {
@@ -41,11 +41,10 @@ static inline float sum_partials(float acc[16]) {
 // vector register without -ffast-math (a plain `s += a[i] * b[i]` loop must stay scalar,
 // since C fixes its summation order); the order here is fixed too, so results are
 // reproducible. Why 16 and not 8: with 8, gcc 12 (-O3 -march=native, AVX-512) shuffles the
-// partial sums between half registers, and a 256-float dot took 80-100 ns against 13 ns
-// with 16 (2-core AMD EPYC, in cache); the depth attention's full-mode step fell from 44 to
-// 20 ms. Below 16 floats the lanes are skipped (they would stay 0 and fold to +0: the same
-// sum): a 16-head depth attention at d = 64 dots 4 channels at a time, and 150 steps of the
-// ablation's multi-head row took 10.5-11.4 s against 13.7-14.6 s with the fold (Zen 3).
+// partial sums between half registers, several times slower (docs/speed.md). Below 16
+// floats the lanes are skipped (they would stay 0 and fold to +0: the same sum): a 16-head
+// depth attention at d = 64 dots 4 channels at a time, where folding 16 lanes would cost
+// more than the products.
 static inline float dot(const float* a, const float* b, size_t n) {
     float sum = 0.0f;
     size_t i = 0;
@@ -79,9 +78,8 @@ static inline float sum_of(const float* x, size_t n) {
 // The largest of x[0..n), n >= 1 (-inf for n = 0), in sixteen lanes. gcc does not vectorise
 // a maximum without -ffast-math (not even these lanes: they compile to 16 scalar vmaxss), but
 // sixteen independent comparisons run side by side where one running maximum waits on each
-// one before: the attention forward took 2.7-2.9 ms against 3.7-3.9 ms with the plain loop
-// (one thread, bench size, AMD EPYC Zen 3). The same value in any order; a NaN is skipped,
-// as a plain `if (x > m) m = x` skips it.
+// one before, which shows in the attention forward. The same value in any order; a NaN is
+// skipped, as a plain `if (x > m) m = x` skips it.
 static inline float max_of(const float* x, size_t n) {
     float lane[16];
     for (size_t j = 0; j < 16; j++) { lane[j] = -INFINITY; }
@@ -105,11 +103,10 @@ static inline float max_of(const float* x, size_t n) {
 // normal floats, so results down to the smallest subnormal (x = -103.97) and up to FLT_MAX
 // (x = 88.72) come out right; past those, 0 and +inf. NaN stays NaN. Against glibc's expf
 // on every float in [-105, 90]: at most 1 ulp apart (a test samples it). SwiGLU's gate and
-// the attention softmax call it: 3.3x faster than expf in SwiGLU's forward loop (AVX-512).
-// With AVX2 (no mask registers) gcc vectorises such a loop only under -fno-trapping-math
-// (the Makefile's): the clamps and the final select must compute both sides, which it
-// otherwise avoids in case one raises a floating-point exception; SwiGLU's forward is then
-// 4.2x faster (1024 x 704, one thread, AMD EPYC Zen 3: 1.2 ms against 5.2).
+// the attention softmax call it, in loops that then vectorise. With AVX2 (no mask
+// registers) gcc vectorises such a loop only under -fno-trapping-math (the Makefile's): the
+// clamps and the final select must compute both sides, which it otherwise avoids in case
+// one raises a floating-point exception.
 static inline float expf_vectorizable(float x) {
     const float hi = 88.72283935546875f, lo = -103.97208404541015625f;
     float xc = x > hi ? hi : x < lo ? lo : x;  // NaN passes through
