@@ -448,6 +448,27 @@ struct DepthCase {
     }
 };
 
+// the depth attention's gradients (tiled, or naive) against finite differences of
+// sum(R * out) for a random R
+void check_depth_gradients(size_t N, size_t C, const std::vector<size_t>& uses, bool naive) {
+    CAPTURE(N);
+    CAPTURE(C);
+    CAPTURE(uses.size());
+    Rng rng(107);
+    DepthCase dc(N, C, uses, rng, 1.0f);
+    dc.naive = naive;
+    size_t n = dc.n_sources();
+    Vec R = rng.uniform_vector(N * C, -1, 1), out(N * C), alpha(N * n), key_rstd(N * n);
+    Vec dquery(C, 0.0f), dnorm_weight(C, 0.0f);
+    dc.forward(out, alpha, key_rstd);
+    dc.backward(dquery, dnorm_weight, R, alpha, key_rstd);
+    auto loss = [&] {
+        dc.forward(out, alpha, key_rstd);
+        return weighted_sum(R.data(), out.data(), N * C);
+    };
+    dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
+}
+
 }  // namespace
 
 TEST_CASE("depth attention backward matches finite differences, for every source, query and norm") {
@@ -462,21 +483,7 @@ TEST_CASE("depth attention backward matches finite differences, for every source
     SUBCASE("3 sources, N=37: three tiles of rows (DEPTH_TILE 16), their sums added") {
         N = 37; C = 4; uses = {0, 1, 2};
     }
-    CAPTURE(N);
-    CAPTURE(C);
-    CAPTURE(uses.size());
-    Rng rng(107);
-    DepthCase dc(N, C, uses, rng, 1.0f);
-    size_t n = dc.n_sources();
-    Vec R = rng.uniform_vector(N * C, -1, 1), out(N * C), alpha(N * n), key_rstd(N * n);
-    Vec dquery(C, 0.0f), dnorm_weight(C, 0.0f);
-    dc.forward(out, alpha, key_rstd);
-    dc.backward(dquery, dnorm_weight, R, alpha, key_rstd);
-    auto loss = [&] {
-        dc.forward(out, alpha, key_rstd);
-        return weighted_sum(R.data(), out.data(), N * C);
-    };
-    dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
+    check_depth_gradients(N, C, uses, false);
 }
 
 TEST_CASE("the naive depth attention backward matches finite differences, for every source, query and norm") {
@@ -487,22 +494,7 @@ TEST_CASE("the naive depth attention backward matches finite differences, for ev
     SUBCASE("4 sources, N=5 C=19: a dot product of 16 lanes and a remainder") {
         N = 5; C = 19; uses = {0, 1, 2, 3};
     }
-    CAPTURE(N);
-    CAPTURE(C);
-    CAPTURE(uses.size());
-    Rng rng(107);
-    DepthCase dc(N, C, uses, rng, 1.0f);
-    dc.naive = true;
-    size_t n = dc.n_sources();
-    Vec R = rng.uniform_vector(N * C, -1, 1), out(N * C), alpha(N * n), key_rstd(N * n);
-    Vec dquery(C, 0.0f), dnorm_weight(C, 0.0f);
-    dc.forward(out, alpha, key_rstd);
-    dc.backward(dquery, dnorm_weight, R, alpha, key_rstd);
-    auto loss = [&] {
-        dc.forward(out, alpha, key_rstd);
-        return weighted_sum(R.data(), out.data(), N * C);
-    };
-    dc.check_gradients(loss, dquery, dnorm_weight, DEPTH_GRAD_TOL);
+    check_depth_gradients(N, C, uses, true);
 }
 
 // dquery and dnorm_weight sum N * n_sources terms ds_i k_i per column in another
