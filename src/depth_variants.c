@@ -313,11 +313,11 @@ void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float
                            float* last_xn, float* last_rstd, float* query_rows,
                            const float* const* sources, const float* query,
                            const float* norm_weight, const float* query_proj,
-                           const float* coefficients, const float* gain, size_t n_sources,
+                           const float* coefficients, const float* weight, size_t n_sources,
                            size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
     if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing) && xn != NULL) {
         depth_attention_rmsnorm_forward(xn, rstd, h, alpha, key_rstd, sources, query,
-                                        norm_weight, gain, n_sources, N, C);
+                                        norm_weight, weight, n_sources, N, C);
         return;
     }
     // (without the norm the default operator is the variant with every switch off, the same
@@ -333,16 +333,16 @@ void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float
                                         query_proj != NULL ? query_rows : NULL, norm_weight,
                                         n_sources, N, C, heads, sigmoid);
     }
-    if (xn != NULL) { rmsnorm_forward(xn, rstd, h, gain, N, C); }
+    if (xn != NULL) { rmsnorm_forward(xn, rstd, h, weight, N, C); }
 }
 
-// forward was: h = DA(sources), xn = rmsnorm(h; gain). dh = rmsnorm's input gradient, then
+// forward was: h = DA(sources), xn = rmsnorm(h; weight). dh = rmsnorm's input gradient, then
 // the operator's backward from dh into the sources' gradients (with --depth-query input, on
 // through query_rows = last_xn U^T and last_xn = rmsnorm(V_last) into V_last's gradient)
 void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
-                            float* dquery_proj, float* dcoefficients, float* dgain, float* dh,
+                            float* dquery_proj, float* dcoefficients, float* dweight, float* dh,
                             float* dquery_rows, float* dlast_xn, const float* dxn,
-                            const float* h, const float* rstd, const float* gain,
+                            const float* h, const float* rstd, const float* weight,
                             const float* alpha, const float* key_rstd, const float* last_xn,
                             const float* last_rstd, const float* query_rows,
                             const float* const* sources, const float* query,
@@ -350,13 +350,13 @@ void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_
                             size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid,
                             int mixing) {
     if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing)) {
-        depth_attention_rmsnorm_backward(dsources, dquery, dnorm_weight, dgain, dh, dxn, h,
-                                         rstd, gain, alpha, key_rstd, sources, query,
+        depth_attention_rmsnorm_backward(dsources, dquery, dnorm_weight, dweight, dh, dxn, h,
+                                         rstd, weight, alpha, key_rstd, sources, query,
                                          norm_weight, n_sources, N, C);
         return;
     }
     zero(dh, N * C);
-    rmsnorm_backward(dh, dgain, dxn, h, gain, rstd, N, C);
+    rmsnorm_backward(dh, dweight, dxn, h, weight, rstd, N, C);
     if (mixing) {
         depth_mixing_backward(dsources, dcoefficients, dh, alpha, sources, n_sources, N, C,
                               mixing == 1);

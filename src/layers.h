@@ -167,7 +167,7 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
                            size_t N, size_t C, int normalise);
 // The one call the model makes for an AttnRes sub-layer's input (model.c: input_forward):
 // h (N,C) = the depth attention over the sources by the operator the switches pick, then
-// xn (N,C) = rmsnorm(h; gain) with rstd (N) saved (xn NULL: h alone, no norm):
+// xn (N,C) = rmsnorm(h; weight) with rstd (N) saved (xn NULL: h alone, no norm):
 //   mixing 1 (static, normalised) or 2 (dense): depth_mixing_forward with coefficients,
 //     alpha holding its n_sources weights;
 //   heads 1, softmax, a norm weight, no query_proj: the default operator and its norm in one
@@ -182,15 +182,15 @@ void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float
                            float* last_xn, float* last_rstd, float* query_rows,
                            const float* const* sources, const float* query,
                            const float* norm_weight, const float* query_proj,
-                           const float* coefficients, const float* gain, size_t n_sources,
+                           const float* coefficients, const float* weight, size_t n_sources,
                            size_t N, size_t C, size_t heads, int sigmoid, int mixing);
-// Its backward from dxn: dsources, dquery, dnorm_weight, dquery_proj, dcoefficients and dgain
+// Its backward from dxn: dsources, dquery, dnorm_weight, dquery_proj, dcoefficients and dweight
 // += (each NULL where the forward's parameter is); dh, dquery_rows and dlast_xn (N,C) are
 // scratch, overwritten (the last two only with query_proj).
 void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
-                            float* dquery_proj, float* dcoefficients, float* dgain, float* dh,
+                            float* dquery_proj, float* dcoefficients, float* dweight, float* dh,
                             float* dquery_rows, float* dlast_xn, const float* dxn,
-                            const float* h, const float* rstd, const float* gain,
+                            const float* h, const float* rstd, const float* weight,
                             const float* alpha, const float* key_rstd, const float* last_xn,
                             const float* last_rstd, const float* query_rows,
                             const float* const* sources, const float* query,

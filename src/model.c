@@ -492,7 +492,7 @@ void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* 
 
 typedef struct {
     float *h, *xn, *rstd;  // h_l (or out), xn_l = rmsnorm(h_l) (or xf), the saved rstd
-    float *gain, *dgain;   // the norm's gain and its gradient
+    float *weight, *dweight;  // the norm's weight (its gain) and its gradient
 } Norm;
 
 static Norm sublayer_norm(Model* m, int l) {
@@ -515,7 +515,7 @@ static void input_forward(Model* m, int l) {
     size_t N = m->B * m->T, d = m->dims.d;
     Norm norm = sublayer_norm(m, l);
     if (m->dims.S == 0) {  // none: h_l is the residual stream
-        K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.gain, N, d);
+        K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d);
         return;
     }
     // AttnRes: h_l = DA_l(sources) by the operator the config picks (depth_variants.c), then
@@ -526,7 +526,7 @@ static void input_forward(Model* m, int l) {
     SubLayer* s = &a->sub[l];
     K->attnres_input_forward(norm.xn, norm.rstd, norm.h, s->alpha, s->key_rstd, s->last_xn,
                              s->last_rstd, s->query_rows, src, p.query, p.norm, p.qproj, p.mix,
-                             norm.gain, n, N, d, m->dims.K, c->depth_score, c->mixing);
+                             norm.weight, n, N, d, m->dims.K, c->depth_score, c->mixing);
 }
 
 // The backward of input_forward from dxn, the gradient of xn_l. none: dh holds the residual
@@ -539,7 +539,7 @@ static void input_backward(Model* m, int l, const float* dxn, float* dh) {
     size_t N = m->B * m->T, d = m->dims.d;
     Norm norm = sublayer_norm(m, l);
     if (m->dims.S == 0) {
-        K->rmsnorm_backward(dh, norm.dgain, dxn, norm.h, norm.gain, norm.rstd, N, d);
+        K->rmsnorm_backward(dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
         return;
     }
     const float* src[m->dims.n_sub + 2];
@@ -548,8 +548,8 @@ static void input_backward(Model* m, int l, const float* dxn, float* dh) {
     DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
     DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
     const SubLayer* s = &a->sub[l];
-    K->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dgain, dh,
-                              a->dquery_rows, a->dlast_xn, dxn, norm.h, norm.rstd, norm.gain,
+    K->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dweight, dh,
+                              a->dquery_rows, a->dlast_xn, dxn, norm.h, norm.rstd, norm.weight,
                               s->alpha, s->key_rstd, s->last_xn, s->last_rstd, s->query_rows,
                               src, p.query, p.norm, p.qproj, n, N, d, m->dims.K,
                               c->depth_score, c->mixing);
