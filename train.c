@@ -1,5 +1,5 @@
 // train.c — the attnres.c trainer: parse flags, build the model and data, train with AdamW
-// (warmup + cosine decay, gradient clipping), evaluate, checkpoint, resume.
+// (warmup, then cosine or warmup-stable-decay; gradient clipping), evaluate, checkpoint, resume.
 // Run `./train --help` for the flags. Start reading at main() at the bottom: its loop is one
 // training step after another (batch, forward, zero grad, backward, clip, update), with
 // a log line, an evaluation and a checkpoint every so often. Where the step runs (CPU, GPU,
@@ -41,6 +41,7 @@ static Options defaults(void) {
     o.eval_every = 200; o.log_every = 50;
     o.lr = 3e-3f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
     o.beta1 = 0.9f; o.beta2 = 0.95f; o.adam_eps = 1e-8f;
+    o.schedule = "cosine"; o.decay_frac = 0.2f;
     o.seed = 1337;
     o.checkpoint = NULL;
     o.resume = 0;
@@ -74,7 +75,9 @@ static int flag_table(Options* o, Flag* flags) {
         {"--steps", OPT_INT, &o->steps, "training steps"},
         {"--lr", OPT_FLOAT, &o->lr, "peak learning rate"},
         {"--warmup", OPT_INT, &o->warmup, "linear warmup steps"},
-        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "cosine decay ends at lr * this"},
+        {"--schedule", OPT_STRING, &o->schedule, "lr after warmup: cosine | wsd (stable, then linear decay)"},
+        {"--decay-frac", OPT_FLOAT, &o->decay_frac, "wsd: the share of --steps that decays"},
+        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "the decay ends at lr * this"},
         {"--weight-decay", OPT_FLOAT, &o->weight_decay, "AdamW weight decay (matrices only)"},
         {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)"},
         {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1"},
@@ -174,9 +177,20 @@ static void parse_flags(Options* o, int argc, char** argv) {
     }
 }
 
-// Linear warmup to lr, then cosine decay to lr * final_lr_frac at the last step.
+// The learning rate of step s = 0 .. steps-1. Both schedules warm up linearly to lr, as
+// lr * (s+1) / warmup for s < warmup, and end at lr * final_lr_frac at the last step.
+//   cosine: then cosine decay over the steps after the warmup.
+//   wsd (warmup-stable-decay): D = max(1, floor(decay_frac * steps + 0.5)) decay steps; lr while
+//     s < steps - D, then lr * (1 - (1 - final_lr_frac) * (s - steps + D + 1) / D).
 static float learning_rate(const Options* o, int step) {
     if (step < o->warmup) { return o->lr * (float)(step + 1) / (float)o->warmup; }
+    if (o->schedule_kind == SCHEDULE_WSD) {
+        int decay_steps = (int)floor((double)o->decay_frac * o->steps + 0.5);
+        if (decay_steps < 1) { decay_steps = 1; }
+        if (step < o->steps - decay_steps) { return o->lr; }
+        float decayed = (float)(step - o->steps + decay_steps + 1) / (float)decay_steps;
+        return o->lr * (1.0f - (1.0f - o->final_lr_frac) * decayed);
+    }
     int decay_steps = o->steps - o->warmup;
     float progress = decay_steps > 1 ? (float)(step - o->warmup) / (float)(decay_steps - 1) : 1.0f;
     float cosine = 0.5f * (1.0f + cosf(3.14159265358979f * progress));

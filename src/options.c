@@ -108,6 +108,16 @@ int options_check(Options* o, char* err, size_t err_len) {
     if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f && o->beta2 >= 0.0f && o->beta2 < 1.0f)) {
         FAIL("--beta1 and --beta2 must be in [0, 1)");
     }
+    if (strcmp(o->schedule, "cosine") == 0) {
+        o->schedule_kind = SCHEDULE_COSINE;
+    } else if (strcmp(o->schedule, "wsd") == 0) {
+        o->schedule_kind = SCHEDULE_WSD;
+    } else {
+        FAIL("unknown --schedule '%s' (valid: cosine, wsd)", o->schedule);
+    }
+    if (!(o->decay_frac > 0.0f && o->decay_frac < 1.0f)) {
+        FAIL("--decay-frac must be in (0, 1), got %g", (double)o->decay_frac);
+    }
     if (strcmp(o->mode, "none") == 0) {
         o->model.block_size = 0;
     } else if (strcmp(o->mode, "full") == 0) {
@@ -150,6 +160,9 @@ int options_check(Options* o, char* err, size_t err_len) {
     // a flag that would do nothing is a mistake worth one line
     if (option_given(o, "--block-size") && strcmp(o->mode, "block") != 0) {
         FAIL("--block-size is for --mode block (this run has --mode %s)", o->mode);
+    }
+    if (option_given(o, "--decay-frac") && o->schedule_kind != SCHEDULE_WSD) {
+        FAIL("--decay-frac is for --schedule wsd (this run has --schedule %s)", o->schedule);
     }
     int text = strcmp(o->task, "text") == 0;
     const char* text_only[] = {"--text"}, *task_only[] = {"--length", "--symbols"};

@@ -9,6 +9,9 @@
 
 #define MAX_FLAGS 64
 
+// the learning-rate schedules, numbered as the run record stores them (checkpoint.h)
+enum { SCHEDULE_COSINE = 0, SCHEDULE_WSD = 1 };
+
 typedef struct {
     ModelConfig model;       // vocab_size is set by the data
     const char* mode;        // none | full | block
@@ -19,6 +22,9 @@ typedef struct {
     int length, symbols, eval_examples;
     int batch, seq_len, steps, warmup, threads, eval_every, log_every;
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
+    const char* schedule;    // cosine | wsd (options_check sets schedule_kind)
+    int schedule_kind;       // SCHEDULE_COSINE or SCHEDULE_WSD
+    float decay_frac;        // wsd: the share of --steps that decays, in (0, 1)
     unsigned long long seed;
     const char* checkpoint;
     int resume;

@@ -214,7 +214,8 @@ Args tiny(Args extra = {}) {
 const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--block-size", "--task",
                              "--text", "--length", "--symbols", "--eval-examples", "--batch",
                              "--seq-len", "--steps", "--lr", "--warmup", "--final-lr-frac",
-                             "--weight-decay", "--grad-clip", "--beta1", "--beta2", "--seed",
+                             "--schedule", "--decay-frac", "--weight-decay", "--grad-clip", "--beta1",
+                             "--beta2", "--seed",
                              "--threads", "--eval-every", "--log-every", "--checkpoint", "--resume",
                              "--diagnostics"};
 
@@ -292,6 +293,15 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--mode", "none", "--mixing", "dense"}, {"--mixing", "mode none"}},
         {{"--mixing", "static", "--depth-heads", "2"}, {"--mixing", "--depth-heads"}},
         {{"--mixing", "dense", "--depth-query", "input"}, {"--mixing", "--depth-query input"}},
+        // the schedules
+        {{"--schedule", "linear"}, {"--schedule", "linear", "cosine, wsd"}},
+        {{"--schedule", "wsd", "--decay-frac", "0"}, {"--decay-frac", "(0, 1)"}},
+        {{"--schedule", "wsd", "--decay-frac", "1"}, {"--decay-frac", "(0, 1)"}},
+        {{"--schedule", "wsd", "--decay-frac", "-0.5"}, {"--decay-frac", "(0, 1)"}},
+        {{"--schedule", "wsd", "--decay-frac", "1.5"}, {"--decay-frac", "(0, 1)"}},
+        {{"--schedule", "wsd", "--decay-frac", "nan"}, {"--decay-frac", "number", "nan"}},
+        {{"--decay-frac", "0.3"}, {"--decay-frac", "--schedule wsd", "cosine"}},
+        {{"--schedule", "cosine", "--decay-frac", "0.3"}, {"--decay-frac", "--schedule wsd"}},
     };
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
@@ -357,7 +367,8 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
                              {"--seq-len", "8"}, {"--lr", "0.1"}, {"--warmup", "3"}, {"--final-lr-frac", "0.5"},
                              {"--weight-decay", "0"}, {"--grad-clip", "0"}, {"--beta1", "0.8"},
                              {"--beta2", "0.9"}, {"--eval-every", "3"}, {"--log-every", "3"},
-                             {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")}};
+                             {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")},
+                             {"--schedule", "wsd"}, {"--decay-frac", "0.3"}};
     for (const Args& flag : training) {
         Args args = {"--sample", "--checkpoint", path};
         args.insert(args.end(), flag.begin(), flag.end());
@@ -869,6 +880,67 @@ TEST_CASE("--resume refuses a run whose flags differ from the checkpoint's, nami
     // the same flags resume, to the end
     check_success(run_train(dir, tiny({"--steps", "4", "--eval-every", "2", "--resume",
                                        "--checkpoint", path})));
+}
+
+TEST_CASE("--schedule wsd: the lr column follows SPEC's warmup, stable and linear decay step by step") {
+    // steps 10, warmup 2, decay_frac 0.3: D = floor(0.3 * 10 + 0.5) = 3 decay steps, so lr
+    // 0.005, then 0.01 for s = 1..6, then 0.007, 0.004, 0.001 (lr * final_lr_frac) at the end.
+    // The line "step N" prints the lr of the step that made it, s = N - 1.
+    TempDir dir;
+    const int steps = 10, warmup = 2;
+    const double lr = 0.01, final_lr_frac = 0.1, decay_frac = 0.3;
+    Run run = run_train(dir, tiny({"--steps", "10", "--warmup", "2", "--schedule", "wsd",
+                                   "--decay-frac", "0.3", "--lr", "0.01", "--final-lr-frac", "0.1",
+                                   "--log-every", "1", "--eval-every", "10"}));
+    check_success(run);
+    int D = std::max(1, (int)std::floor(decay_frac * steps + 0.5));
+    std::vector<std::string> printed, expected;
+    for (const std::string& line : lines_of(run.out)) {
+        int step = 0;
+        if (std::sscanf(line.c_str(), "step %d/", &step) != 1) continue;
+        size_t at = line.find("| lr ");
+        REQUIRE(at != std::string::npos);
+        printed.push_back(line.substr(at + 5, line.find(' ', at + 5) - (at + 5)));
+        int s = step - 1;
+        double want = s < warmup ? lr * (s + 1) / warmup
+                    : s < steps - D ? lr
+                    : lr * (1.0 - (1.0 - final_lr_frac) * (s - steps + D + 1) / D);
+        char text[32];
+        std::snprintf(text, sizeof(text), "%.2e", want);
+        expected.push_back(text);
+    }
+    REQUIRE(printed.size() == (size_t)steps);
+    CHECK(printed == expected);
+    CHECK(expected.back() == "1.00e-03");  // lr * final_lr_frac at the last step
+    CHECK(expected[6] == "1.00e-02");      // the stable phase's last step, s = steps - D - 1
+}
+
+TEST_CASE("a --schedule wsd run interrupted in its stable phase and resumed prints what the uninterrupted run prints") {
+    // --steps 20 --decay-frac 0.25: stable to step 15, decay over the last 5; interrupted at
+    // step 10, so the resumed run crosses into the decay.
+    TempDir dir;
+    std::string whole = dir.file("whole.ckpt"), parts = dir.file("parts.ckpt");
+    Args common = {"--eval-every", "10", "--log-every", "1", "--warmup", "5", "--steps", "20",
+                   "--schedule", "wsd", "--decay-frac", "0.25"};
+    auto args = [&](const std::string& path, bool first_half, bool resume) {
+        Args a = tiny(common);
+        a.insert(a.end(), {"--checkpoint", path});
+        if (first_half) a.insert(a.end(), {"--stop-after", "10"});
+        if (resume) a.push_back("--resume");
+        return a;
+    };
+    Run uninterrupted = run_train(dir, args(whole, false, false));
+    Run first_half = run_train(dir, args(parts, true, false));
+    Run second_half = run_train(dir, args(parts, false, true));
+    check_success(uninterrupted);
+    check_success(first_half);
+    check_success(second_half);
+    CHECK(contains(second_half.out, "resumed from " + parts + " at step 10"));
+    std::vector<std::string> expected = lines_from_step(without_timings(uninterrupted.out), 11);
+    std::vector<std::string> resumed = lines_from_step(without_timings(second_half.out), 1);
+    REQUIRE(expected.size() == 10 + 1 + 1);  // steps 11-20, eval at 20, final
+    CHECK(resumed == expected);
+    CHECK(read_text(parts) == read_text(whole));
 }
 
 TEST_CASE("the best checkpoint is kept beside the latest, and --sample reads either") {
