@@ -42,7 +42,8 @@ static void header_to_config(const int* header, ModelConfig* c) {
 enum { RUN_FLAG = 12, RUN_TASK = 13, RUN_LENGTH, RUN_SYMBOLS, RUN_SEQ_LEN, RUN_BATCH,
        RUN_STEPS, RUN_WARMUP, RUN_EVAL_EXAMPLES, RUN_SEED_LO, RUN_SEED_HI, RUN_TEXT_LO,
        RUN_TEXT_HI, RUN_LR, RUN_FINAL_LR_FRAC, RUN_WEIGHT_DECAY, RUN_GRAD_CLIP, RUN_BETA1,
-       RUN_BETA2, RUN_ADAM_EPS, RUN_BEST_STEP, RUN_BEST_VAL, RUN_TEXT_NAME = 64 };
+       RUN_BETA2, RUN_ADAM_EPS, RUN_BEST_STEP, RUN_BEST_VAL, RUN_SCHEDULE, RUN_DECAY_FRAC,
+       RUN_TEXT_NAME = 64 };
 
 static int float_bits(float x) { int i; memcpy(&i, &x, sizeof(i)); return i; }
 static float bits_float(int i) { float x; memcpy(&x, &i, sizeof(x)); return x; }
@@ -60,6 +61,8 @@ static void run_to_header(const RunRecord* r, int* h) {
     for (int i = 0; i < 7; i++) { h[RUN_LR + i] = float_bits(floats[i]); }
     h[RUN_BEST_STEP] = r->best_step;
     h[RUN_BEST_VAL] = float_bits(r->best_val_loss);
+    h[RUN_SCHEDULE] = r->schedule;
+    h[RUN_DECAY_FRAC] = float_bits(r->decay_frac);
     memcpy(h + RUN_TEXT_NAME, r->text_name, sizeof(r->text_name));
     h[RUN_FLAG] = 1;
 }
@@ -75,6 +78,8 @@ static void header_to_run(const int* h, RunRecord* r) {
     for (int i = 0; i < 7; i++) { *floats[i] = bits_float(h[RUN_LR + i]); }
     r->best_step = h[RUN_BEST_STEP];
     r->best_val_loss = bits_float(h[RUN_BEST_VAL]);
+    r->schedule = h[RUN_SCHEDULE];  // 0 (cosine) in files older than the slot
+    r->decay_frac = bits_float(h[RUN_DECAY_FRAC]);
     memcpy(r->text_name, h + RUN_TEXT_NAME, sizeof(r->text_name));
     r->text_name[sizeof(r->text_name) - 1] = '\0';
 }
@@ -222,12 +227,23 @@ int checkpoint_read_config(const char* path, ModelConfig* config, int* step,
     return 0;
 }
 
-// A run record no run could have written, named in reason: a task that does not exist (its
-// name would be read past TASK_NAMES), a negative count, or a control character in the text
-// file's name (an error message quoting it would not stay on one line). 0 if it is plausible.
+// A run record no run could have written, named in reason: a task or schedule that does not
+// exist (its name would be read past TASK_NAMES), a decay fraction outside its schedule's
+// values, a negative count, or a control character in the text file's name (an error message
+// quoting it would not stay on one line). 0 if it is plausible.
 static int run_record_problem(const RunRecord* r, char* reason, size_t len) {
     if (r->task < TASK_REVERSE || r->task > TASK_TEXT) {
         snprintf(reason, len, "task %d", r->task);
+        return -1;
+    }
+    if (r->schedule != 0 && r->schedule != 1) {
+        snprintf(reason, len, "schedule %d", r->schedule);
+        return -1;
+    }
+    int wsd = r->schedule == 1;
+    if (wsd ? !(r->decay_frac > 0.0f && r->decay_frac < 1.0f) : r->decay_frac != 0.0f) {
+        snprintf(reason, len, "decay fraction %g with schedule %s", (double)r->decay_frac,
+                 wsd ? "wsd" : "cosine");
         return -1;
     }
     const char* names[] = {"length", "symbols", "seq_len", "batch", "steps", "warmup",

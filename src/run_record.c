@@ -30,6 +30,8 @@ RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, floa
     run.beta1 = o->beta1;
     run.beta2 = o->beta2;
     run.adam_eps = o->adam_eps;
+    run.schedule = o->schedule_kind;
+    run.decay_frac = o->schedule_kind == SCHEDULE_WSD ? o->decay_frac : 0.0f;
     if (text) {
         const char* slash = strrchr(o->text_path, '/');
         snprintf(run.text_name, sizeof(run.text_name), "%s", slash ? slash + 1 : o->text_path);
@@ -72,13 +74,18 @@ int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* w
         FAIL("checkpoint %s was trained with --seed %llu, this run has --seed %llu (%s)", path,
              was->seed, now->seed, fix);
     }
+    const char* schedules[] = {"cosine", "wsd"};  // checkpoint_read_run checked the value
+    if (was->schedule != now->schedule) {
+        FAIL("checkpoint %s was trained with --schedule %s, this run has --schedule %s (%s)",
+             path, schedules[was->schedule], schedules[now->schedule], fix);
+    }
     const char* float_flags[] = {"--lr", "--final-lr-frac", "--weight-decay", "--grad-clip",
-                                 "--beta1", "--beta2"};
+                                 "--beta1", "--beta2", "--decay-frac"};
     float float_was[] = {was->lr, was->final_lr_frac, was->weight_decay, was->grad_clip,
-                         was->beta1, was->beta2};
+                         was->beta1, was->beta2, was->decay_frac};
     float float_now[] = {now->lr, now->final_lr_frac, now->weight_decay, now->grad_clip,
-                         now->beta1, now->beta2};
-    for (int i = 0; i < 6; i++) {
+                         now->beta1, now->beta2, now->decay_frac};
+    for (int i = 0; i < 7; i++) {
         if (float_was[i] != float_now[i]) {
             FAIL("checkpoint %s was trained with %s %g, this run has %s %g (%s)", path,
                  float_flags[i], (double)float_was[i], float_flags[i], (double)float_now[i], fix);

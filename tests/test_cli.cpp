@@ -602,16 +602,17 @@ TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming t
 }
 
 TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sample end cleanly") {
-    // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..34]
-    // the run record; [64] the text file's name; [128..133] the variant) set to a negative, a
-    // small and a huge value: the file is refused with one error line or read as a plausible
-    // one, never a crash (a task past the task table was one, found by fuzzing)
+    // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..35]
+    // the run record, the schedule at [34..35]; [64] the text file's name; [128..133] the
+    // variant) set to a negative, a small and a huge value: the file is refused with one error
+    // line or read as a plausible one, never a crash (a task past the task table was one,
+    // found by fuzzing)
     TempDir dir;
     std::string good = dir.file("good.ckpt");
     check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", good})));
     const std::string bytes = read_text(good);
     std::vector<int> slots;
-    for (int i = 2; i <= 34; i++) slots.push_back(i);
+    for (int i = 2; i <= 35; i++) slots.push_back(i);
     for (int i : {64, 128, 129, 130, 131, 132, 133}) slots.push_back(i);
     std::string path = dir.file("slot.ckpt");
     for (int slot : slots) {
@@ -867,6 +868,7 @@ TEST_CASE("--resume refuses a run whose flags differ from the checkpoint's, nami
         {{"--lr", "0.001"}, {"--lr 0.003", "--lr 0.001"}},
         {{"--seed", "7"}, {"--seed 1337", "--seed 7"}},
         {{"--warmup", "1"}, {"--warmup 100", "--warmup 1"}},
+        {{"--schedule", "wsd"}, {"--schedule cosine", "--schedule wsd"}},
     };
     for (const Case& k : cases) {
         Args args = {"--steps", "4", "--eval-every", "2", "--resume", "--checkpoint", path};
@@ -880,6 +882,48 @@ TEST_CASE("--resume refuses a run whose flags differ from the checkpoint's, nami
     // the same flags resume, to the end
     check_success(run_train(dir, tiny({"--steps", "4", "--eval-every", "2", "--resume",
                                        "--checkpoint", path})));
+}
+
+TEST_CASE("--resume refuses another --schedule or --decay-frac than the checkpoint's, naming the flag") {
+    TempDir dir;
+    std::string path = dir.file("wsd.ckpt");
+    Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path, "--schedule", "wsd",
+                 "--decay-frac", "0.5"};
+    Args first = args;
+    first.insert(first.end(), {"--stop-after", "2"});
+    check_success(run_train(dir, tiny(first)));
+    Args cosine = {"--steps", "4", "--eval-every", "2", "--checkpoint", path, "--resume"};
+    check_error(run_train(dir, tiny(cosine)), {path, "--schedule wsd", "--schedule cosine"});
+    Args other = args;
+    other.back() = "0.25";
+    other.push_back("--resume");
+    check_error(run_train(dir, tiny(other)), {path, "--decay-frac 0.5", "--decay-frac 0.25"});
+    args.push_back("--resume");  // the same flags resume, to the end
+    check_success(run_train(dir, tiny(args)));
+}
+
+TEST_CASE("a checkpoint written without a schedule (zeros at [34..35]) resumes as cosine, and a default run writes zeros there") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    Args args = {"--steps", "4", "--eval-every", "2", "--checkpoint", path};
+    Args first = args;
+    first.insert(first.end(), {"--stop-after", "2"});
+    check_success(run_train(dir, tiny(first)));
+    std::string bytes = read_text(path);
+    int slots[2];
+    std::memcpy(slots, &bytes[34 * sizeof(int)], sizeof slots);
+    CHECK(slots[0] == 0);  // what files before the schedule was recorded hold
+    CHECK(slots[1] == 0);
+    RunRecord run{};
+    int recorded = 0;
+    char err[512];
+    REQUIRE(checkpoint_read_run(path.c_str(), &run, &recorded, err, sizeof(err)) == 0);
+    CHECK(recorded == 1);
+    CHECK(run.schedule == 0);
+    args.push_back("--resume");
+    check_success(run_train(dir, tiny(args)));
+    args.insert(args.end(), {"--schedule", "wsd"});
+    check_error(run_train(dir, tiny(args)), {path, "--schedule cosine", "--schedule wsd"});
 }
 
 TEST_CASE("--schedule wsd: the lr column follows SPEC's warmup, stable and linear decay step by step") {
