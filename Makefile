@@ -68,7 +68,7 @@ help:  ## this list: every target, one line each
 
 .PHONY: clean
 clean:  ## remove build/ and the programs built in the top folder
-	rm -rf build train check_state test_attnres train_cuda test_cuda_emu test_cuda_emu_asan
+	rm -rf build train check_state test_attnres train_cuda test_cuda_emu test_cuda_emu_asan train_mpi train_cuda_mpi
 
 # ---- how they are built -----------------------------------------------------------------
 build/%.o: %.c $(wildcard src/*.h data/*.h)
