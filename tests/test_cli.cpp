@@ -752,12 +752,14 @@ TEST_CASE("the same command prints the same losses, for 1 and for 2 threads") {
     for (size_t i = 1; i < a.size(); i++) CHECK(c[i] == a[i]);  // the banner names the threads
 }
 
-TEST_CASE("a run interrupted at step 10 and resumed prints what the uninterrupted run prints") {
-    // --stop-after 10 interrupts the first run at step 10 as a crash would; the schedule
-    // (warmup, then cosine decay over --steps 20) is the same for all three runs.
+// Trains --steps 20 with `schedule` three ways, whole and as two halves split at step 10
+// by --stop-after (as a crash would), and checks that the resumed half prints what the
+// whole run prints from step 11 on and ends at the same checkpoint, bit for bit.
+static void check_interrupted_run_resumes_exactly(const Args& schedule) {
     TempDir dir;
     std::string whole = dir.file("whole.ckpt"), parts = dir.file("parts.ckpt");
     Args common = {"--eval-every", "10", "--log-every", "1", "--warmup", "5", "--steps", "20"};
+    common.insert(common.end(), schedule.begin(), schedule.end());
     auto args = [&](const std::string& path, bool first_half, bool resume) {
         Args a = tiny(common);
         a.insert(a.end(), {"--checkpoint", path});
@@ -778,6 +780,10 @@ TEST_CASE("a run interrupted at step 10 and resumed prints what the uninterrupte
     CHECK(resumed == expected);
     // and the final checkpoints agree bit for bit: parameters, moments and step
     CHECK(read_text(parts) == read_text(whole));
+}
+
+TEST_CASE("a run interrupted at step 10 and resumed prints what the uninterrupted run prints") {
+    check_interrupted_run_resumes_exactly({});  // warmup, then cosine decay over --steps 20
 }
 
 TEST_CASE("a NaN loss stops training with one error line, and the last checkpoint still loads") {
@@ -962,29 +968,7 @@ TEST_CASE("--schedule wsd: the lr column follows SPEC's warmup, stable and linea
 TEST_CASE("a --schedule wsd run interrupted in its stable phase and resumed prints what the uninterrupted run prints") {
     // --steps 20 --decay-frac 0.25: stable to step 15, decay over the last 5; interrupted at
     // step 10, so the resumed run crosses into the decay.
-    TempDir dir;
-    std::string whole = dir.file("whole.ckpt"), parts = dir.file("parts.ckpt");
-    Args common = {"--eval-every", "10", "--log-every", "1", "--warmup", "5", "--steps", "20",
-                   "--schedule", "wsd", "--decay-frac", "0.25"};
-    auto args = [&](const std::string& path, bool first_half, bool resume) {
-        Args a = tiny(common);
-        a.insert(a.end(), {"--checkpoint", path});
-        if (first_half) a.insert(a.end(), {"--stop-after", "10"});
-        if (resume) a.push_back("--resume");
-        return a;
-    };
-    Run uninterrupted = run_train(dir, args(whole, false, false));
-    Run first_half = run_train(dir, args(parts, true, false));
-    Run second_half = run_train(dir, args(parts, false, true));
-    check_success(uninterrupted);
-    check_success(first_half);
-    check_success(second_half);
-    CHECK(contains(second_half.out, "resumed from " + parts + " at step 10"));
-    std::vector<std::string> expected = lines_from_step(without_timings(uninterrupted.out), 11);
-    std::vector<std::string> resumed = lines_from_step(without_timings(second_half.out), 1);
-    REQUIRE(expected.size() == 10 + 1 + 1);  // steps 11-20, eval at 20, final
-    CHECK(resumed == expected);
-    CHECK(read_text(parts) == read_text(whole));
+    check_interrupted_run_resumes_exactly({"--schedule", "wsd", "--decay-frac", "0.25"});
 }
 
 TEST_CASE("the best checkpoint is kept beside the latest, and --sample reads either") {
