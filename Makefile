@@ -40,7 +40,7 @@ train: build/train  ## (re)build ./train and train the default model
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS = all test_attnres build/gradcheck test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
+TEST_BINS = all test_attnres build/gradcheck build/scaling_fit test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
             build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
             $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
             build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
@@ -148,7 +148,11 @@ check-state-study: check_state  ## check_state's tolerance on random configs, an
 # (dev/experiments/compare.sh). `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation
 # table (Table 4) at toy scale, on English text (Debian's fortunes, installed when missing,
 # or TEXT) and on reversal (dev/experiments/ablate.sh; 11-12 min on 2 cores).
-.PHONY: plots compare ablate
+# `make scaling [QUICK=1] [OPT=adamw] [DEVICE=cuda]`: the paper's Table 2 and its fits in
+# miniature: none, block, full and mhc at 4 sizes, 2 seeds, Muon + WSD, loss = A·C^−α per
+# mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2 cores
+# ≤ 45 min, QUICK=1 ≤ 12 min).
+.PHONY: plots compare ablate scaling
 plots:  ## PNG charts of --diagnostics runs: RUN="dir1 [dir2 ...]" [OUT=dir]
 	@dev/infra/ensure_deps.sh gnuplot
 	@test -n "$(RUN)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir]' >&2; exit 1; }
@@ -161,6 +165,14 @@ compare: all  ## none, full and block AttnRes, one task, 3 seeds: a table, chart
 ablate: all  ## the paper's ablation table at toy scale [TEXT=file] [OUT=dir]
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
 	TEXT="$(TEXT)" dev/experiments/ablate.sh $(OUT)
+
+scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = A·C^−α per mode, 4 sizes: compute multipliers [QUICK=1] [OPT=adamw] [DEVICE=cuda]
+	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
+	QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
+
+build/scaling_fit: dev/experiments/scaling_fit.c src/rng.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ -lm
 
 ##@ Data parallel over MPI
 # ./train_mpi: the same train.c with distributed.c built by mpicc -DATTNRES_MPI (OpenMPI),

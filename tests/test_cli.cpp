@@ -1120,3 +1120,46 @@ TEST_CASE("make plots on a run stopped before its first evaluation: one error li
     CHECK(contains(plots.err, "eval.csv has no rows yet"));
     CHECK(lines_of(plots.err).size() == 1);
 }
+
+// make scaling's fit (dev/experiments/scaling_fit.c) on losses that follow a known law:
+// a baseline at loss = 2·C^−0.1 and a mode at the baseline's loss for 1.5 times its compute,
+// every size at two seeds a factor e^±0.002 apart (so the least squares in log space meet
+// the law exactly, and the seeds still differ)
+TEST_CASE("the scaling fit recovers A and α of a power law and a mode's compute multiplier") {
+    TempDir dir;
+    const double pflop_s_day = 8.64e19, alpha = 0.1;
+    std::ostringstream csv;
+    csv << "mode,size,seed,params,tokens,flops,val_loss\n";
+    for (const char* mode : {"none", "fast"}) {
+        for (int size = 0; size < 4; size++) {
+            double C = 1e10 * std::pow(10.0, size);
+            double loss = 2.0 * std::pow((std::string(mode) == "fast" ? 1.5 : 1.0) * C, -alpha);
+            for (int seed = 1; seed <= 2; seed++)
+                csv << mode << ",s" << size << "," << seed << ",1000,2000," << C << ","
+                    << std::setprecision(12) << loss * std::exp(seed == 1 ? 0.002 : -0.002) << "\n";
+        }
+    }
+    write_text(dir.file("runs.csv"), csv.str());
+    Run fit = run_program(dir, "build/scaling_fit", {dir.file("runs.csv"), dir.file("fits.csv")});
+    check_success(fit);
+    char A_base[32], A_fast[32];  // A for C in PFLOP/s-days
+    std::snprintf(A_base, sizeof(A_base), "%.4g", 2.0 * std::pow(pflop_s_day, -alpha));
+    std::snprintf(A_fast, sizeof(A_fast), "%.4g", 2.0 * std::pow(1.5 * pflop_s_day, -alpha));
+    CHECK_MESSAGE(contains(fit.out, std::string("| none | ") + A_base + " · C^−0.1000 | 1 (the baseline) |"), fit.out);
+    CHECK_MESSAGE(contains(fit.out, std::string("| fast | ") + A_fast + " · C^−0.1000 | 1.50× ["), fit.out);
+    // 2·(1e13)^−0.1 and 2·(1.5e13)^−0.1; sd of x·e^±0.002: x·0.002·sqrt(2)
+    CHECK_MESSAGE(contains(fit.out, "| s3 | 1e+03 | 2e+03 | 1e+13 | 0.1002 ± 0.0003 | 0.0963 ± 0.0003 |"), fit.out);
+    std::vector<std::string> fits = lines_of(read_text(dir.file("fits.csv")));
+    REQUIRE(fits.size() == 3);
+    CHECK(fits[2].rfind("fast,", 0) == 0);
+    double lo = 0, hi = 0, multiplier = 0;
+    REQUIRE(std::sscanf(fits[2].c_str(), "fast,%*g,%*g,%lg,%lg,%lg", &multiplier, &lo, &hi) == 3);
+    CHECK(multiplier == doctest::Approx(1.5).epsilon(1e-4));
+    CHECK(lo < 1.5); CHECK(hi > 1.5); CHECK(hi < 1.6); CHECK(lo > 1.4);  // the seeds' spread
+
+    write_text(dir.file("bad.csv"), "mode,size,seed,params,tokens,flops,val_loss\nnone,s0,1,10,20,abc,2\n");
+    Run bad = run_program(dir, "build/scaling_fit", {dir.file("bad.csv")});
+    CHECK(bad.exit_code == 1);
+    REQUIRE(lines_of(bad.err).size() == 1);
+    CHECK(contains(bad.err, "error: scaling_fit: malformed line"));
+}

@@ -35,8 +35,6 @@ REVERSE_SETTING=${REVERSE_SETTING:-"--task reverse --length 8 --symbols 16 --bat
 TASKS=${TASKS:-"text reverse"}
 SEEDS=${SEEDS:-"1 2 3"}
 
-# flag_value FLAG FLAGS: the value FLAG has in the list FLAGS
-flag_value() { awk -v flag="$1" '{ for (i = 1; i < NF; i++) if ($i == flag) print $(i + 1) }' <<< "$2"; }
 # the heads of the multi-head row: the paper's 16, or the divisor of d nearest to it
 d=$(flag_value --d "$MODEL")
 heads=$(awk -v d="$d" 'BEGIN { for (k = 0; k < 16; k++) for (s = -1; s <= 1; s += 2)
@@ -69,33 +67,10 @@ done
 [ -x "$TRAIN" ] || { echo "error: $TRAIN not found: run make first" >&2; exit 1; }
 mkdir -p "$out"
 
-# The text: every fortune of /usr/share/games/fortunes (the plain files, not the .dat
-# indexes or the .u8 links), the '%' separator lines dropped, the fortunes shuffled with a
-# fixed Park-Miller stream (exact in any awk) so that the trainer's validation split, the
-# last tenth of the file, is a sample of all of them and not the last files' topics; one
-# empty line between fortunes.
+# The text: unset, every fortune of Debian's fortunes package (compare.sh's fortunes_text)
 if [ -z "${TEXT:-}" ]; then
     TEXT=$out/fortunes.txt
-    fortunes=/usr/share/games/fortunes
-    [ -f "$fortunes/wisdom" ] || {
-        echo "error: $fortunes is missing: run dev/infra/ensure_deps.sh fortunes (make ablate does)" >&2
-        exit 1
-    }
-    find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' | LC_ALL=C sort | xargs awk '
-        function keep() { if (body != "") text[++n] = body; body = "" }
-        FNR == 1 { keep() }
-        $0 == "%" { keep(); next }
-        { body = body $0 "\n" }
-        END {
-            keep()
-            x = 1
-            for (i = n; i > 1; i--) {
-                x = (x * 16807) % 2147483647
-                j = 1 + x % i
-                swap = text[i]; text[i] = text[j]; text[j] = swap
-            }
-            for (i = 1; i <= n; i++) printf "%s%s", (i > 1 ? "\n" : ""), text[i]
-        }' > "$TEXT"
+    fortunes_text "$TEXT"
 fi
 [ -f "$TEXT" ] || { echo "error: TEXT=$TEXT is not a file" >&2; exit 1; }
 

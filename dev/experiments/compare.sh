@@ -52,6 +52,37 @@ pool_wait() {
     return "$failed"
 }
 
+# flag_value FLAG FLAGS: the value FLAG has in the list FLAGS
+flag_value() { awk -v flag="$1" '{ for (i = 1; i < NF; i++) if ($i == flag) print $(i + 1) }' <<< "$2"; }
+
+# fortunes_text FILE: every fortune of /usr/share/games/fortunes (the plain files, not the
+# .dat indexes or the .u8 links) into FILE, the '%' separator lines dropped, the fortunes
+# shuffled with a fixed Park-Miller stream (exact in any awk) so that the trainer's
+# validation split, the last tenth of the file, is a sample of all of them and not the last
+# files' topics; one empty line between fortunes. The text of `make ablate` and `make scaling`.
+fortunes_text() {
+    local fortunes=/usr/share/games/fortunes
+    [ -f "$fortunes/wisdom" ] || {
+        echo "error: $fortunes is missing: run dev/infra/ensure_deps.sh fortunes" >&2
+        return 1
+    }
+    find "$fortunes" -maxdepth 1 -type f ! -name '*.dat' | LC_ALL=C sort | xargs awk '
+        function keep() { if (body != "") text[++n] = body; body = "" }
+        FNR == 1 { keep() }
+        $0 == "%" { keep(); next }
+        { body = body $0 "\n" }
+        END {
+            keep()
+            x = 1
+            for (i = n; i > 1; i--) {
+                x = (x * 16807) % 2147483647
+                j = 1 + x % i
+                swap = text[i]; text[i] = text[j]; text[j] = swap
+            }
+            for (i = 1; i <= n; i++) printf "%s%s", (i > 1 ? "\n" : ""), text[i]
+        }' > "$1"
+}
+
 # last_eval RUN COLUMN: eval.csv's COLUMN at the last evaluation (2: val loss, 4: exact match)
 last_eval() { awk -F, -v column="$2" 'NR > 1 { value = $column } END { print value }' "$1/eval.csv"; }
 
