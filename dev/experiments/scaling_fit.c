@@ -7,8 +7,9 @@
 //             (sizes in any order; every mode at every size, with the same seeds)
 //   FITS.csv  written: mode,A,alpha,multiplier,multiplier_lo,multiplier_hi (A for C in
 //             PFLOP/s-days)
-// Prints the table (per size: parameters, tokens, FLOPs, and each mode's validation loss,
-// mean ± sd over the seeds), each mode's A and α, and its compute multiplier.
+// Prints the table (per size: the baseline's parameters, tokens and FLOPs, and each mode's
+// validation loss, mean ± sd over the seeds), each mode's A and α, and its compute
+// multiplier. Each mode is fitted at its own FLOPs (a mode may count more than the baseline).
 //
 // The fit: least squares of ln loss = ln A − α ln C over every run of the mode (each seed a
 // point), with C in PFLOP/s-days (8.64e19 FLOPs) as in the paper, so that A is the loss the
@@ -32,13 +33,14 @@ typedef struct {
     char name[32];
     double loss[MAX_SIZES][MAX_SEEDS];  // by size, seed
     int n_seeds[MAX_SIZES];
+    double flops[MAX_SIZES];            // C of the mode's runs at each size
 } Mode;
 
 typedef struct {
     int n_modes, n_sizes;
     Mode modes[MAX_MODES];
     char size_name[MAX_SIZES][32];
-    double params[MAX_SIZES], tokens[MAX_SIZES], flops[MAX_SIZES];
+    double params[MAX_SIZES], tokens[MAX_SIZES];  // the baseline's
 } Sweep;
 
 static void fail(const char* message, const char* detail) {
@@ -75,10 +77,9 @@ static void read_runs(Sweep* s, const char* path) {
         int m = find_or_add(mode_names, &s->n_modes, MAX_MODES, mode, "modes");
         int z = find_or_add(s->size_name, &s->n_sizes, MAX_SIZES, size, "sizes");
         snprintf(s->modes[m].name, sizeof(s->modes[m].name), "%s", mode);
-        if (m == 0) { s->params[z] = params; }  // the table's column: the baseline's count
-        s->tokens[z] = tokens;
-        s->flops[z] = flops;
+        if (m == 0) { s->params[z] = params; s->tokens[z] = tokens; }
         Mode* md = &s->modes[m];
+        md->flops[z] = flops;
         if (md->n_seeds[z] == MAX_SEEDS) { fail("too many seeds at size ", size); }
         md->loss[z][md->n_seeds[z]++] = loss;
     }
@@ -91,12 +92,13 @@ static void read_runs(Sweep* s, const char* path) {
     }
 }
 
-// least squares of ln loss = ln A − α ln C over the losses given per size (n[z] of them)
-static void fit_power_law(const Sweep* s, double loss[][MAX_SEEDS], const int* n, double* A,
-                          double* alpha) {
+// least squares of ln loss = ln A − α ln C over the losses given per size (n[z] of them, at
+// compute flops[z])
+static void fit_power_law(const Sweep* s, const double* flops, double loss[][MAX_SEEDS],
+                          const int* n, double* A, double* alpha) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0, count = 0;
     for (int z = 0; z < s->n_sizes; z++) {
-        double x = log(s->flops[z] / PFLOP_S_DAY);
+        double x = log(flops[z] / PFLOP_S_DAY);
         for (int k = 0; k < n[z]; k++) {
             double y = log(loss[z][k]);
             sx += x; sy += y; sxx += x * x; sxy += x * y; count += 1;
@@ -127,7 +129,7 @@ int main(int argc, char** argv) {
     static Sweep s;
     read_runs(&s, argv[1]);
     double C_max = 0;
-    for (int z = 0; z < s.n_sizes; z++) { C_max = fmax(C_max, s.flops[z] / PFLOP_S_DAY); }
+    for (int z = 0; z < s.n_sizes; z++) { C_max = fmax(C_max, s.modes[0].flops[z] / PFLOP_S_DAY); }
 
     printf("| size | params | tokens | FLOPs |");
     for (int m = 0; m < s.n_modes; m++) { printf(" %s |", s.modes[m].name); }
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
     printf("\n");
     for (int z = 0; z < s.n_sizes; z++) {
         printf("| %s | %.3g | %.3g | %.3g |", s.size_name[z], s.params[z], s.tokens[z],
-               s.flops[z]);
+               s.modes[0].flops[z]);
         for (int m = 0; m < s.n_modes; m++) {
             const Mode* md = &s.modes[m];
             double mean = 0, var = 0;
@@ -152,7 +154,7 @@ int main(int argc, char** argv) {
 
     double A[MAX_MODES], alpha[MAX_MODES];
     for (int m = 0; m < s.n_modes; m++) {
-        fit_power_law(&s, s.modes[m].loss, s.modes[m].n_seeds, &A[m], &alpha[m]);
+        fit_power_law(&s, s.modes[m].flops, s.modes[m].loss, s.modes[m].n_seeds, &A[m], &alpha[m]);
     }
     // the bootstrap: every mode refitted on redrawn seeds, the multipliers kept per mode
     static double draws[MAX_MODES][RESAMPLES];
@@ -166,7 +168,7 @@ int main(int argc, char** argv) {
                     loss[z][k] = md->loss[z][(int)(rng_uniform(&rng) * md->n_seeds[z])];
                 }
             }
-            fit_power_law(&s, loss, md->n_seeds, &A_r[m], &alpha_r[m]);
+            fit_power_law(&s, md->flops, loss, md->n_seeds, &A_r[m], &alpha_r[m]);
             draws[m][r] = compute_multiplier(A_r[0], alpha_r[0], A_r[m], alpha_r[m], C_max);
         }
     }
