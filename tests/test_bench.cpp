@@ -1,9 +1,13 @@
 // test_bench.cpp — the statistics `make bench` reports (dev/bench/bench_util.h): quantiles,
 // and the median's 95 % confidence interval, whose claims ("full's overhead is below 10 %")
-// rest on it covering the true median as often as it says.
+// rest on it covering the true median as often as it says; and its memory lines (the
+// activations and the training state of each config).
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "../dev/bench/bench_util.h"
@@ -56,4 +60,62 @@ TEST_CASE("the median's interval covers the true median in about 95% of samples,
     // exact: 95.7 %; one standard error over 4000 trials is 0.32 %: within three of them
     CHECK(coverage > 0.947);
     CHECK(coverage < 0.967);
+}
+
+TEST_CASE("bench_memory counts point_activations' table and the parameters of each config") {
+    for (int i = 0; i < N_BENCH_CONFIGS; i++) {
+        const char* name;
+        int parent;
+        ModelConfig c = bench_config_at(i, &name, &parent);
+        CAPTURE(name);
+        std::vector<SubLayer> sub(2 * (size_t)c.n_layers + 1);
+        Activations a;
+        a.sub = sub.data();
+        size_t sizes[N_PARAM_TENSORS];
+        BenchMemory m = bench_memory(&c, 3, 5);
+        CHECK(m.activations == point_activations(&a, &c, 3, 5, 1, NULL));
+        CHECK(m.params == param_sizes(&c, sizes));
+    }
+    // the activations grow with the batch; the parameters do not
+    ModelConfig none = bench_config(0), full = bench_config(1);
+    CHECK(bench_memory(&none, 2, 8).activations > bench_memory(&none, 1, 8).activations);
+    CHECK(bench_memory(&none, 2, 8).params == bench_memory(&none, 1, 8).params);
+    // full AttnRes keeps more than none (every partial, the weights), its few parameters more
+    CHECK(bench_memory(&full, 8, 128).activations > bench_memory(&none, 8, 128).activations);
+    CHECK(bench_memory(&full, 8, 128).params > bench_memory(&none, 8, 128).params);
+}
+
+TEST_CASE("print_memory writes a header and one line per config: MB, the ratio to none, the state") {
+    const char* names[N_BENCH_CONFIGS];
+    ModelConfig configs[N_BENCH_CONFIGS];
+    for (int i = 0; i < N_BENCH_CONFIGS; i++) {
+        int parent;
+        configs[i] = bench_config_at(i, &names[i], &parent);
+    }
+    FILE* f = tmpfile();
+    REQUIRE(f != NULL);
+    print_memory(f, names, configs, N_BENCH_CONFIGS, 8, 128);
+    rewind(f);
+    char line[512];
+    REQUIRE(fgets(line, sizeof(line), f) != NULL);
+    CHECK(std::string(line).rfind("memory at B=8 T=128", 0) == 0);
+    double none_mb = 0.0;
+    for (int i = 0; i < N_BENCH_CONFIGS; i++) {
+        CAPTURE(names[i]);
+        REQUIRE(fgets(line, sizeof(line), f) != NULL);
+        std::string text(line);
+        REQUIRE(text.rfind(names[i], 0) == 0);  // the name first
+        double mb = 0.0, ratio = 0.0, state = 0.0;
+        size_t params = 0;
+        REQUIRE(sscanf(line + strlen(names[i]), " activations %lf MB (%lfx none) training state "
+                       "%lf MB (%zu parameters)", &mb, &ratio, &state, &params) == 4);
+        BenchMemory m = bench_memory(&configs[i], 8, 128);
+        CHECK(mb == doctest::Approx(m.activations * 4.0 / 1e6).epsilon(1e-3));
+        CHECK(state == doctest::Approx(m.params * 16.0 / 1e6).epsilon(1e-3));
+        CHECK(params == m.params);
+        if (i == 0) none_mb = mb;
+        CHECK(ratio == doctest::Approx(mb / none_mb).epsilon(1e-2));
+    }
+    CHECK(fgets(line, sizeof(line), f) == NULL);  // nothing more
+    fclose(f);
 }

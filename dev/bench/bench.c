@@ -1,7 +1,8 @@
 // bench.c — `make bench`: ms/step and tokens/s of one full training step (forward, backward,
 // AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead; then
-// the same for each of SPEC's variants (the paper's ablation rows); then the depth attention
-// alone as full mode calls it, and the causal attention alone as one layer calls it.
+// the same for each of SPEC's variants (the paper's ablation rows); then each config's memory
+// (activations and training state); then the depth attention alone as full mode calls it,
+// and the causal attention alone as one layer calls it.
 //
 // ./bench [--rounds N] [--threads N] [--modes]     (--modes: the three modes only, no variants)
 //
@@ -148,10 +149,11 @@ int main(int argc, char** argv) {
     // the configs: the modes, then the variants, each variant's parent the mode it varies
     const char* names[N_BENCH_CONFIGS];
     int parent[N_BENCH_CONFIGS];
+    ModelConfig configs[N_BENCH_CONFIGS];
     Model models[N_BENCH_CONFIGS];
     for (int i = 0; i < n_configs; i++) {
-        ModelConfig c = bench_config_at(i, &names[i], &parent[i]);
-        model_build(&models[i], &c, B, T);
+        configs[i] = bench_config_at(i, &names[i], &parent[i]);
+        model_build(&models[i], &configs[i], B, T);
         model_init_params(&models[i], 1);
     }
     Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
@@ -160,6 +162,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n_configs; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, n_configs, rounds, 2, bench_step, &bench);
     print_rounds(names, n_configs, ms, rounds, B * T, parent);
+    print_memory(stdout, names, configs, n_configs, B, T);
     ModelConfig full = bench_config(1);
     time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
     time_attention(B, T, (size_t)full.n_heads, (size_t)full.n_kv_heads,
