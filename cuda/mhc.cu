@@ -22,7 +22,8 @@
 
 #define MHC_BLOCK 128
 // the widest coefficient vector: m = 4, R = 24
-#define MHC_MAX_MIX_WIDTH (2 * MHC_MAX_STREAMS + MHC_MAX_PERMUTATIONS + MHC_MAX_STREAMS * MHC_MAX_STREAMS)
+#define MHC_MAX_MIX_WIDTH \
+    (2 * MHC_MAX_STREAMS + MHC_MAX_PERMUTATIONS + MHC_MAX_STREAMS * MHC_MAX_STREAMS)
 
 // The permutation table (mhc_permutation_table's, perm[r*m + i] = perm_r[i]); it travels to
 // the kernels by value, inside the launch parameters
