@@ -211,6 +211,8 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode block --block-size 2 --depth-score sigmoid --depth-heads 2 --depth-query input
     single "train_cuda (emulated) matches train, full window 2 + static mixing" \
         train_cuda_emu_matches_train --mode full --depth-window 2 --mixing static
+    single "train_cuda (emulated) matches train, mhc 3 streams" \
+        train_cuda_emu_matches_train --mode mhc --streams 3
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
