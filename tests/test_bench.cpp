@@ -83,6 +83,39 @@ TEST_CASE("bench_memory counts point_activations' table and the parameters of ea
     // full AttnRes keeps more than none (every partial, the weights), its few parameters more
     CHECK(bench_memory(&full, 8, 128).activations > bench_memory(&none, 8, 128).activations);
     CHECK(bench_memory(&full, 8, 128).params > bench_memory(&none, 8, 128).params);
+    // mHC-lite keeps its m streams (and their norm) for every sub-layer: more with 4 than 2,
+    // and more than full AttnRes
+    ModelConfig mhc4 = bench_mhc_config(0), mhc2 = bench_mhc_config(1);
+    CHECK(mhc4.streams == 4);
+    CHECK(mhc2.streams == 2);
+    CHECK(bench_memory(&mhc4, 8, 128).activations > bench_memory(&mhc2, 8, 128).activations);
+    CHECK(bench_memory(&mhc2, 8, 128).activations > bench_memory(&full, 8, 128).activations);
+}
+
+TEST_CASE("the benches' configs: the three modes, mHC-lite with 4 and 2 streams, then the variants") {
+    const char* name;
+    int parent;
+    CHECK(bench_config_at(0, &name, &parent).block_size == 0);
+    CHECK(std::string(name) == "none");
+    ModelConfig c = bench_config_at(N_MODES, &name, &parent);
+    CHECK(std::string(name) == "mhc m=4");
+    CHECK(c.streams == 4);
+    CHECK(c.block_size == 0);
+    CHECK(parent == 0);  // its overhead is against none
+    c = bench_config_at(N_MODES + 1, &name, &parent);
+    CHECK(std::string(name) == "mhc m=2");
+    CHECK(c.streams == 2);
+    c = bench_config_at(N_BENCH_MODES, &name, &parent);
+    CHECK(std::string(name) == BENCH_VARIANT_NAMES[0]);
+    CHECK(parent == BENCH_VARIANT_MODES[0]);
+    CHECK(c.streams == 0);
+    for (int i = 0; i < N_BENCH_CONFIGS; i++) {
+        c = bench_config_at(i, &name, &parent);
+        char problem[256];
+        CAPTURE(name);
+        CHECK(model_config_check(&c, problem, sizeof problem) == 0);
+        CHECK(parent < N_MODES);  // a variant varies full or block
+    }
 }
 
 TEST_CASE("print_memory writes a header and one line per config: MB, the ratio to none, the state") {

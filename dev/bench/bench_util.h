@@ -1,5 +1,5 @@
-// bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model and its
-// variants, their memory, a clock, quantiles, and the report of interleaved rounds (each
+// bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model in
+// each mode (mHC-lite's too) and its variants, their memory, a clock, quantiles, and the report of interleaved rounds (each
 // config's median ms/step; each overhead the median of the paired ratios config / none of the
 // same round, with the middle half of the rounds and a 95 % confidence interval for the
 // median).
@@ -47,15 +47,35 @@ static inline ModelConfig bench_variant_config(int variant) {
     return variants[variant];
 }
 
-// The benches' list of configs: 0 .. N_MODES-1 the modes, then the variants. Config i, its
-// name and its parent (the mode it varies: its second overhead is against that one; 0 for
-// the modes, whose overhead is against none)
-#define N_BENCH_CONFIGS (N_MODES + N_VARIANTS)
+// mHC-lite (SPEC "mHC-lite") on the bench model: the paper's m = 4 streams, and m = 2
+#define N_MHC 2
+static const char* const BENCH_MHC_NAMES[N_MHC] = {"mhc m=4", "mhc m=2"};
+static inline ModelConfig bench_mhc_config(int k) {
+    ModelConfig c = bench_config(0);
+    c.streams = k == 0 ? 4 : 2;
+    return c;
+}
+
+// The benches' list of configs: 0 .. N_MODES-1 the modes, then mHC-lite's (together the
+// N_BENCH_MODES residual modes that `--modes` times), then the variants. Config i, its name
+// and its parent (the mode it varies: its second overhead is against that one; 0 for the
+// modes, whose overhead is against none)
+#define N_BENCH_MODES (N_MODES + N_MHC)
+#define N_BENCH_CONFIGS (N_BENCH_MODES + N_VARIANTS)
 static inline ModelConfig bench_config_at(int i, const char** name, int* parent) {
-    int variant = i - N_MODES;
-    *name = variant < 0 ? BENCH_MODE_NAMES[i] : BENCH_VARIANT_NAMES[variant];
-    *parent = variant < 0 ? 0 : BENCH_VARIANT_MODES[variant];
-    return variant < 0 ? bench_config(i) : bench_variant_config(variant);
+    *parent = 0;
+    if (i < N_MODES) {
+        *name = BENCH_MODE_NAMES[i];
+        return bench_config(i);
+    }
+    if (i < N_BENCH_MODES) {
+        *name = BENCH_MHC_NAMES[i - N_MODES];
+        return bench_mhc_config(i - N_MODES);
+    }
+    int variant = i - N_BENCH_MODES;
+    *name = BENCH_VARIANT_NAMES[variant];
+    *parent = BENCH_VARIANT_MODES[variant];
+    return bench_variant_config(variant);
 }
 
 // The memory a config takes at B x T, in floats: its activations (point_activations' size
