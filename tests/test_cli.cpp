@@ -211,7 +211,7 @@ Args tiny(Args extra = {}) {
 }
 
 // The flags the trainer documents (train.c), in --help order.
-const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--block-size", "--task",
+const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--streams", "--block-size", "--task",
                              "--text", "--length", "--symbols", "--eval-examples", "--batch",
                              "--seq-len", "--steps", "--lr", "--warmup", "--final-lr-frac",
                              "--schedule", "--decay-frac", "--weight-decay", "--grad-clip", "--beta1",
