@@ -143,11 +143,16 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
 //   H = sum_r pi_r P_r:           dpi_r = sum_{s,t} P_r[s][t] dH[s][t] = sum_s dH[s][perm_r[s]]
 //   a_pre = sigmoid(p):           dp = da_pre a_pre (1 - a_pre)
 //   pi = softmax(q):              dq_r = pi_r (dpi_r - sum_j pi_j dpi_j)
+//                                      = pi_r sum_j pi_j (dpi_r - dpi_j)   (sum_j pi_j = 1)
 //   a_post = 2 sigmoid(p):        dp = da_post a_post (1 - a_post / 2)
 //   p_k = sigma_g e_k + beta_k:   dbeta_k += dp_k; dsigma_g += sum_k dp_k e_k; de_k = sigma_g dp_k
 //   e = z Phi^T:                  dz = de Phi; dPhi += de^T z   (linear_backward)
 //   z = rmsnorm(X; c):            dX, dc += (rmsnorm_backward)
-// (g is the group of k: 0 pre, 1 res, 2 post.) dmix's a_pre and pi parts are written here;
+// (g is the group of k: 0 pre, 1 res, 2 post.) The softmax's line takes the differences first,
+// in double: at the first sub-layer every stream is x0, so every dpi_r is the same sum of
+// the same dH values (in another order: in double, exactly), and dq is exactly 0, where the
+// first form would leave the rounding of dpi (a few 1e-9) in the identity's bias gradient.
+// dmix's a_pre and pi parts are written here;
 // de (N, E) and dz (N, m*d) are scratch, overwritten. dX, dnorm_weight, dproj, dbias and
 // dscale +=.
 void mhc_input_backward(float* dX, float* dnorm_weight, float* dproj, float* dbias,
@@ -174,15 +179,19 @@ void mhc_input_backward(float* dX, float* dnorm_weight, float* dproj, float* dbi
             da_pre[s] = dot(dun, x + s * d, d);
             for (size_t c = 0; c < d; c++) { dx[s * d + c] += a_pre[s] * dun[c]; }
         }
-        float weighted = 0.0f;  // sum_j pi_j dpi_j
+        double dpi_sum[MHC_MAX_PERMUTATIONS];  // dpi in double
         for (size_t r = 0; r < R; r++) {
-            float sum = 0.0f;
+            double sum = 0.0;
             for (size_t s = 0; s < m; s++) { sum += dH[s * m + (size_t)perms[r * m + s]]; }
-            dpi[r] = sum;
-            weighted += pi[r] * sum;
+            dpi_sum[r] = sum;
+            dpi[r] = (float)sum;
         }
         for (size_t s = 0; s < m; s++) { dp[s] = da_pre[s] * a_pre[s] * (1.0f - a_pre[s]); }
-        for (size_t r = 0; r < R; r++) { dp[m + r] = pi[r] * (dpi[r] - weighted); }
+        for (size_t r = 0; r < R; r++) {
+            double centred = 0.0;  // sum_j pi_j (dpi_r - dpi_j)
+            for (size_t j = 0; j < R; j++) { centred += pi[j] * (dpi_sum[r] - dpi_sum[j]); }
+            dp[m + r] = (float)(pi[r] * centred);
+        }
         for (size_t t = 0; t < m; t++) {
             dp[m + R + t] = da_post[t] * a_post[t] * (1.0f - 0.5f * a_post[t]);
         }

@@ -559,23 +559,18 @@ static HcRows hc_rows(const Model* m, const ParameterTensors* t, size_t l) {
                     t->hc_scale + l * 3};
 }
 
-// mhc: xn_l = rmsnorm(u_l), u_l = sum_s a_pre[s] X_s from the streams (mhc.c); the head's
-// input xf = sum_s rmsnorm(X_s; final_norm) over the streams after the last sub-layer
-static void mhc_input_forward_model(Model* m, int l) {
+void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l) {
     const Kernels* K = m->kernels;
-    Activations* a = &m->acts;
-    size_t N = m->B * m->T, d = m->dims.d, streams = m->dims.m;
+    size_t d = m->dims.d, streams = m->dims.m;
     SubLayer* s = &a->sub[l];
-    Norm norm = sublayer_norm(m, l);
     if (l == (int)m->dims.n_sub) {
-        K->rmsnorm_forward(s->hc_z, s->hc_rstd, s->streams, norm.weight, N * streams, d);
+        K->rmsnorm_forward(s->hc_z, s->hc_rstd, s->streams, m->params.final_norm, N * streams, d);
         K->mhc_reduce_forward(a->xf, s->hc_z, N, d, streams);
         return;
     }
     HcRows p = hc_rows(m, &m->params, (size_t)l);
     K->mhc_input_forward(s->h, s->hc_mix, s->hc_e, s->hc_z, s->hc_rstd, s->streams, p.norm,
                          p.proj, p.bias, p.scale, N, d, streams);
-    K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d);
 }
 
 // Its backward: dstreams (N, m*d) += the gradient of the streams entering l from dxn (the
@@ -608,8 +603,9 @@ static void input_forward(Model* m, int l) {
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d;
     Norm norm = sublayer_norm(m, l);
-    if (m->dims.m > 0) {
-        mhc_input_forward_model(m, l);
+    if (m->dims.m > 0) {  // mhc: h_l = u_l from the streams (the head: xf itself)
+        mhc_forward_rows(m, a, N, l);
+        if (l < (int)m->dims.n_sub) { K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d); }
         return;
     }
     if (m->dims.S == 0) {  // none: h_l is the residual stream

@@ -287,6 +287,10 @@ DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l);
 // in a, N rows, by the sequential definition: attnres_input_forward (depth_variants.c)
 // without the norm, for the operator the config picks; saves what it needs in a->sub[l].
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out);
+// mHC-lite (mhc.c) on the streams in a, N rows: for l < 2L, the input u_l of sub-layer l into
+// a->sub[l].h (before its own norm) from a->sub[l].streams, saving the coefficients there;
+// for l = 2L, the head's input a->xf = sum_s rmsnorm(X_s; final_norm).
+void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l);
 
 #ifdef __cplusplus
 }

@@ -333,3 +333,35 @@ TEST_CASE("every mHC-lite backward accumulates into its gradients (+=), never ov
                            c.proj.data(), c.scale.data(), c.N, c.d, m);
     });
 }
+
+TEST_CASE("mHC-lite with every stream equal (the first sub-layer) gives pi's logits exactly zero gradient") {
+    for (size_t m : {2u, 3u, 4u}) {
+        CAPTURE(m);
+        Rng rng(370 + m);
+        MhcCase c(3, 5, m, rng);
+        for (size_t n = 0; n < c.N; n++)  // X_s = X_0 for every s, as mhc_expand_forward leaves them
+            for (size_t s = 1; s < m; s++)
+                for (size_t k = 0; k < c.d; k++) c.X[(n * m + s) * c.d + k] = c.X[n * m * c.d + k];
+        c.input_forward();
+        c.output_forward();
+        Vec R = rng.uniform_vector(c.N * m * c.d, -1, 1), R_u = rng.uniform_vector(c.N * c.d, -1, 1);
+        Vec dX(c.X.size(), 0.0f), df(c.f.size(), 0.0f), dmix(c.mix.size(), 0.0f);
+        Vec dnorm(m * c.d, 0.0f), dproj(c.proj.size(), 0.0f), dbias(c.E, 0.0f), dscale(3, 0.0f);
+        Vec de(c.N * c.E), dz(c.X.size());
+        mhc_output_backward(dX.data(), df.data(), dmix.data(), R.data(), c.X.data(), c.f.data(),
+                            c.mix.data(), c.N, c.d, m);
+        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
+                           dmix.data(), de.data(), dz.data(), R_u.data(), c.X.data(), c.z.data(),
+                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
+                           c.proj.data(), c.scale.data(), c.N, c.d, m);
+        // H mixes equal streams into equal streams whatever pi is: no gradient reaches pi's
+        // logits, and the sums that say so cancel exactly
+        for (size_t r = 0; r < c.R; r++) CHECK(dbias[m + r] == 0.0f);
+        CHECK(dscale[1] == 0.0f);
+        for (size_t n = 0; n < c.N; n++)
+            for (size_t r = 0; r < c.R; r++) CHECK(de[n * c.E + m + r] == 0.0f);
+        // and the pre and post logits do get gradient
+        CHECK(std::fabs(dbias[0]) > 0.0f);
+        CHECK(std::fabs(dbias[m + c.R]) > 0.0f);
+    }
+}
