@@ -87,6 +87,32 @@ __global__ void mhc_reduce_backward_kernel(float* dX, const float* dout, size_t 
     dX[idx] += dout[idx / (m * d) * d + idx % d];
 }
 
+// compare-exchange: a <= b after it
+__device__ __forceinline__ void order_pair(float& a, float& b) {
+    float low = fminf(a, b);
+    b = fmaxf(a, b);
+    a = low;
+}
+
+// dpi_r = sum_s dH[s][perm_r[s]], its m <= 4 terms added in increasing order (a sorting
+// network on registers, the missing terms 0, which add exactly). Where every stream is the
+// same (sub-layer 0: each is x0), dH[s][t] depends on t alone, every dpi_r sums the same m
+// values and comes out the same to the bit, so the softmax's backward gives exactly 0 there,
+// as the CPU's does (it sums in double).
+__device__ __forceinline__ float permutation_gradient(const float* dH, const Permutations& perms,
+                                                      size_t r, size_t m) {
+    const int* perm = perms.perm + r * m;
+    float a = dH[(size_t)perm[0]], b = dH[m + (size_t)perm[1]];
+    float c = m > 2 ? dH[2 * m + (size_t)perm[2]] : 0.0f;
+    float d = m > 3 ? dH[3 * m + (size_t)perm[3]] : 0.0f;
+    order_pair(a, b);
+    order_pair(c, d);
+    order_pair(a, c);
+    order_pair(b, d);
+    order_pair(b, c);
+    return a + b + c + d;
+}
+
 // From e (N, E): a row's coefficients into mix (N, W), then u (N, d) = sum_s a_pre[s] X_s.
 // One block per row; the row's coefficients are built in shared memory.
 __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, const float* X,
@@ -139,7 +165,8 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
 //   value path:  dX_s += a_pre[s] du;  da_pre[s] = du . X_s
 //   dpi_r = sum_s dH[s][perm_r[s]]  (dH, da_post: in dmix, from mhc_output_backward)
 //   the pre-activations' gradients dp (into de, unscaled):
-//     a_pre: da_pre a_pre (1 - a_pre);  pi: pi_r (dpi_r - sum_j pi_j dpi_j);
+//     a_pre: da_pre a_pre (1 - a_pre);  pi: pi_r (dpi_r - sum_j pi_j dpi_j)
+//                                           = pi_r sum_j pi_j (dpi_r - dpi_j);
 //     a_post: da_post a_post (1 - a_post / 2)
 // One block per row: a warp per stream for da_pre, a thread per column of the streams, a
 // thread per permutation, then a thread per projected value.
@@ -169,19 +196,22 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
     for (size_t i = threadIdx.x; i < m * d; i += blockDim.x) dx[i] += a_pre[i / d] * dun[i % d];
     // 2. dpi_r = sum_s dH[s][perm_r[s]], one thread per permutation
     for (size_t r = threadIdx.x; r < R; r += blockDim.x) {
-        float sum = 0.0f;
-        for (size_t s = 0; s < m; s++) sum += dH[s * m + (size_t)perms.perm[r * m + s]];
-        dpi[r] = dm[m + r] = sum;
+        dpi[r] = dm[m + r] = permutation_gradient(dH, perms, r, m);
     }
     __syncthreads();
-    // 3. dp, one thread per projected value; each thread sums pi_j dpi_j in order
-    float weighted = 0.0f;
-    for (size_t r = 0; r < R; r++) weighted += pi[r] * dpi[r];
+    // 3. dp, one thread per projected value; the softmax's with the differences first,
+    //    pi_r sum_j pi_j (dpi_r - dpi_j), as on the CPU: exactly 0 where every dpi_r is equal
     for (size_t k = threadIdx.x; k < E; k += blockDim.x) {
         float dp;
-        if (k < m) dp = da_pre[k] * a_pre[k] * (1.0f - a_pre[k]);
-        else if (k < m + R) dp = pi[k - m] * (dpi[k - m] - weighted);
-        else dp = da_post[k - m - R] * a_post[k - m - R] * (1.0f - 0.5f * a_post[k - m - R]);
+        if (k < m) {
+            dp = da_pre[k] * a_pre[k] * (1.0f - a_pre[k]);
+        } else if (k < m + R) {
+            float centred = 0.0f;
+            for (size_t j = 0; j < R; j++) centred += pi[j] * (dpi[k - m] - dpi[j]);
+            dp = pi[k - m] * centred;
+        } else {
+            dp = da_post[k - m - R] * a_post[k - m - R] * (1.0f - 0.5f * a_post[k - m - R]);
+        }
         de[n * E + k] = dp;
     }
 }

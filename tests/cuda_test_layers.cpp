@@ -1089,6 +1089,71 @@ TEST_CASE("mHC-lite's operators forward and backward on the GPU match the CPU, m
     }
 }
 
+// At sub-layer 0 every stream is x0: H mixes equal streams, every permutation's gradient dpi_r
+// sums the same values, and the gradients of the res logits are exactly 0 (the CPU sums in
+// double, the GPU in increasing order), so the identity's bias and the res rows of the
+// projection and of the scale get no rounding noise to step on.
+TEST_CASE("mHC-lite on the GPU: with every stream equal the res logits' gradients are exactly 0, as on the CPU") {
+    size_t m = 0;
+    SUBCASE("m=2") { m = 2; }
+    SUBCASE("m=3") { m = 3; }
+    SUBCASE("m=4") { m = 4; }
+    CAPTURE(m);
+    const size_t N = 3, d = 20;
+    size_t R = mhc_permutation_table(NULL, m), E = 2 * m + R, W = MHC_MIX_WIDTH(m), D = m * d;
+    Rng rng(15);
+    float proj_range = 1.5f / std::sqrt((float)D);
+    Floats x0 = rng.uniform_vector(N * d, -1, 1), f = rng.uniform_vector(N * d, -1, 1);
+    Floats norm_weight = rng.uniform_vector(D, 0.5f, 1.5f);
+    Floats proj = rng.uniform_vector(E * D, -proj_range, proj_range);
+    Floats bias = rng.uniform_vector(E, -1, 1), scale = rng.uniform_vector(3, 0.3f, 1.5f);
+    Floats dXnext = rng.uniform_vector(N * D, -1, 1), du = rng.uniform_vector(N * d, -1, 1);
+    Floats dbias0 = rng.uniform_vector(E, -1, 1), dscale0 = rng.uniform_vector(3, -1, 1);
+    // the CPU's coefficients and backward, from streams that are all x0
+    Floats X(N * D), u(N * d), mix(N * W), e(N * E), z(N * D), rstd(N), Xnext(N * D);
+    Floats dX(N * D, 0.0f), df(N * d, 0.0f), dmix(N * W), dnorm(D, 0.0f), dproj(E * D, 0.0f);
+    Floats dbias = dbias0, dscale = dscale0, de(N * E), dz(N * D);
+    mhc_expand_forward(X.data(), x0.data(), N, d, m);
+    mhc_input_forward(u.data(), mix.data(), e.data(), z.data(), rstd.data(), X.data(),
+                      norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
+    mhc_output_backward(dX.data(), df.data(), dmix.data(), dXnext.data(), X.data(), f.data(),
+                        mix.data(), N, d, m);
+    mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
+                       dmix.data(), de.data(), dz.data(), du.data(), X.data(), z.data(),
+                       rstd.data(), e.data(), mix.data(), norm_weight.data(), proj.data(),
+                       scale.data(), N, d, m);
+    Outputs cuda = run_cuda([&] {
+        Device dev;
+        float *d_X = dev.zeros(N * D), *d_u = dev.zeros(N * d), *d_mix = dev.zeros(N * W);
+        float *d_e = dev.zeros(N * E), *d_z = dev.zeros(N * D), *d_rstd = dev.zeros(N);
+        float *d_dX = dev.zeros(N * D), *d_df = dev.zeros(N * d), *d_dmix = dev.zeros(N * W);
+        float *d_dnorm = dev.zeros(D), *d_dproj = dev.zeros(E * D), *d_f = dev.upload(f);
+        float *d_dbias = dev.upload(dbias0), *d_dscale = dev.upload(dscale0);
+        float *d_de = dev.zeros(N * E), *d_dz = dev.zeros(N * D);
+        float *d_norm = dev.upload(norm_weight), *d_proj = dev.upload(proj), *d_scale = dev.upload(scale);
+        mhc_expand_forward_cuda(d_X, dev.upload(x0), N, d, m);
+        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, d_norm, d_proj, dev.upload(bias),
+                               d_scale, N, d, m);
+        mhc_output_backward_cuda(d_dX, d_df, d_dmix, dev.upload(dXnext), d_X, d_f, d_mix, N, d, m);
+        mhc_input_backward_cuda(d_dX, d_dnorm, d_dproj, d_dbias, d_dscale, d_dmix, d_de, d_dz,
+                                dev.upload(du), d_X, d_z, d_rstd, d_e, d_mix, d_norm, d_proj,
+                                d_scale, N, d, m);
+        return Outputs{{"de", download(d_de, N * E)}, {"dbias", download(d_dbias, E)},
+                       {"dscale", download(d_dscale, 3)}};
+    });
+    Floats zeros(R, 0.0f);
+    for (size_t n = 0; n < N; n++) {
+        CAPTURE(n);
+        compare_exact("CPU: de of the res logits", de.data() + n * E + m, zeros.data(), R);
+        compare_exact("GPU: de of the res logits", cuda[0].values.data() + n * E + m, zeros.data(), R);
+    }
+    compare_exact("GPU: dbias of the res logits, unchanged", cuda[1].values.data() + m,
+                  dbias0.data() + m, R);
+    compare_exact("GPU: dscale of the res logits, unchanged", cuda[2].values.data() + 1,
+                  dscale0.data() + 1, 1);
+    check(cuda[0], de, Tolerance{1e-5, 1e-5});  // the other gradients as in the test above
+}
+
 // ---- crossentropy ------------------------------------------------------------------------
 TEST_CASE("crossentropy forward and backward on the GPU match the CPU, with ignored targets") {
     const Tolerance tol{1e-6, 1e-5};

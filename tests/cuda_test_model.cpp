@@ -276,12 +276,13 @@ TEST_CASE("the whole model on the GPU matches the CPU in SPEC's variants") {
 // mHC-lite (mhc.cu; SPEC "mHC-lite"), m = 2, 3, 4: the streams, their norm over m*d values,
 // the coefficients, H as a mix of the m! permutations, the head's sum of the normed streams.
 // The steps use the GPU's gradients on both sides (Steps::same_gradients): every stream
-// entering sub-layer 0 is x0, so H mixes equal streams there and every permutation's
-// gradient dpi_r = sum_s x0 . dX'_{perm_r(s)} is the same, which the softmax's backward turns
-// into exactly zero: the gradients of sub-layer 0's res logits (their rows of hc_proj,
-// hc_bias and its res scale) are rounding noise (1e-9), which AdamW's first steps move by
-// about lr either way. Stepped their own ways, those parameters differed by up to 3e-3 after
-// 3 steps, with every gradient in tolerance.
+// entering sub-layer 0 is x0, so its input u = (sum_s a_pre[s]) x0 is x0 scaled, a scale
+// that the sub-layer's RMSNorm takes out again, and the gradients of its pre gates (their
+// rows of hc_proj, hc_bias and the pre scale) are rounding noise that only the norm's eps
+// sees (as DenseFormer's beta_{0,0} below), which AdamW's first steps move by about lr either
+// way. Stepped their own ways, those parameters differed by up to 1e-3 after 3 steps, with
+// every gradient in tolerance. (The res logits' gradients there are exactly 0 on both sides:
+// H mixes equal streams; tests/cuda_test_layers.cpp.)
 TEST_CASE("the whole model on the GPU matches the CPU in mhc mode, m = 2, 3, 4") {
     //                V   d  L  H  G  F  S
     ModelConfig c = {11, 16, 2, 4, 2, 24, 0};
