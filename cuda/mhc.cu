@@ -12,9 +12,11 @@
 // The norm and the projection e = z Phi^T are rmsnorm.cu's and linear.cu's (the same calls
 // as on the CPU). The rest is small per row: one block of MHC_BLOCK threads per row where a
 // row needs sums over d (warps take the dot products) or shares its coefficients (shared
-// memory), one thread per element elsewhere. Every sum runs in the CPU's order where its
-// terms are few (over streams, permutations, rows for dbias and dsigma), so those results
-// are the CPU's bits up to expf; the dot products over d are warp sums, another order.
+// memory), one thread per element elsewhere. The sums over streams, over permutations and
+// over rows (dbias, dsigma) run in the CPU's order, so they differ from the CPU's only by
+// expf and fused multiply-adds; the dot products over d are warp sums, another order; and
+// each dpi_r adds its m terms in increasing order (permutation_gradient), where the CPU adds
+// them in double.
 #include <math.h>
 
 #include "common.cuh"
