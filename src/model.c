@@ -576,7 +576,7 @@ void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l) {
 // Its backward: dstreams (N, m*d) += the gradient of the streams entering l from dxn (the
 // head's: from a->dxf); a->dh and the dhc_ buffers are scratch. For l < 2L, a->dhc_mix holds
 // the a_post and H gradients that mhc_output_backward wrote.
-static void mhc_input_backward_model(Model* m, int l, const float* dxn, float* dstreams) {
+static void mhc_streams_input_backward(Model* m, int l, const float* dxn, float* dstreams) {
     const Kernels* K = m->kernels;
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d, streams = m->dims.m;
@@ -738,7 +738,7 @@ void model_backward(Model* m) {
         size_t nd_streams = N * m->dims.m * d;
         float *dX = a->dstreams, *dX_before = a->dstreams_before;
         K->zero(dX, nd_streams);
-        mhc_input_backward_model(m, n_sub, a->dxf, dX);
+        mhc_streams_input_backward(m, n_sub, a->dxf, dX);
         for (int l = n_sub - 1; l >= 0; l--) {
             const SubLayer* s = &a->sub[l];
             K->zero(dX_before, nd_streams);
@@ -746,7 +746,7 @@ void model_backward(Model* m) {
             K->mhc_output_backward(dX_before, a->dout, a->dhc_mix, dX, s->streams, s->f,
                                    s->hc_mix, N, d, m->dims.m);
             sublayer_backward(m, l, a->dout);
-            mhc_input_backward_model(m, l, a->dxn, dX_before);
+            mhc_streams_input_backward(m, l, a->dxn, dX_before);
             float* t = dX; dX = dX_before; dX_before = t;
         }
         K->mhc_expand_backward(a->dx0, dX, N, d, m->dims.m);

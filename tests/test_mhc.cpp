@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,38 @@ struct MhcCase {
                           norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
     }
     void output_forward() { mhc_output_forward(Xnext.data(), X.data(), f.data(), mix.data(), N, d, m); }
+};
+
+// The gradients of one MhcCase's backward, zeroed (de and dz: scratch), and the calls that
+// fill them
+struct MhcGrads {
+    Vec dX, df, dmix, dnorm, dproj, dbias, dscale, de, dz;
+    explicit MhcGrads(const MhcCase& c)
+        : dX(c.X.size(), 0.0f), df(c.f.size(), 0.0f), dmix(c.mix.size(), 0.0f),
+          dnorm(c.m * c.d, 0.0f), dproj(c.proj.size(), 0.0f), dbias(c.E, 0.0f), dscale(3, 0.0f),
+          de(c.N * c.E, 7.0f), dz(c.X.size(), 7.0f) {}
+    void output_backward(const MhcCase& c, const Vec& dnext) {
+        mhc_output_backward(dX.data(), df.data(), dmix.data(), dnext.data(), c.X.data(),
+                            c.f.data(), c.mix.data(), c.N, c.d, c.m);
+    }
+    void input_backward(const MhcCase& c, const Vec& du) {
+        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
+                           dmix.data(), de.data(), dz.data(), du.data(), c.X.data(), c.z.data(),
+                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
+                           c.proj.data(), c.scale.data(), c.N, c.d, c.m);
+    }
+    // the streams' and every parameter's gradient against finite differences of loss
+    void check_input_gradients(MhcCase& c, const std::function<double()>& loss) {
+        check_gradient("X", c.X.data(), dX.data(), dX.size(), loss, MHC_STEP, MHC_INPUT_TOL);
+        check_gradient("norm_weight", c.norm_weight.data(), dnorm.data(), dnorm.size(), loss,
+                       MHC_STEP, MHC_INPUT_TOL);
+        check_gradient("proj", c.proj.data(), dproj.data(), dproj.size(), loss, MHC_STEP,
+                       MHC_INPUT_TOL);
+        check_gradient("bias", c.bias.data(), dbias.data(), dbias.size(), loss, MHC_STEP,
+                       MHC_INPUT_TOL);
+        check_gradient("scale", c.scale.data(), dscale.data(), dscale.size(), loss, MHC_STEP,
+                       MHC_INPUT_TOL);
+    }
 };
 
 // the parts of a row's coefficient vector
@@ -230,27 +263,14 @@ TEST_CASE("mHC-lite's input backward matches finite differences, for the streams
         for (size_t n = 0; n < c.N; n++)
             for (size_t k = post_at(c); k < c.W; k++) R_mix[n * c.W + k] = rng.uniform(-1, 1);
         c.input_forward();
-        Vec dmix = R_mix, de(c.N * c.E, 7.0f), dz(c.N * m * c.d, 7.0f);  // scratch: overwritten
-        Vec dX(c.X.size(), 0.0f), dnorm(m * c.d, 0.0f), dproj(c.proj.size(), 0.0f);
-        Vec dbias(c.E, 0.0f), dscale(3, 0.0f);
-        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                           dmix.data(), de.data(), dz.data(), R_u.data(), c.X.data(), c.z.data(),
-                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
-                           c.proj.data(), c.scale.data(), c.N, c.d, m);
-        auto loss = [&] {
+        MhcGrads g(c);
+        g.dmix = R_mix;
+        g.input_backward(c, R_u);
+        g.check_input_gradients(c, [&] {
             c.input_forward();
             return weighted_sum(R_u.data(), c.u.data(), R_u.size()) +
                    weighted_sum(R_mix.data(), c.mix.data(), R_mix.size());
-        };
-        check_gradient("X", c.X.data(), dX.data(), dX.size(), loss, MHC_STEP, MHC_INPUT_TOL);
-        check_gradient("norm_weight", c.norm_weight.data(), dnorm.data(), dnorm.size(), loss,
-                       MHC_STEP, MHC_INPUT_TOL);
-        check_gradient("proj", c.proj.data(), dproj.data(), dproj.size(), loss, MHC_STEP,
-                       MHC_INPUT_TOL);
-        check_gradient("bias", c.bias.data(), dbias.data(), dbias.size(), loss, MHC_STEP,
-                       MHC_INPUT_TOL);
-        check_gradient("scale", c.scale.data(), dscale.data(), dscale.size(), loss, MHC_STEP,
-                       MHC_INPUT_TOL);
+        });
     }
 }
 
@@ -269,27 +289,15 @@ TEST_CASE("mHC-lite's input and output in sequence match finite differences, as 
             c.output_forward();
         };
         forward();
-        Vec dX(c.X.size(), 0.0f), df(c.f.size(), 0.0f), du(c.u.size()), dmix(c.mix.size(), 0.0f);
-        Vec dnorm(m * c.d, 0.0f), dproj(c.proj.size(), 0.0f), dbias(c.E, 0.0f), dscale(3, 0.0f);
-        Vec de(c.N * c.E), dz(c.N * m * c.d);
-        mhc_output_backward(dX.data(), df.data(), dmix.data(), R_next.data(), c.X.data(),
-                            c.f.data(), c.mix.data(), c.N, c.d, m);
-        for (size_t i = 0; i < du.size(); i++) du[i] = df[i] * Fw[i];
-        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                           dmix.data(), de.data(), dz.data(), du.data(), c.X.data(), c.z.data(),
-                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
-                           c.proj.data(), c.scale.data(), c.N, c.d, m);
-        auto loss = [&] {
+        MhcGrads g(c);
+        g.output_backward(c, R_next);
+        Vec du(c.u.size());
+        for (size_t i = 0; i < du.size(); i++) du[i] = g.df[i] * Fw[i];
+        g.input_backward(c, du);
+        g.check_input_gradients(c, [&] {
             forward();
             return weighted_sum(R_next.data(), c.Xnext.data(), R_next.size());
-        };
-        check_gradient("X", c.X.data(), dX.data(), dX.size(), loss, MHC_STEP, MHC_INPUT_TOL);
-        check_gradient("proj", c.proj.data(), dproj.data(), dproj.size(), loss, MHC_STEP,
-                       MHC_INPUT_TOL);
-        check_gradient("bias", c.bias.data(), dbias.data(), dbias.size(), loss, MHC_STEP,
-                       MHC_INPUT_TOL);
-        check_gradient("scale", c.scale.data(), dscale.data(), dscale.size(), loss, MHC_STEP,
-                       MHC_INPUT_TOL);
+        });
     }
 }
 
@@ -300,8 +308,8 @@ TEST_CASE("every mHC-lite backward accumulates into its gradients (+=), never ov
     c.input_forward();
     Vec R_u = rng.uniform_vector(c.N * c.d, -1, 1), R_next = rng.uniform_vector(c.N * m * c.d, -1, 1);
     Vec R_sum = rng.uniform_vector(c.N * c.d, -1, 1);
-    Vec dX(c.X.size()), df(c.f.size()), dmix(c.mix.size(), 0.0f), dnorm(m * c.d);
-    Vec dproj(c.proj.size()), dbias(c.E), dscale(3), dx0(c.N * c.d), de(c.N * c.E), dz(c.X.size());
+    MhcGrads g(c);
+    Vec dx0(c.N * c.d);
     // run twice from zero: every gradient doubles
     auto twice = [&](const char* name, std::vector<Vec*> grads, const std::function<void()>& backward) {
         INFO(name);
@@ -321,17 +329,9 @@ TEST_CASE("every mHC-lite backward accumulates into its gradients (+=), never ov
         }
     };
     twice("expand", {&dx0}, [&] { mhc_expand_backward(dx0.data(), R_next.data(), c.N, c.d, m); });
-    twice("reduce", {&dX}, [&] { mhc_reduce_backward(dX.data(), R_sum.data(), c.N, c.d, m); });
-    twice("output", {&dX, &df}, [&] {
-        mhc_output_backward(dX.data(), df.data(), dmix.data(), R_next.data(), c.X.data(),
-                            c.f.data(), c.mix.data(), c.N, c.d, m);
-    });
-    twice("input", {&dX, &dnorm, &dproj, &dbias, &dscale}, [&] {
-        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                           dmix.data(), de.data(), dz.data(), R_u.data(), c.X.data(), c.z.data(),
-                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
-                           c.proj.data(), c.scale.data(), c.N, c.d, m);
-    });
+    twice("reduce", {&g.dX}, [&] { mhc_reduce_backward(g.dX.data(), R_sum.data(), c.N, c.d, m); });
+    twice("output", {&g.dX, &g.df}, [&] { g.output_backward(c, R_next); });
+    twice("input", {&g.dX, &g.dnorm, &g.dproj, &g.dbias, &g.dscale}, [&] { g.input_backward(c, R_u); });
 }
 
 TEST_CASE("mHC-lite with every stream equal (the first sub-layer) gives pi's logits exactly zero gradient") {
@@ -345,15 +345,10 @@ TEST_CASE("mHC-lite with every stream equal (the first sub-layer) gives pi's log
         c.input_forward();
         c.output_forward();
         Vec R = rng.uniform_vector(c.N * m * c.d, -1, 1), R_u = rng.uniform_vector(c.N * c.d, -1, 1);
-        Vec dX(c.X.size(), 0.0f), df(c.f.size(), 0.0f), dmix(c.mix.size(), 0.0f);
-        Vec dnorm(m * c.d, 0.0f), dproj(c.proj.size(), 0.0f), dbias(c.E, 0.0f), dscale(3, 0.0f);
-        Vec de(c.N * c.E), dz(c.X.size());
-        mhc_output_backward(dX.data(), df.data(), dmix.data(), R.data(), c.X.data(), c.f.data(),
-                            c.mix.data(), c.N, c.d, m);
-        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                           dmix.data(), de.data(), dz.data(), R_u.data(), c.X.data(), c.z.data(),
-                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
-                           c.proj.data(), c.scale.data(), c.N, c.d, m);
+        MhcGrads g(c);
+        g.output_backward(c, R);
+        g.input_backward(c, R_u);
+        const Vec &dbias = g.dbias, &dscale = g.dscale, &de = g.de;
         // H mixes equal streams into equal streams whatever pi is: no gradient reaches pi's
         // logits, and the sums that say so cancel exactly
         for (size_t r = 0; r < c.R; r++) CHECK(dbias[m + r] == 0.0f);

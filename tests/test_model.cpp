@@ -116,6 +116,7 @@ struct ScopedThreads {
 };
 
 std::string mode_name(const ModelConfig& c) {
+    if (c.streams > 0) return "mhc m=" + std::to_string(c.streams);
     if (c.block_size == 0) return "none";
     if (c.block_size == 1) return "full";
     return "block S=" + std::to_string(c.block_size) + " L=" + std::to_string(c.n_layers);
@@ -560,13 +561,16 @@ TEST_CASE("huge lm_head weights and pseudo-queries give a finite loss and finite
 TEST_CASE("forward and backward are bit-identical across runs and for 1 and 2 OpenMP threads") {
     // d = 64 and F = 96 span two 32-column chunks and several matmul tiles, so two threads
     // really split every reduction
+    // (mhc with m = 3 too: its backward zeroes its own buffers, which a second run checks)
     const size_t B = 3, T = 12;
-    for (int S : {0, 1, 2, 4}) {
-        ModelConfig c = {11, 64, 2, 4, 2, 96, S};
+    std::vector<ModelConfig> configs;
+    for (int S : {0, 1, 2, 4}) configs.push_back({11, 64, 2, 4, 2, 96, S});
+    configs.push_back({11, 64, 2, 4, 2, 96, 0, 0, 0, 0, 0, 0, 0, 3});
+    for (const ModelConfig& c : configs) {
         INFO("mode ", mode_name(c));
         ScopedModel scoped(c, B, T);
         Model& m = scoped.m;
-        randomise_params(m, 7000 + (uint64_t)S);
+        randomise_params(m, 7000 + (uint64_t)c.block_size);
         Batch batch = random_batch(c.vocab_size, B, T, 83, {0, 5, 17});
         Vec logits[3], grads[3];
         float loss[3];
