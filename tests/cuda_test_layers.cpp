@@ -971,6 +971,26 @@ TEST_CASE("DenseFormer on the GPU at scalars 1 is the sum of the sources in orde
 }
 
 // ---- mHC-lite ------------------------------------------------------------------------------
+// An mHC-lite sub-layer's random inputs: the parameters (projections O(1/sqrt(m d)), so that e
+// is O(1) and no gate or softmax saturates), x0, the sub-layer's output f, and the gradients
+// arriving at the streams after it (dXnext) and at its input (du)
+struct MhcInputs {
+    size_t R, E, W, D;  // m! permutations, E projected values and W coefficients a row, m*d
+    Floats x0, norm_weight, proj, bias, scale, f, dXnext, du;
+    MhcInputs(size_t N, size_t d, size_t m, Rng& rng)
+        : R(mhc_permutation_table(NULL, m)), E(2 * m + R), W(MHC_MIX_WIDTH(m)), D(m * d) {
+        float proj_range = 1.5f / std::sqrt((float)D);
+        x0 = rng.uniform_vector(N * d, -1, 1);
+        norm_weight = rng.uniform_vector(D, 0.5f, 1.5f);
+        proj = rng.uniform_vector(E * D, -proj_range, proj_range);
+        bias = rng.uniform_vector(E, -1, 1);
+        scale = rng.uniform_vector(3, 0.3f, 1.5f);
+        f = rng.uniform_vector(N * d, -1, 1);
+        dXnext = rng.uniform_vector(N * D, -1, 1);
+        du = rng.uniform_vector(N * d, -1, 1);
+    }
+};
+
 // The operators in the order a sub-layer runs them: the streams from x0 (expand), the
 // sub-layer's input u and the coefficients (input), the streams after it (output), the head's
 // sum (reduce); then the backwards in reverse, dmix carrying dH and da_post from the output's
@@ -991,16 +1011,12 @@ TEST_CASE("mHC-lite's operators forward and backward on the GPU match the CPU, m
     CAPTURE(m);
     CAPTURE(N);
     CAPTURE(d);
-    size_t R = mhc_permutation_table(NULL, m), E = 2 * m + R, W = MHC_MIX_WIDTH(m), D = m * d;
     Rng rng(14);
-    // inputs: projections O(1/sqrt(m d)), so that e is O(1) and no gate or softmax saturates
-    float proj_range = 1.5f / std::sqrt((float)D);
-    Floats x0 = rng.uniform_vector(N * d, -1, 1), X = rng.uniform_vector(N * D, -1, 1);
-    Floats norm_weight = rng.uniform_vector(D, 0.5f, 1.5f);
-    Floats proj = rng.uniform_vector(E * D, -proj_range, proj_range);
-    Floats bias = rng.uniform_vector(E, -1, 1), scale = rng.uniform_vector(3, 0.3f, 1.5f);
-    Floats f = rng.uniform_vector(N * d, -1, 1);
-    Floats dXnext = rng.uniform_vector(N * D, -1, 1), du = rng.uniform_vector(N * d, -1, 1);
+    MhcInputs in(N, d, m, rng);
+    size_t R = in.R, E = in.E, W = in.W, D = in.D;
+    const Floats &x0 = in.x0, &norm_weight = in.norm_weight, &proj = in.proj, &bias = in.bias;
+    const Floats &scale = in.scale, &f = in.f, &dXnext = in.dXnext, &du = in.du;
+    Floats X = rng.uniform_vector(N * D, -1, 1);
     Floats dout = rng.uniform_vector(N * d, -1, 1);
     // what the backwards add into, and what the functions overwrite
     Floats dX0 = rng.uniform_vector(N * D, -1, 1), df0 = rng.uniform_vector(N * d, -1, 1);
@@ -1101,14 +1117,11 @@ TEST_CASE("mHC-lite on the GPU: with every stream equal the res logits' gradient
     CAPTURE(m);
     // many rows: the sums of 3 or 4 terms in another order round differently in some of them
     const size_t N = 64, d = 20;
-    size_t R = mhc_permutation_table(NULL, m), E = 2 * m + R, W = MHC_MIX_WIDTH(m), D = m * d;
     Rng rng(15);
-    float proj_range = 1.5f / std::sqrt((float)D);
-    Floats x0 = rng.uniform_vector(N * d, -1, 1), f = rng.uniform_vector(N * d, -1, 1);
-    Floats norm_weight = rng.uniform_vector(D, 0.5f, 1.5f);
-    Floats proj = rng.uniform_vector(E * D, -proj_range, proj_range);
-    Floats bias = rng.uniform_vector(E, -1, 1), scale = rng.uniform_vector(3, 0.3f, 1.5f);
-    Floats dXnext = rng.uniform_vector(N * D, -1, 1), du = rng.uniform_vector(N * d, -1, 1);
+    MhcInputs in(N, d, m, rng);
+    size_t R = in.R, E = in.E, W = in.W, D = in.D;
+    const Floats &x0 = in.x0, &norm_weight = in.norm_weight, &proj = in.proj, &bias = in.bias;
+    const Floats &scale = in.scale, &f = in.f, &dXnext = in.dXnext, &du = in.du;
     Floats dbias0 = rng.uniform_vector(E, -1, 1), dscale0 = rng.uniform_vector(3, -1, 1);
     // the CPU's coefficients and backward, from streams that are all x0
     Floats X(N * D), u(N * d), mix(N * W), e(N * E), z(N * D), rstd(N), Xnext(N * D);
