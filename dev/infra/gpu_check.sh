@@ -3,7 +3,8 @@
 # one go, for a machine that may have no network (nothing is installed; the build needs only
 # the CUDA toolkit and the tree). Prints a summary and exits 1 if anything failed.
 #
-#   1. the kernel and whole-model agreement tests on the GPU (build/test_cuda_gpu)
+#   1. the kernel and whole-model agreement tests on the GPU (build/test_cuda_gpu; mHC-lite's
+#      operators at the bench size and its whole model too)
 #   2. ./train against ./train_cuda, loss by loss: a tiny model in every mode (mHC-lite with
 #      4 streams and with 2) and in two runs of SPEC's variants (within 1e-4)
 #      and the bench model (within 2e-3, see below); the data-parallel NCCL path on one GPU
