@@ -33,6 +33,7 @@ static Options defaults(void) {
     Options o = {0};
     o.model = (ModelConfig){0, 64, 4, 4, 2, 176, 4};
     o.mode = "block";
+    o.streams = 4;
     o.depth_score = "softmax"; o.key_norm = "on"; o.depth_query = "static"; o.mixing = "attention";
     o.task = "reverse";
     o.text_path = NULL;
@@ -57,7 +58,8 @@ static int flag_table(Options* o, Flag* flags) {
         {"--H", OPT_INT, &o->model.n_heads, "query heads"},
         {"--G", OPT_INT, &o->model.n_kv_heads, "key/value heads (H % G == 0)"},
         {"--F", OPT_INT, &o->model.ffn_hidden, "SwiGLU hidden width"},
-        {"--mode", OPT_STRING, &o->mode, "residual mode: none | full | block"},
+        {"--mode", OPT_STRING, &o->mode, "residual mode: none | full | block | mhc"},
+        {"--streams", OPT_INT, &o->streams, "mhc: residual streams m (2 .. 4)"},
         {"--block-size", OPT_INT, &o->model.block_size, "block mode: sub-layers per block S (divides 2L)"},
         {"--depth-score", OPT_STRING, &o->depth_score, "AttnRes variant: softmax | sigmoid weights"},
         {"--key-norm", OPT_STRING, &o->key_norm, "AttnRes variant: on | off (RMSNorm on the keys)"},
@@ -328,9 +330,9 @@ static void print_header(const Run* r) {
     const ModelConfig* c = &o->model;
     char waiting[128];
     threads_describe_waiting(waiting, sizeof(waiting));
-    printf("attnres.c | mode %s (S=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
+    printf("attnres.c | mode %s (%s=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
            "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB\n", o->mode,
-           c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
+           c->streams ? "m" : "S", c->streams ? c->streams : c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
            waiting, (double)r->memory_bytes / 1048576.0);
     char variant[128];

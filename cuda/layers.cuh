@@ -141,6 +141,30 @@ void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* d
                                  const float* query_proj, size_t n_sources, size_t N, size_t C,
                                  size_t heads, int sigmoid, int mixing);
 
+// ---- mhc.cu ------------------------------------------------------------------------------
+// mHC-lite, as layers.h's mhc.c functions: streams X (N, m*d), a row's coefficients (and
+// their gradients) one vector of MHC_MIX_WIDTH(m) floats in mix (dmix). mhc_input_forward_cuda
+// and its backward run rmsnorm.cu's and linear.cu's calls for the stream norm and the
+// projection, so they borrow the workspace as those do (rmsnorm over N rows of m*d).
+void mhc_expand_forward_cuda(float* X, const float* x0, size_t N, size_t d, size_t m);
+void mhc_expand_backward_cuda(float* dx0, const float* dX, size_t N, size_t d, size_t m);
+void mhc_reduce_forward_cuda(float* out, const float* X, size_t N, size_t d, size_t m);
+void mhc_reduce_backward_cuda(float* dX, const float* dout, size_t N, size_t d, size_t m);
+void mhc_input_forward_cuda(float* u, float* mix, float* e, float* z, float* rstd,
+                            const float* X, const float* norm_weight, const float* proj,
+                            const float* bias, const float* scale, size_t N, size_t d,
+                            size_t m);
+void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float* dbias,
+                             float* dscale, float* dmix, float* de, float* dz, const float* du,
+                             const float* X, const float* z, const float* rstd, const float* e,
+                             const float* mix, const float* norm_weight, const float* proj,
+                             const float* scale, size_t N, size_t d, size_t m);
+void mhc_output_forward_cuda(float* Xnext, const float* X, const float* f, const float* mix,
+                             size_t N, size_t d, size_t m);
+void mhc_output_backward_cuda(float* dX, float* df, float* dmix, const float* dXnext,
+                              const float* X, const float* f, const float* mix, size_t N,
+                              size_t d, size_t m);
+
 // ---- crossentropy.cu ---------------------------------------------------------------------
 // Counting the targets is the caller's, on the host (crossentropy_count): no copy, no sync.
 void crossentropy_forward_cuda(float* losses, float* probs, const float* logits,

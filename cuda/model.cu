@@ -65,6 +65,14 @@ static const Kernels cuda_kernels = {
     .swiglu_backward = swiglu_backward_cuda,
     .attnres_input_forward = attnres_input_forward_cuda,
     .attnres_input_backward = attnres_input_backward_cuda,
+    .mhc_expand_forward = mhc_expand_forward_cuda,
+    .mhc_expand_backward = mhc_expand_backward_cuda,
+    .mhc_reduce_forward = mhc_reduce_forward_cuda,
+    .mhc_reduce_backward = mhc_reduce_backward_cuda,
+    .mhc_input_forward = mhc_input_forward_cuda,
+    .mhc_input_backward = mhc_input_backward_cuda,
+    .mhc_output_forward = mhc_output_forward_cuda,
+    .mhc_output_backward = mhc_output_backward_cuda,
     .crossentropy_forward = crossentropy_forward_cuda,
     .crossentropy_backward = crossentropy_backward_cuda,
     .adamw_update = adamw_update_cuda,
@@ -122,7 +130,7 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     size_t needs[] = {attention_workspace_floats_cuda(max_B, max_T, z->H),
                       depth_attention_workspace_floats_cuda(most_sources, N, z->d),
                       depth_variants_workspace_floats_cuda(most_sources, N, z->d, z->K),
-                      parts * z->d,                                 // rmsnorm
+                      parts * z->d * (z->m > 0 ? z->m : 1),         // rmsnorm (mhc: m*d wide)
                       linear_workspace_floats_cuda(), 64};          // matmul, global norm
     size_t most = 0;
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;

@@ -14,6 +14,7 @@
 #include "util.h"
 
 enum { VARIANT_SLOTS = 128 };  // [128..133]: depth_score, key_norm_off, ..., mixing
+enum { STREAMS_SLOT = 134 };   // mHC-lite's m (0: not mhc)
 
 static void config_to_header(const ModelConfig* c, int* header) {
     header[2] = c->vocab_size; header[3] = c->d_model; header[4] = c->n_layers;
@@ -22,6 +23,7 @@ static void config_to_header(const ModelConfig* c, int* header) {
     int variant[] = {c->depth_score, c->key_norm_off, c->depth_query, c->depth_heads,
                      c->depth_window, c->mixing};
     memcpy(header + VARIANT_SLOTS, variant, sizeof(variant));
+    header[STREAMS_SLOT] = c->streams;
 }
 
 // versions 1 and 2 hold zeros there: the default model, which is all they could save
@@ -32,6 +34,7 @@ static void header_to_config(const int* header, ModelConfig* c) {
     int* variant[] = {&c->depth_score, &c->key_norm_off, &c->depth_query, &c->depth_heads,
                       &c->depth_window, &c->mixing};
     for (int i = 0; i < 6; i++) { *variant[i] = header[1] >= 3 ? header[VARIANT_SLOTS + i] : 0; }
+    c->streams = header[1] >= 3 ? header[STREAMS_SLOT] : 0;
     // one head, and a window of all the sources (W >= 2L in full mode), as ./train stores them
     if (c->depth_heads == 1) { c->depth_heads = 0; }
     if (c->block_size == 1 && c->depth_window >= 2 * c->n_layers) { c->depth_window = 0; }
@@ -288,6 +291,12 @@ int checkpoint_read_run(const char* path, RunRecord* run, int* recorded, char* e
     return 0;
 }
 
+// " mhc m=4" for an mHC-lite config, "" otherwise (for the config-mismatch message)
+static const char* streams_note(const ModelConfig* c) {
+    static const char* const notes[] = {"", "", " mhc m=2", " mhc m=3", " mhc m=4"};
+    return c->streams >= 2 && c->streams <= 4 ? notes[c->streams] : "";
+}
+
 int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err_len) {
     FILE* f;
     int header[256];
@@ -299,11 +308,12 @@ int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err
         variant_describe(&c, have, sizeof(have));
         variant_describe(&m->config, want, sizeof(want));
         snprintf(err, err_len,
-                 "checkpoint %s has config V=%d d=%d L=%d H=%d G=%d F=%d S=%d (%s), the flags ask "
-                 "for V=%d d=%d L=%d H=%d G=%d F=%d S=%d (%s)", path, c.vocab_size, c.d_model,
-                 c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.block_size, have,
-                 m->config.vocab_size, m->config.d_model, m->config.n_layers, m->config.n_heads,
-                 m->config.n_kv_heads, m->config.ffn_hidden, m->config.block_size, want);
+                 "checkpoint %s has config V=%d d=%d L=%d H=%d G=%d F=%d S=%d%s (%s), the flags "
+                 "ask for V=%d d=%d L=%d H=%d G=%d F=%d S=%d%s (%s)", path, c.vocab_size,
+                 c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.block_size,
+                 streams_note(&c), have, m->config.vocab_size, m->config.d_model,
+                 m->config.n_layers, m->config.n_heads, m->config.n_kv_heads,
+                 m->config.ffn_hidden, m->config.block_size, streams_note(&m->config), want);
         fclose(f);
         return -1;
     }

@@ -8,7 +8,8 @@
 //                      laid out in checkpoint.c; [34] the schedule, 0 cosine or 1 wsd, and
 //                      [35] wsd's decay fraction as float bits, 0 for cosine), [128..133] the depth-attention variant
 //                      (ModelConfig's depth_score .. mixing, the values of a state file's
-//                      [13..18]); rest 0
+//                      [13..18]), [134] mHC-lite's streams m (0: not mhc, the state
+//                      file's [19]); rest 0
 //   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
 // Version 1 files (no run record) and 2 (no variant: the default model) still load; files
 // written before [34..35] were used hold zeros there, which read as cosine: no new version. Files

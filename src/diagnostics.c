@@ -19,6 +19,13 @@ void diagnostics_init(Diagnostics* dg, const ModelConfig* c) {
     dg->output_rms = callocCheck((size_t)dg->n_sub, sizeof(float));
     dg->grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
     dg->res_grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
+    dg->streams = c->streams;
+    if (dg->streams > 0) {
+        size_t m = (size_t)dg->streams;
+        dg->hc_pre = callocCheck((size_t)dg->n_sub * m, sizeof(float));
+        dg->hc_post = callocCheck((size_t)dg->n_sub * m, sizeof(float));
+        dg->hc_h = callocCheck((size_t)dg->n_sub * m * m, sizeof(float));
+    }
     if (dg->n_cols > 0) {
         size_t cells = (size_t)(dg->n_sub + 1) * dg->n_cols;
         dg->alpha = callocCheck(cells, sizeof(float));
@@ -29,8 +36,8 @@ void diagnostics_init(Diagnostics* dg, const ModelConfig* c) {
 }
 
 void diagnostics_free(Diagnostics* dg) {
-    FILE* files[] = {dg->train_csv, dg->eval_csv, dg->layers_csv, dg->alpha_csv};
-    for (int i = 0; i < 4; i++) { if (files[i] != NULL) { fclose(files[i]); } }
+    FILE* files[] = {dg->train_csv, dg->eval_csv, dg->layers_csv, dg->alpha_csv, dg->mhc_csv};
+    for (int i = 0; i < 5; i++) { if (files[i] != NULL) { fclose(files[i]); } }
     free(dg->dir);
     free(dg->input_rms);
     free(dg->output_rms);
@@ -38,6 +45,9 @@ void diagnostics_free(Diagnostics* dg) {
     free(dg->res_grad_norm);
     free(dg->alpha);
     free(dg->head_alpha);
+    free(dg->hc_pre);
+    free(dg->hc_post);
+    free(dg->hc_h);
     memset(dg, 0, sizeof(*dg));
 }
 
@@ -119,15 +129,25 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
     for (int k = 0; k < dg->depth_heads && dg->depth_heads > 1; k++) {
         used += (size_t)snprintf(alpha_header + used, alpha_len - used, ",alpha_h%d", k);
     }
-    const char* names[] = {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv"};
+    // mhc.csv (mhc mode only): a column h_t per stream t after a_pre and a_post
+    char mhc_header[128];
+    used = (size_t)snprintf(mhc_header, sizeof(mhc_header),
+                            "step,row,row_name,stream,a_pre,a_post");
+    for (int t = 0; t < dg->streams; t++) {
+        used += (size_t)snprintf(mhc_header + used, sizeof(mhc_header) - used, ",h_%d", t);
+    }
+    const char* names[] = {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv",
+                           "mhc.csv"};
     const char* headers[] = {
         "key,value",
         "step,train_loss,lr,grad_norm,ms_per_step",
         "step,val_loss,accuracy,exact_match",
         "step,index,name,input_rms,output_rms,grad_norm,res_grad_norm",
-        alpha_header};
-    FILE* files[5];
-    for (int i = 0; i < 5; i++) {
+        alpha_header,
+        mhc_header};
+    int n_files = dg->streams > 0 ? 6 : 5;
+    FILE* files[6] = {NULL};
+    for (int i = 0; i < n_files; i++) {
         files[i] = open_csv(dir, names[i], headers[i], i > 0 ? resume_step : -1);
         if (files[i] == NULL) {
             snprintf(err, err_len, "cannot write %s/%s: %s", dir, names[i], strerror(errno));
@@ -138,15 +158,18 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
     }
     free(alpha_header);
     const ModelConfig* c = &dg->config;
-    const char* mode = c->block_size == 0 ? "none" : c->block_size == 1 ? "full" : "block";
+    const char* mode = c->streams > 0 ? "mhc" : c->block_size == 0 ? "none"
+                     : c->block_size == 1 ? "full" : "block";
     const char* mixings[] = {"attention", "static", "dense"};
     fprintf(files[0], "mode,%s\nblock_size,%d\nd_model,%d\nn_layers,%d\nn_heads,%d\n"
             "n_kv_heads,%d\nffn_hidden,%d\nvocab_size,%d\n", mode, c->block_size, c->d_model,
             c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size);
     fprintf(files[0], "depth_score,%s\nkey_norm,%s\ndepth_query,%s\ndepth_heads,%d\n"
-            "depth_window,%d\nmixing,%s\ncommand,%s\n", c->depth_score ? "sigmoid" : "softmax",
+            "depth_window,%d\nmixing,%s\n", c->depth_score ? "sigmoid" : "softmax",
             c->key_norm_off ? "off" : "on", c->depth_query ? "input" : "static", dg->depth_heads,
-            c->depth_window, mixings[c->mixing], command != NULL ? command : "");
+            c->depth_window, mixings[c->mixing]);
+    if (dg->streams > 0) { fprintf(files[0], "streams,%d\n", dg->streams); }
+    fprintf(files[0], "command,%s\n", command != NULL ? command : "");
     int meta_failed = flush_csv(files[0]) != 0, why = errno;  // meta.csv is whole, or no run
     if (fclose(files[0]) != 0 && !meta_failed) {
         meta_failed = 1;
@@ -154,7 +177,7 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
     }
     if (meta_failed) {
         snprintf(err, err_len, "cannot write %s/meta.csv: %s", dir, strerror(why));
-        for (int j = 1; j < 5; j++) { fclose(files[j]); }
+        for (int j = 1; j < n_files; j++) { fclose(files[j]); }
         return -1;
     }
     dg->dir = strdup(dir);
@@ -162,6 +185,7 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
     dg->eval_csv = files[2];
     dg->layers_csv = files[3];
     dg->alpha_csv = files[4];
+    dg->mhc_csv = files[5];
     return 0;
 }
 
@@ -214,6 +238,13 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
         if (z->n_qproj_rows > 0) { sum += sum_squares(g->res_qproj + l * d * d, d * d); }
         if (z->n_logit_rows > 0) { sum += sum_squares(g->res_logits + l * z->n_res, z->n_res); }
         if (z->n_scalar_rows > 0) { sum += sum_squares(g->res_scalars + l * z->n_res, z->n_res); }
+        if (l < z->n_hc_rows) {  // mhc: sub-layer l's stream mixing
+            size_t md = z->m * d;
+            sum += sum_squares(g->hc_norm + l * md, md)
+                 + sum_squares(g->hc_proj + l * z->E * md, z->E * md)
+                 + sum_squares(g->hc_bias + l * z->E, z->E)
+                 + sum_squares(g->hc_scale + l * 3, 3);
+        }
         dg->res_grad_norm[1 + l] = (float)sqrt(sum);
     }
 }
@@ -226,7 +257,32 @@ static int source_column(const Diagnostics* dg, int l, size_t n, size_t i) {
     return (int)((size_t)l + 1 - n + i);
 }
 
+// hc_pre, hc_post, hc_h: the means over the last forward's B*T tokens of each sub-layer's
+// coefficients (its rows of hc_mix: a_pre, pi, a_post, H; layers.h)
+static void measure_mhc(Diagnostics* dg, const Model* model) {
+    size_t m = (size_t)dg->streams, rows = model->B * model->T, width = model->dims.n_mix;
+    size_t R = model->dims.R;
+    for (size_t l = 0; l < (size_t)dg->n_sub; l++) {
+        const float* mix = model->acts.sub[l].hc_mix;
+        for (size_t s = 0; s < m; s++) {
+            double pre = 0.0, post = 0.0;
+            for (size_t n = 0; n < rows; n++) {
+                pre += mix[n * width + s];
+                post += mix[n * width + m + R + s];
+            }
+            dg->hc_pre[l * m + s] = (float)(pre / (double)rows);
+            dg->hc_post[l * m + s] = (float)(post / (double)rows);
+        }
+        for (size_t i = 0; i < m * m; i++) {
+            double h = 0.0;
+            for (size_t n = 0; n < rows; n++) { h += mix[n * width + 2 * m + R + i]; }
+            dg->hc_h[l * m * m + i] = (float)(h / (double)rows);
+        }
+    }
+}
+
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m) {
+    if (dg->streams > 0) { measure_mhc(dg, m); }
     if (dg->alpha == NULL) { return; }
     size_t cells = (size_t)(dg->n_sub + 1) * dg->n_cols;
     for (size_t i = 0; i < cells; i++) { dg->alpha[i] = NAN; }
@@ -287,14 +343,14 @@ int diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accu
 int diagnostics_write_layers(Diagnostics* dg, int step) {
     FILE* f = dg->layers_csv;
     if (f == NULL) { return 0; }
-    int attnres = dg->config.block_size > 0;
+    int attnres = dg->config.block_size > 0, mhc = dg->streams > 0;
     char name[32];
     fprintf(f, "%d,-1,emb,,,%.6g,\n", step, (double)dg->grad_norm[0]);
     for (int l = 0; l < dg->n_sub; l++) {
         diagnostics_row_name(dg, l, name, sizeof(name));
         fprintf(f, "%d,%d,%s,%.6g,%.6g,%.6g,", step, l, name, (double)dg->input_rms[l],
                 (double)dg->output_rms[l], (double)dg->grad_norm[1 + l]);
-        if (attnres) { fprintf(f, "%.6g", (double)dg->res_grad_norm[1 + l]); }
+        if (attnres || mhc) { fprintf(f, "%.6g", (double)dg->res_grad_norm[1 + l]); }
         fprintf(f, "\n");
     }
     fprintf(f, "%d,%d,out,%.6g,,%.6g,", step, dg->n_sub, (double)dg->input_rms[dg->n_sub],
@@ -304,7 +360,26 @@ int diagnostics_write_layers(Diagnostics* dg, int step) {
     return flush_csv(f) == 0 ? 0 : write_failed(dg, "layers.csv");
 }
 
+// mhc.csv's lines: one per sub-layer and stream s, its a_pre, a_post and row s of H
+static int write_mhc(Diagnostics* dg, int step) {
+    size_t m = (size_t)dg->streams;
+    char row_name[32];
+    for (int l = 0; l < dg->n_sub; l++) {
+        diagnostics_row_name(dg, l, row_name, sizeof(row_name));
+        for (size_t s = 0; s < m; s++) {
+            fprintf(dg->mhc_csv, "%d,%d,%s,%zu,%.5f,%.5f", step, l, row_name, s,
+                    (double)dg->hc_pre[l * m + s], (double)dg->hc_post[l * m + s]);
+            for (size_t t = 0; t < m; t++) {
+                fprintf(dg->mhc_csv, ",%.5f", (double)dg->hc_h[(l * m + s) * m + t]);
+            }
+            fprintf(dg->mhc_csv, "\n");
+        }
+    }
+    return flush_csv(dg->mhc_csv) == 0 ? 0 : write_failed(dg, "mhc.csv");
+}
+
 int diagnostics_write_alpha(Diagnostics* dg, int step) {
+    if (dg->mhc_csv != NULL) { return write_mhc(dg, step); }
     if (dg->alpha_csv == NULL || dg->alpha == NULL) { return 0; }
     char row_name[32], source_name[32];
     for (int l = 0; l <= dg->n_sub; l++) {

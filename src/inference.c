@@ -13,8 +13,11 @@
 //              of depth attention has its own pair of phases (the default operator, the
 //              attention variants, the mixings); the input-dependent query has none and runs
 //              the sequential definition (inference.h says why)
-//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none) or the partial sum p += f_l (AttnRes)
+//     mhc    : h_l = u_l = sum_s a_pre[s] X_s from the position's m streams
+//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none), the partial sum p += f_l (AttnRes), or
+//           the streams mixed and f_l added (mhc)
 //   out = h_{2L} (none) or DA_out(b_0 .. b_{n_blocks}); logits = rmsnorm(out) lm_head^T
+//   (mhc: logits = (sum_s rmsnorm(X_s)) lm_head^T)
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and
 // attends over positions 0 .. t of it, in the arithmetic order of attention.c.
 // A prefill feeds positions 0 .. n-1 at once: model_forward over them (matmuls over all the
@@ -216,12 +219,14 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
     const ParameterTensors* p = &m->params;
     Activations* a = &dec->acts;
     size_t B = dec->B, d = m->dims.d;
-    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0;
+    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0, mhc = m->dims.m > 0;
     embedding_forward(a->x0, tokens, p->wte, B, d);
-    if (!attnres) { memcpy(a->sub[0].h, a->x0, B * d * sizeof(float)); }  // none: h_0 = x0
+    if (mhc) { mhc_expand_forward(a->sub[0].streams, a->x0, B, d, m->dims.m); }  // X_s = x0
+    else if (!attnres) { memcpy(a->sub[0].h, a->x0, B * d * sizeof(float)); }  // none: h_0 = x0
     for (int l = 0; l < n_sub; l++) {
         SubLayer* s = &a->sub[l];
         if (attnres) { depth_step(dec, l, s->h); }
+        if (mhc) { mhc_forward_rows(m, a, B, l); }  // h_l = u_l = sum_s a_pre[s] X_s
         if (l % 2 == 0) { attention_step(dec, (size_t)l / 2, s); }
         else {
             rmsnorm_forward(s->xn, s->rstd, s->h, p->mlp_norm + (size_t)l / 2 * d, B, d);
@@ -230,7 +235,8 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
         residual_update(m, a, l, B);
     }
     if (attnres) { depth_sequential(dec, n_sub, a->out); }  // DA_out(b_0 .. b_{n_blocks})
-    rmsnorm_forward(a->xf, a->rstd_f, a->out, p->final_norm, B, d);
+    if (mhc) { mhc_forward_rows(m, a, B, n_sub); }  // xf = sum_s rmsnorm(X_s)
+    else { rmsnorm_forward(a->xf, a->rstd_f, a->out, p->final_norm, B, d); }
     linear_forward(logits, a->xf, p->lm_head, B, d, m->dims.V);
     dec->T++;
 }

@@ -26,6 +26,9 @@
 // query, so with this variant every depth attention runs at its sub-layer's own turn by the
 // sequential definition (depth_attention_variant_forward over gather_sources' list), as
 // model_forward does.
+// mHC-lite (--mode mhc) needs no depth cache either: the m streams of the position being
+// decoded flow through the sub-layers in the model's activation buffers as the hidden state
+// does; the KV cache alone carries the earlier positions.
 // The result equals model_forward over the whole sequence to float rounding (tested).
 #ifndef ATTNRES_INFERENCE_H
 #define ATTNRES_INFERENCE_H

@@ -59,6 +59,26 @@ typedef struct {
                                    const float* norm_weight, const float* query_proj,
                                    size_t n_sources, size_t N, size_t C, size_t heads,
                                    int sigmoid, int mixing);
+    // mHC-lite (layers.h, mhc.c): streams (N, m*d), a row's coefficients in mix
+    void (*mhc_expand_forward)(float* X, const float* x0, size_t N, size_t d, size_t m);
+    void (*mhc_expand_backward)(float* dx0, const float* dX, size_t N, size_t d, size_t m);
+    void (*mhc_reduce_forward)(float* out, const float* X, size_t N, size_t d, size_t m);
+    void (*mhc_reduce_backward)(float* dX, const float* dout, size_t N, size_t d, size_t m);
+    void (*mhc_input_forward)(float* u, float* mix, float* e, float* z, float* rstd,
+                              const float* X, const float* norm_weight, const float* proj,
+                              const float* bias, const float* scale, size_t N, size_t d,
+                              size_t m);
+    void (*mhc_input_backward)(float* dX, float* dnorm_weight, float* dproj, float* dbias,
+                               float* dscale, float* dmix, float* de, float* dz,
+                               const float* du, const float* X, const float* z,
+                               const float* rstd, const float* e, const float* mix,
+                               const float* norm_weight, const float* proj, const float* scale,
+                               size_t N, size_t d, size_t m);
+    void (*mhc_output_forward)(float* Xnext, const float* X, const float* f, const float* mix,
+                               size_t N, size_t d, size_t m);
+    void (*mhc_output_backward)(float* dX, float* df, float* dmix, const float* dXnext,
+                                const float* X, const float* f, const float* mix, size_t N,
+                                size_t d, size_t m);
     void (*crossentropy_forward)(float* losses, float* probs, const float* logits,
                                  const int* targets, size_t N, size_t V);
     void (*crossentropy_backward)(float* dlogits, const float* probs, const int* targets,

@@ -198,6 +198,44 @@ void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_
                             size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid,
                             int mixing);
 
+// ---- mhc.c -------------------------------------------------------------------------------
+// mHC-lite (SPEC "mHC-lite"): m streams X (N, m*d) per row, stream s of row n at
+// X[(n*m + s)*d]; mhc.c's header gives the formulas. R = m! permutations, E = 2m + R
+// projected values per row; a row's coefficients (and their gradients) are one vector of
+// MHC_MIX_WIDTH(m) floats: [a_pre (m) | pi (R) | a_post (m) | H (m*m), H[s][t] at s*m + t].
+#define MHC_MAX_STREAMS 4
+#define MHC_MAX_PERMUTATIONS 24
+#define MHC_MIX_WIDTH(m) (2 * (m) + mhc_permutation_table(NULL, (m)) + (m) * (m))
+// perms (R, m): the permutations of (0 .. m-1) in lexicographic order, perms[r*m + i] =
+// perm_r[i] (row 0 the identity); returns R = m! (perms NULL: only counts). m <= 4.
+size_t mhc_permutation_table(int* perms, size_t m);
+// every stream X_s (N, m*d) = x0 (N, d); backward: dx0 += sum_s dX_s
+void mhc_expand_forward(float* X, const float* x0, size_t N, size_t d, size_t m);
+void mhc_expand_backward(float* dx0, const float* dX, size_t N, size_t d, size_t m);
+// out (N, d) = sum_s X_s; backward: dX_s += dout for every s
+void mhc_reduce_forward(float* out, const float* X, size_t N, size_t d, size_t m);
+void mhc_reduce_backward(float* dX, const float* dout, size_t N, size_t d, size_t m);
+// A sub-layer's input from the streams: z = rmsnorm(X; norm_weight) over m*d, e = z proj^T
+// (proj (E, m*d)), the coefficients with bias (E) and scale (3), u (N, d) = sum_s a_pre[s] X_s.
+// Saves z (N, m*d), rstd (N), e (N, E) and mix (N, MHC_MIX_WIDTH(m)).
+void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, const float* X,
+                       const float* norm_weight, const float* proj, const float* bias,
+                       const float* scale, size_t N, size_t d, size_t m);
+// Its backward from du (N, d), with dmix's a_post and H parts from mhc_output_backward: dmix's
+// a_pre and pi parts are written; de (N, E) and dz (N, m*d) are scratch (overwritten); dX,
+// dnorm_weight, dproj, dbias and dscale +=.
+void mhc_input_backward(float* dX, float* dnorm_weight, float* dproj, float* dbias,
+                        float* dscale, float* dmix, float* de, float* dz, const float* du,
+                        const float* X, const float* z, const float* rstd, const float* e,
+                        const float* mix, const float* norm_weight, const float* proj,
+                        const float* scale, size_t N, size_t d, size_t m);
+// The streams after the sub-layer: Xnext_t = sum_s H[s][t] X_s + a_post[t] f, f (N, d).
+void mhc_output_forward(float* Xnext, const float* X, const float* f, const float* mix,
+                        size_t N, size_t d, size_t m);
+// Its backward from dXnext: dX and df +=; dmix's a_post and H parts are written.
+void mhc_output_backward(float* dX, float* df, float* dmix, const float* dXnext, const float* X,
+                         const float* f, const float* mix, size_t N, size_t d, size_t m);
+
 // ---- crossentropy.c ----------------------------------------------------------------------
 // Softmax + cross-entropy per row. logits, probs (N,V); losses (N); targets (N), -1 = ignored
 // (its loss is 0); targets NULL ignores every row (probabilities only).

@@ -54,6 +54,15 @@ int model_config_check(const ModelConfig* c, char* err, size_t err_len) {
                  c->block_size, 2 * c->n_layers);
         return -1;
     }
+    if (c->streams != 0 && (c->streams < 2 || c->streams > MHC_MAX_STREAMS)) {
+        snprintf(err, err_len, "--streams must be 2 .. %d (got %d)", MHC_MAX_STREAMS, c->streams);
+        return -1;
+    }
+    if (c->streams != 0 && c->block_size != 0) {
+        snprintf(err, err_len, "--streams is for --mode mhc, not an AttnRes mode (block size %d)",
+                 c->block_size);
+        return -1;
+    }
     return variant_check(c, err, err_len);
 }
 
@@ -81,8 +90,9 @@ int variant_check(const ModelConfig* c, char* err, size_t err_len) {
     const char* first = c->depth_score ? "--depth-score sigmoid" : c->key_norm_off ? "--key-norm off"
                         : c->depth_query ? "--depth-query input" : "--depth-heads";
     if (c->block_size == 0 && (attention || c->depth_window > 0 || c->mixing)) {
-        snprintf(err, err_len, "%s applies to AttnRes (mode full or block), not mode none",
-                 attention ? first : c->mixing ? "--mixing" : "--depth-window");
+        snprintf(err, err_len, "%s applies to AttnRes (mode full or block), not mode %s",
+                 attention ? first : c->mixing ? "--mixing" : "--depth-window",
+                 c->streams ? "mhc" : "none");
         return -1;
     }
     if (c->depth_window > 0 && c->block_size != 1) {
@@ -144,6 +154,11 @@ ModelDims model_dims(const ModelConfig* c) {
     z.n_qproj_rows = c->depth_query ? attention : 0;
     z.n_logit_rows = c->mixing == 1 ? z.n_res : 0;
     z.n_scalar_rows = c->mixing == 2 ? z.n_res : 0;
+    z.m = c->streams > 0 ? (size_t)c->streams : 0;
+    z.R = z.m > 0 ? mhc_permutation_table(NULL, z.m) : 0;
+    z.E = z.m > 0 ? 2 * z.m + z.R : 0;
+    z.n_mix = z.m > 0 ? MHC_MIX_WIDTH(z.m) : 0;
+    z.n_hc_rows = z.m > 0 ? z.n_sub : 0;
     return z;
 }
 
@@ -168,6 +183,16 @@ void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
     for (int i = 0; i < N_PARAM_TENSORS; i++) { *ptrs[i] = memory; memory += sizes[i]; }
 }
 
+// SPEC's hc_bias init, entry j of hc_bias (2L, E): for sub-layer l = j / E, the pre and the
+// post biases are -1 except +1 at stream l mod m (l reads and writes mostly that stream), the
+// res biases -8 except 0 at the identity r = 0 (so H starts near the identity)
+static float hc_bias_init(const ModelDims* z, size_t j) {
+    size_t l = j / z->E, k = j % z->E, favoured = l % z->m;
+    if (k < z->m) { return k == favoured ? 1.0f : -1.0f; }             // pre
+    if (k < z->m + z->R) { return k == z->m ? 0.0f : -8.0f; }          // res
+    return k - z->m - z->R == favoured ? 1.0f : -1.0f;                 // post
+}
+
 void model_init_params(Model* m, uint64_t seed) {
     uint64_t state = seed;
     float std_out = 0.02f / sqrtf(2.0f * (float)m->config.n_layers);
@@ -178,6 +203,8 @@ void model_init_params(Model* m, uint64_t seed) {
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
             if (init == INIT_ZERO) { p[j] = 0.0f; }
             else if (init == INIT_ONE) { p[j] = 1.0f; }
+            else if (init == INIT_HC_BIAS) { p[j] = hc_bias_init(&m->dims, j); }
+            else if (init == INIT_HC_SCALE) { p[j] = 0.01f; }
             else { p[j] = (float)(std * rng_normal(&state)); }
         }
         p += m->param_sizes[i];
@@ -254,7 +281,10 @@ void residual_update(const Model* m, Activations* a, int l, size_t N) {
     int n_sub = (int)m->dims.n_sub, S = (int)m->dims.S;
     size_t nd = N * m->dims.d;
     const float* f = a->sub[l].f;
-    if (S == 0) {
+    if (m->dims.m > 0) {  // mhc: X_{l+1,t} = sum_s H[s][t] X_{l,s} + a_post[t] f_l
+        K->mhc_output_forward(a->sub[l + 1].streams, a->sub[l].streams, f, a->sub[l].hc_mix, N,
+                              m->dims.d, m->dims.m);
+    } else if (S == 0) {
         float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
         K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
     } else if (l % S > 0) {  // (when l starts its block, partial[l] is f_l's own buffer)
@@ -307,6 +337,13 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->last_xn = take(&at, (z.n_qproj_rows > 0) * N * d);
         s->last_rstd = take(&at, (z.n_qproj_rows > 0) * N);
         s->query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
+        // mhc: the streams entering l (slot 2L: after the last sub-layer); the final norm's
+        // rstd is one a stream
+        s->streams  = take(&at, N * z.m * d);
+        s->hc_z     = take(&at, N * z.m * d);
+        s->hc_rstd  = take(&at, sub ? (z.m > 0) * N : N * z.m);
+        s->hc_e     = take(&at, sub * N * z.E);
+        s->hc_mix   = take(&at, sub * N * z.n_mix);
     }
     a->x0      = take(&at, N * d);
     a->out     = take(&at, N * d);
@@ -319,7 +356,7 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dlogits = take(&at, b * N * V);
     a->dxf     = take(&at, b * N * d);
     a->dout    = take(&at, b * N * d);
-    a->dh      = take(&at, b * attnres * N * d);
+    a->dh      = take(&at, b * (attnres || z.m > 0) * N * d);
     a->dxn     = take(&at, b * N * d);
     a->dx0     = take(&at, b * N * d);
     a->dq      = take(&at, b * N * z.q_dim);
@@ -334,6 +371,11 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dpartial = take(&at, b * (attnres ? z.n_sub / z.S : 0) * N * d);
     a->dquery_rows = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dstreams = take(&at, b * N * z.m * d);
+    a->dstreams_before = take(&at, b * N * z.m * d);
+    a->dhc_z   = take(&at, b * N * z.m * d);
+    a->dhc_e   = take(&at, b * N * z.E);
+    a->dhc_mix = take(&at, b * N * z.n_mix);
     return at.used;
 }
 
@@ -508,12 +550,64 @@ static Norm sublayer_norm(Model* m, int l) {
     return (Norm){s->h, s->xn, s->rstd, m->params.mlp_norm + at, m->grads.mlp_norm + at};
 }
 
+// mHC-lite's rows of sub-layer l in t (the model's params or grads)
+typedef struct { float *norm, *proj, *bias, *scale; } HcRows;
+static HcRows hc_rows(const Model* m, const ParameterTensors* t, size_t l) {
+    const ModelDims* z = &m->dims;
+    size_t md = z->m * z->d;
+    return (HcRows){t->hc_norm + l * md, t->hc_proj + l * z->E * md, t->hc_bias + l * z->E,
+                    t->hc_scale + l * 3};
+}
+
+void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l) {
+    const Kernels* K = m->kernels;
+    size_t d = m->dims.d, streams = m->dims.m;
+    SubLayer* s = &a->sub[l];
+    if (l == (int)m->dims.n_sub) {
+        K->rmsnorm_forward(s->hc_z, s->hc_rstd, s->streams, m->params.final_norm, N * streams, d);
+        K->mhc_reduce_forward(a->xf, s->hc_z, N, d, streams);
+        return;
+    }
+    HcRows p = hc_rows(m, &m->params, (size_t)l);
+    K->mhc_input_forward(s->h, s->hc_mix, s->hc_e, s->hc_z, s->hc_rstd, s->streams, p.norm,
+                         p.proj, p.bias, p.scale, N, d, streams);
+}
+
+// Its backward: dstreams (N, m*d) += the gradient of the streams entering l from dxn (the
+// head's: from a->dxf); a->dh and the dhc_ buffers are scratch. For l < 2L, a->dhc_mix holds
+// the a_post and H gradients that mhc_output_backward wrote.
+static void mhc_streams_input_backward(Model* m, int l, const float* dxn, float* dstreams) {
+    const Kernels* K = m->kernels;
+    Activations* a = &m->acts;
+    size_t N = m->B * m->T, d = m->dims.d, streams = m->dims.m;
+    const SubLayer* s = &a->sub[l];
+    Norm norm = sublayer_norm(m, l);
+    if (l == (int)m->dims.n_sub) {
+        K->zero(a->dhc_z, N * streams * d);
+        K->mhc_reduce_backward(a->dhc_z, dxn, N, d, streams);
+        K->rmsnorm_backward(dstreams, norm.dweight, a->dhc_z, s->streams, norm.weight,
+                            s->hc_rstd, N * streams, d);
+        return;
+    }
+    K->zero(a->dh, N * d);
+    K->rmsnorm_backward(a->dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
+    HcRows p = hc_rows(m, &m->params, (size_t)l), g = hc_rows(m, &m->grads, (size_t)l);
+    K->mhc_input_backward(dstreams, g.norm, g.proj, g.bias, g.scale, a->dhc_mix, a->dhc_e,
+                          a->dhc_z, a->dh, s->streams, s->hc_z, s->hc_rstd, s->hc_e, s->hc_mix,
+                          p.norm, p.proj, p.scale, N, d, streams);
+}
+
 static void input_forward(Model* m, int l) {
     const Kernels* K = m->kernels;
     const ModelConfig* c = &m->config;
     Activations* a = &m->acts;
     size_t N = m->B * m->T, d = m->dims.d;
     Norm norm = sublayer_norm(m, l);
+    if (m->dims.m > 0) {  // mhc: h_l = u_l from the streams (the head: xf itself)
+        mhc_forward_rows(m, a, N, l);
+        if (l < (int)m->dims.n_sub) { K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d); }
+        return;
+    }
     if (m->dims.S == 0) {  // none: h_l is the residual stream
         K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d);
         return;
@@ -594,13 +688,18 @@ void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t 
     int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0;
     K->embedding_forward(a->x0, tokens, m->params.wte, N, d);
 
-    if (!attnres) { K->copy(a->sub[0].h, a->x0, N * d); }  // none: h_0 = x0
+    if (m->dims.m > 0) {  // mhc: every stream starts as x0
+        K->mhc_expand_forward(a->sub[0].streams, a->x0, N, d, m->dims.m);
+    } else if (!attnres) {
+        K->copy(a->sub[0].h, a->x0, N * d);  // none: h_0 = x0
+    }
     for (int l = 0; l < n_sub; l++) {
         input_forward(m, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
         sublayer_forward(m, l);       // f_l = f_l(xn_l)
         residual_update(m, a, l, N);  // h_{l+1}, or partial[l]
     }
-    input_forward(m, n_sub);          // xf = rmsnorm(out); AttnRes: out = DA_out(blocks)
+    input_forward(m, n_sub);          // xf = rmsnorm(out); AttnRes: out = DA_out(blocks);
+                                      // mhc: xf = sum_s rmsnorm(X_s)
 
     K->linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);
     // targets NULL: probabilities only (for decoding), every row counts as ignored
@@ -632,7 +731,26 @@ void model_backward(Model* m) {
     K->linear_backward(a->dxf, m->grads.lm_head, a->dlogits, a->xf, m->params.lm_head, N, d, V);
 
     K->zero(a->dx0, N * d);
-    if (S == 0) {
+    if (m->dims.m > 0) {
+        // mhc: dX holds the gradient of the streams after sub-layer l, dX_before that of the
+        // streams entering it (both paths into them add there: the mixing and the input's);
+        // then the two swap. After sub-layer 0 the streams are all x0.
+        size_t nd_streams = N * m->dims.m * d;
+        float *dX = a->dstreams, *dX_before = a->dstreams_before;
+        K->zero(dX, nd_streams);
+        mhc_streams_input_backward(m, n_sub, a->dxf, dX);
+        for (int l = n_sub - 1; l >= 0; l--) {
+            const SubLayer* s = &a->sub[l];
+            K->zero(dX_before, nd_streams);
+            K->zero(a->dout, N * d);  // df_l
+            K->mhc_output_backward(dX_before, a->dout, a->dhc_mix, dX, s->streams, s->f,
+                                   s->hc_mix, N, d, m->dims.m);
+            sublayer_backward(m, l, a->dout);
+            mhc_streams_input_backward(m, l, a->dxn, dX_before);
+            float* t = dX; dX = dX_before; dX_before = t;
+        }
+        K->mhc_expand_backward(a->dx0, dX, N, d, m->dims.m);
+    } else if (S == 0) {
         // h_{l+1} = h_l + f_l(h_l): the residual stream's gradient flows straight through, and
         // each sub-layer adds its input's share. One buffer holds it: dh_{l+1} = df_l while
         // sub-layer l's backward reads it, dh_l once l's share is added; after sub-layer 0 it
@@ -752,6 +870,14 @@ const Kernels cpu_kernels = {
     .swiglu_backward = swiglu_backward,
     .attnres_input_forward = attnres_input_forward,
     .attnres_input_backward = attnres_input_backward,
+    .mhc_expand_forward = mhc_expand_forward,
+    .mhc_expand_backward = mhc_expand_backward,
+    .mhc_reduce_forward = mhc_reduce_forward,
+    .mhc_reduce_backward = mhc_reduce_backward,
+    .mhc_input_forward = mhc_input_forward,
+    .mhc_input_backward = mhc_input_backward,
+    .mhc_output_forward = mhc_output_forward,
+    .mhc_output_backward = mhc_output_backward,
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .adamw_update = adamw_update,

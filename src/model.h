@@ -29,6 +29,8 @@ typedef struct {
     int depth_heads;   // K heads over d/K channels each; 0 or 1: one head (--depth-heads)
     int depth_window;  // full only: x0 and the W most recent outputs; 0: all (--depth-window)
     int mixing;        // 0 attention, 1 static softmax(res_logits), 2 DenseFormer res_scalars (--mixing)
+    int streams;       // mHC-lite's m streams, 2 .. 4 (--mode mhc --streams m); 0: not mhc.
+                       // Mode mhc is block_size == 0 with streams >= 2 (state-file slot [19])
 } ModelConfig;
 
 // Returns 0 if the config is valid, else -1 with a one-line reason in err.
@@ -53,6 +55,10 @@ typedef struct {
     size_t K;         // depth-attention heads (1 without --depth-heads)
     // rows (0 or n_res) of each residual tensor, as the variant has them
     size_t n_query_rows, n_norm_rows, n_qproj_rows, n_logit_rows, n_scalar_rows;
+    // mHC-lite: m streams (0 in the other modes), R = m! permutations, E = 2m + R projected
+    // values a row, n_mix = MHC_MIX_WIDTH(m) coefficients a row (layers.h), n_hc_rows = 2L
+    // rows of each hc_ tensor (0 in the other modes)
+    size_t m, R, E, n_mix, n_hc_rows;
 } ModelDims;
 ModelDims model_dims(const ModelConfig* c);
 
@@ -60,9 +66,14 @@ ModelDims model_dims(const ModelConfig* c);
 // The parameter tensors in SPEC's canonical order, one line each: name, size in floats (the
 // product of its shape, in ModelDims `dims`), init, and whether AdamW decays it (SPEC: the
 // matrices, never gains or pseudo-queries). Adding a tensor is adding a line.
-typedef enum { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONE, INIT_ZERO } ParamInit;
+typedef enum {
+    INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONE, INIT_ZERO, INIT_HC_BIAS, INIT_HC_SCALE
+} ParamInit;
 //  INIT_NORMAL: N(0, 0.02); INIT_NORMAL_OUT: N(0, 0.02/sqrt(2L)) (the projections that
-//  write into the residual stream); INIT_ONE: gains; INIT_ZERO: pseudo-queries.
+//  write into the residual stream); INIT_ONE: gains; INIT_ZERO: pseudo-queries;
+//  INIT_HC_BIAS: mHC-lite's biases (model_init_params: sub-layer l reads and writes mostly
+//  stream l mod m, H starts near the identity); INIT_HC_SCALE: 0.01. Only the two normal
+//  inits draw from the random stream.
 #define PARAMETER_TENSORS(X)                                                    \
     /* name         size (floats)                   init             decay */   \
     X(wte,          dims.V * dims.d,                INIT_NORMAL,     1)         \
@@ -75,6 +86,10 @@ typedef enum { INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONE, INIT_ZERO } ParamInit;
     X(wg,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
     X(wu,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
     X(wd,           dims.L * dims.d * dims.F,       INIT_NORMAL_OUT, 1)         \
+    X(hc_norm,      dims.n_hc_rows * dims.m * dims.d, INIT_ONE,      0)         \
+    X(hc_proj,      dims.n_hc_rows * dims.E * dims.m * dims.d, INIT_ZERO, 0)    \
+    X(hc_bias,      dims.n_hc_rows * dims.E,        INIT_HC_BIAS,    0)         \
+    X(hc_scale,     dims.n_hc_rows * 3,             INIT_HC_SCALE,   0)         \
     X(res_logits,   dims.n_logit_rows * dims.n_res, INIT_ZERO,       0)         \
     X(res_scalars,  dims.n_scalar_rows * dims.n_res, INIT_ONE,       0)         \
     X(res_query,    dims.n_query_rows * dims.d,     INIT_ZERO,       0)         \
@@ -94,7 +109,9 @@ typedef enum { PARAMETER_TENSORS(PARAM_ENUM_ENTRY) N_PARAM_TENSORS } ParamIndex;
 //   2L for the output aggregation (absent in none), final_norm (d), lm_head (V,d).
 //   The variants (SPEC "Variants"): res_logits or res_scalars (2L+1,2L+1) replace res_query
 //   and res_norm with --mixing; --key-norm off drops res_norm; --depth-query input adds
-//   res_qproj (2L+1,d,d). An absent tensor has size 0.
+//   res_qproj (2L+1,d,d). mHC-lite (--mode mhc) has hc_norm (2L, m*d) (the gains c_l),
+//   hc_proj (2L, E, m*d) (Phi_l), hc_bias (2L, E) (beta_l: pre, res, post) and hc_scale
+//   (2L, 3) (sigma_l) after wd instead of any res_ tensor. An absent tensor has size 0.
 #define PARAM_FIELD(name, size, init, decay) float* name;
 typedef struct { PARAMETER_TENSORS(PARAM_FIELD) } ParameterTensors;
 #undef PARAM_FIELD
@@ -137,6 +154,13 @@ typedef struct {
     float* last_xn;     // (N,d) rmsnorm(V_last), no gain              [--depth-query input]
     float* last_rstd;   // (N)                                         [--depth-query input]
     float* query_rows;  // (N,d) last_xn U_l^T: the query's row part   [--depth-query input]
+    // mHC-lite: h is u = sum_s a_pre[s] X_s. Slot 2L holds the streams after the last
+    // sub-layer, hc_z = rmsnorm(X_s; final_norm) stream by stream and hc_rstd (N*m)
+    float* streams;   // (N,m*d) the streams X_l entering sub-layer l       [mhc]
+    float* hc_z;      // (N,m*d) rmsnorm(X_l; c_l)                          [mhc]
+    float* hc_rstd;   // (N)                                                [mhc]
+    float* hc_e;      // (N,E) z Phi_l^T                                    [mhc]
+    float* hc_mix;    // (N,n_mix) a_pre, pi, a_post, H (layers.h)          [mhc]
     size_t n_sources;
 } SubLayer;
 
@@ -154,6 +178,9 @@ typedef struct {
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
     float* dpartial;  // (2L/S, N, d) gradients of the partial sums, one a block  [AttnRes]
     float *dquery_rows, *dlast_xn;  // (N,d) each       [--depth-query input]
+    // mhc: the streams' gradients (two buffers, the streams after and before a sub-layer),
+    // dhc_z (N,m*d), dhc_e (N,E) and dhc_mix (N,n_mix) scratch
+    float *dstreams, *dstreams_before, *dhc_z, *dhc_e, *dhc_mix;
 } Activations;
 
 // The size table: points every buffer of a (NULL: only counts) into one block of memory
@@ -260,6 +287,10 @@ DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l);
 // in a, N rows, by the sequential definition: attnres_input_forward (depth_variants.c)
 // without the norm, for the operator the config picks; saves what it needs in a->sub[l].
 void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out);
+// mHC-lite (mhc.c) on the streams in a, N rows: for l < 2L, the input u_l of sub-layer l into
+// a->sub[l].h (before its own norm) from a->sub[l].streams, saving the coefficients there;
+// for l = 2L, the head's input a->xf = sum_s rmsnorm(X_s; final_norm).
+void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l);
 
 #ifdef __cplusplus
 }

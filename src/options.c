@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "layers.h"   // MHC_MAX_STREAMS
 #include "options.h"
 #include "trainer.h"  // trainer_on_gpu
 
@@ -126,9 +127,19 @@ int options_check(Options* o, char* err, size_t err_len) {
         if (o->model.block_size < 2) {
             FAIL("--mode block needs --block-size >= 2 (S = 1 is --mode full)");
         }
+    } else if (strcmp(o->mode, "mhc") == 0) {
+        o->model.block_size = 0;
     } else {
-        FAIL("unknown --mode '%s' (valid: none, full, block)", o->mode);
+        FAIL("unknown --mode '%s' (valid: none, full, block, mhc)", o->mode);
     }
+    int mhc = strcmp(o->mode, "mhc") == 0;
+    if (option_given(o, "--streams") && !mhc) {
+        FAIL("--streams is for --mode mhc (this run has --mode %s)", o->mode);
+    }
+    if (mhc && (o->streams < 2 || o->streams > MHC_MAX_STREAMS)) {
+        FAIL("--streams must be 2 .. %d (got %d)", MHC_MAX_STREAMS, o->streams);
+    }
+    o->model.streams = mhc ? o->streams : 0;
     // the variants' words; model_config_check then checks modes and combinations
     const char* const* words[] = {&o->depth_score, &o->key_norm, &o->depth_query, &o->mixing};
     const char* flag_names[] = {"--depth-score", "--key-norm", "--depth-query", "--mixing"};

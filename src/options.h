@@ -14,7 +14,8 @@ enum { SCHEDULE_COSINE = 0, SCHEDULE_WSD = 1 };
 
 typedef struct {
     ModelConfig model;       // vocab_size is set by the data
-    const char* mode;        // none | full | block
+    const char* mode;        // none | full | block | mhc
+    int streams;             // --streams: mhc's m (options_check sets model.streams)
     // SPEC's depth-attention variants, as words (options_check sets model's switches)
     const char *depth_score, *key_norm, *depth_query, *mixing;
     const char* task;        // reverse | copy | sort | text

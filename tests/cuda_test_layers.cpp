@@ -20,6 +20,9 @@
 //   depth attention   1e-5   1e-5   reductions over C per source and over N for dw, dg
 //   depth variants    1e-5   1e-5   the same per head, and for the query's row part
 //   depth mixing      1e-5   1e-5   sums over sources; over N*C for the coefficients
+//   mHC-lite          1e-5   1e-5   dots over d, the stream norm over m*d, the projection;
+//                     1e-5   1e-4   the parameters' gradients, sums over the N rows
+//                     0      0      expand, reduce: copies and sums over streams in order
 //   crossentropy      1e-6   1e-5   softmax over V; the count is exact
 //   adamw             1e-7   1e-5   elementwise, same formula
 //   global norm       0      1e-5   float partial sums against one sum in double
@@ -965,6 +968,204 @@ TEST_CASE("DenseFormer on the GPU at scalars 1 is the sum of the sources in orde
         return Outputs{{"out", download(d_out, N * C)}};
     });
     compare_exact("DenseFormer at ones", cuda[0].values.data(), running.data(), N * C);
+}
+
+// ---- mHC-lite ------------------------------------------------------------------------------
+// An mHC-lite sub-layer's random inputs: the parameters (projections O(1/sqrt(m d)), so that e
+// is O(1) and no gate or softmax saturates), x0, the sub-layer's output f, and the gradients
+// arriving at the streams after it (dXnext) and at its input (du)
+struct MhcInputs {
+    size_t R, E, W, D;  // m! permutations, E projected values and W coefficients a row, m*d
+    Floats x0, norm_weight, proj, bias, scale, f, dXnext, du;
+    MhcInputs(size_t N, size_t d, size_t m, Rng& rng)
+        : R(mhc_permutation_table(NULL, m)), E(2 * m + R), W(MHC_MIX_WIDTH(m)), D(m * d) {
+        float proj_range = 1.5f / std::sqrt((float)D);
+        x0 = rng.uniform_vector(N * d, -1, 1);
+        norm_weight = rng.uniform_vector(D, 0.5f, 1.5f);
+        proj = rng.uniform_vector(E * D, -proj_range, proj_range);
+        bias = rng.uniform_vector(E, -1, 1);
+        scale = rng.uniform_vector(3, 0.3f, 1.5f);
+        f = rng.uniform_vector(N * d, -1, 1);
+        dXnext = rng.uniform_vector(N * D, -1, 1);
+        du = rng.uniform_vector(N * d, -1, 1);
+    }
+};
+
+// The operators in the order a sub-layer runs them: the streams from x0 (expand), the
+// sub-layer's input u and the coefficients (input), the streams after it (output), the head's
+// sum (reduce); then the backwards in reverse, dmix carrying dH and da_post from the output's
+// backward to the input's. Every accumulated gradient starts random on both sides, and so do
+// the buffers the functions overwrite (mix, e, z, u, the scratch de and dz, dmix).
+TEST_CASE("mHC-lite's operators forward and backward on the GPU match the CPU, m = 2, 3, 4") {
+    Tolerance tol{1e-5, 1e-5}, sum_tol{1e-5, 1e-4};  // sum_tol: sums over the N rows
+    size_t N = 0, d = 0, m = 0;
+    SUBCASE("m=2 N=3 d=8") { m = 2; N = 3; d = 8; }
+    SUBCASE("m=3 N=5 d=37: a stream over a warp, 6 permutations") { m = 3; N = 5; d = 37; }
+    SUBCASE("m=4 N=4 d=40: 24 permutations, 20 dot products a row") { m = 4; N = 4; d = 40; }
+    SUBCASE("m=4 N=70 d=33: the rows' sums in the norm's parts, m*d over a block") { m = 4; N = 70; d = 33; }
+    SUBCASE("m=2 N=2 d=200: a row's columns over a block") { m = 2; N = 2; d = 200; }
+    if (ON_GPU) {
+        SUBCASE("GPU: m=4 N=1024 d=256, the bench model") { m = 4; N = 1024; d = 256; sum_tol = {1e-4, 1e-4}; }
+        SUBCASE("GPU: m=3 N=1021 d=130, odd") { m = 3; N = 1021; d = 130; sum_tol = {1e-4, 1e-4}; }
+    }
+    CAPTURE(m);
+    CAPTURE(N);
+    CAPTURE(d);
+    Rng rng(14);
+    MhcInputs in(N, d, m, rng);
+    size_t R = in.R, E = in.E, W = in.W, D = in.D;
+    const Floats &x0 = in.x0, &norm_weight = in.norm_weight, &proj = in.proj, &bias = in.bias;
+    const Floats &scale = in.scale, &f = in.f, &dXnext = in.dXnext, &du = in.du;
+    Floats X = rng.uniform_vector(N * D, -1, 1);
+    Floats dout = rng.uniform_vector(N * d, -1, 1);
+    // what the backwards add into, and what the functions overwrite
+    Floats dX0 = rng.uniform_vector(N * D, -1, 1), df0 = rng.uniform_vector(N * d, -1, 1);
+    Floats dx00 = rng.uniform_vector(N * d, -1, 1), dnorm0 = rng.uniform_vector(D, -1, 1);
+    Floats dproj0 = rng.uniform_vector(E * D, -1, 1), dbias0 = rng.uniform_vector(E, -1, 1);
+    Floats dscale0 = rng.uniform_vector(3, -1, 1);
+    Floats stale_mix = rng.uniform_vector(N * W, -1, 1), stale_dmix = rng.uniform_vector(N * W, -1, 1);
+    Floats stale_e = rng.uniform_vector(N * E, -1, 1), stale_z = rng.uniform_vector(N * D, -1, 1);
+    Floats stale_rows = rng.uniform_vector(N * D, -1, 1);  // for u, Xnext, out, the expanded X
+
+    // the CPU
+    Floats expanded = stale_rows, u(stale_rows.begin(), stale_rows.begin() + N * d), mix = stale_mix;
+    Floats e = stale_e, z = stale_z, rstd(N), Xnext = stale_rows;
+    Floats out(stale_rows.begin(), stale_rows.begin() + N * d);
+    Floats dX = dX0, df = df0, dmix = stale_dmix, dx0 = dx00, dnorm = dnorm0, dproj = dproj0;
+    Floats dbias = dbias0, dscale = dscale0, de = stale_e, dz = stale_z, dX_reduce = dX0;
+    mhc_expand_forward(expanded.data(), x0.data(), N, d, m);
+    mhc_input_forward(u.data(), mix.data(), e.data(), z.data(), rstd.data(), X.data(),
+                      norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
+    mhc_output_forward(Xnext.data(), X.data(), f.data(), mix.data(), N, d, m);
+    mhc_reduce_forward(out.data(), X.data(), N, d, m);
+    mhc_reduce_backward(dX_reduce.data(), dout.data(), N, d, m);
+    mhc_output_backward(dX.data(), df.data(), dmix.data(), dXnext.data(), X.data(), f.data(),
+                        mix.data(), N, d, m);
+    mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
+                       dmix.data(), de.data(), dz.data(), du.data(), X.data(), z.data(),
+                       rstd.data(), e.data(), mix.data(), norm_weight.data(), proj.data(),
+                       scale.data(), N, d, m);
+    mhc_expand_backward(dx0.data(), dX.data(), N, d, m);
+
+    Outputs cuda = run_cuda([&] {
+        Device dev;
+        float *d_X = dev.upload(X), *d_f = dev.upload(f), *d_norm = dev.upload(norm_weight);
+        float *d_proj = dev.upload(proj), *d_scale = dev.upload(scale);
+        float *d_expanded = dev.upload(stale_rows), *d_Xnext = dev.upload(stale_rows);
+        float *d_u = dev.upload(Floats(stale_rows.begin(), stale_rows.begin() + N * d));
+        float *d_out = dev.upload(Floats(stale_rows.begin(), stale_rows.begin() + N * d));
+        float *d_mix = dev.upload(stale_mix), *d_e = dev.upload(stale_e), *d_z = dev.upload(stale_z);
+        float *d_rstd = dev.zeros(N), *d_dX = dev.upload(dX0), *d_df = dev.upload(df0);
+        float *d_dmix = dev.upload(stale_dmix), *d_dx0 = dev.upload(dx00);
+        float *d_dnorm = dev.upload(dnorm0), *d_dproj = dev.upload(dproj0);
+        float *d_dbias = dev.upload(dbias0), *d_dscale = dev.upload(dscale0);
+        float *d_de = dev.upload(stale_e), *d_dz = dev.upload(stale_z);
+        float* d_dX_reduce = dev.upload(dX0);
+        mhc_expand_forward_cuda(d_expanded, dev.upload(x0), N, d, m);
+        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, d_norm, d_proj, dev.upload(bias),
+                               d_scale, N, d, m);
+        mhc_output_forward_cuda(d_Xnext, d_X, d_f, d_mix, N, d, m);
+        mhc_reduce_forward_cuda(d_out, d_X, N, d, m);
+        mhc_reduce_backward_cuda(d_dX_reduce, dev.upload(dout), N, d, m);
+        mhc_output_backward_cuda(d_dX, d_df, d_dmix, dev.upload(dXnext), d_X, d_f, d_mix, N, d, m);
+        mhc_input_backward_cuda(d_dX, d_dnorm, d_dproj, d_dbias, d_dscale, d_dmix, d_de, d_dz,
+                                dev.upload(du), d_X, d_z, d_rstd, d_e, d_mix, d_norm, d_proj,
+                                d_scale, N, d, m);
+        mhc_expand_backward_cuda(d_dx0, d_dX, N, d, m);
+        return Outputs{{"expanded X", download(d_expanded, N * D)}, {"u", download(d_u, N * d)},
+                       {"mix", download(d_mix, N * W)}, {"e", download(d_e, N * E)},
+                       {"z", download(d_z, N * D)}, {"rstd", download(d_rstd, N)},
+                       {"Xnext", download(d_Xnext, N * D)}, {"out", download(d_out, N * d)},
+                       {"dX of reduce", download(d_dX_reduce, N * D)},
+                       {"dX", download(d_dX, N * D)}, {"df", download(d_df, N * d)},
+                       {"dmix", download(d_dmix, N * W)}, {"de", download(d_de, N * E)},
+                       {"dnorm_weight", download(d_dnorm, D)}, {"dproj", download(d_dproj, E * D)},
+                       {"dbias", download(d_dbias, E)}, {"dscale", download(d_dscale, 3)},
+                       {"dx0", download(d_dx0, N * d)}};
+    });
+    // copies and sums over the streams in the CPU's order: its bits
+    compare_exact("expanded X", cuda[0].values.data(), expanded.data(), N * D);
+    compare_exact("dX of reduce", cuda[8].values.data(), dX_reduce.data(), N * D);
+    compare_exact("out", cuda[7].values.data(), out.data(), N * d);
+    const Floats* cpu[] = {&expanded, &u, &mix, &e, &z, &rstd, &Xnext, &out, &dX_reduce, &dX, &df,
+                           &dmix, &de, &dnorm, &dproj, &dbias, &dscale, &dx0};
+    for (size_t i = 0; i < cuda.size(); i++) {
+        bool over_rows = i >= 13 && i <= 16;  // dnorm_weight, dproj, dbias, dscale
+        check(cuda[i], *cpu[i], over_rows ? sum_tol : tol);
+    }
+    // H is doubly stochastic: every row and column of every position's H sums to 1
+    for (size_t n = 0; n < N; n++) {
+        const float* H = cuda[2].values.data() + n * W + 2 * m + R;
+        for (size_t i = 0; i < m; i++) {
+            float row = 0.0f, column = 0.0f;
+            for (size_t j = 0; j < m; j++) { row += H[i * m + j]; column += H[j * m + i]; }
+            CHECK(row == doctest::Approx(1.0).epsilon(1e-5));
+            CHECK(column == doctest::Approx(1.0).epsilon(1e-5));
+        }
+    }
+}
+
+// At sub-layer 0 every stream is x0: H mixes equal streams, every permutation's gradient dpi_r
+// sums the same values, and the gradients of the res logits are exactly 0 (the CPU sums in
+// double, the GPU in increasing order), so the identity's bias and the res rows of the
+// projection and of the scale get no rounding noise to step on.
+TEST_CASE("mHC-lite on the GPU: with every stream equal the res logits' gradients are exactly 0, as on the CPU") {
+    size_t m = 0;
+    SUBCASE("m=2") { m = 2; }
+    SUBCASE("m=3") { m = 3; }
+    SUBCASE("m=4") { m = 4; }
+    CAPTURE(m);
+    // many rows: the sums of 3 or 4 terms in another order round differently in some of them
+    const size_t N = 64, d = 20;
+    Rng rng(15);
+    MhcInputs in(N, d, m, rng);
+    size_t R = in.R, E = in.E, W = in.W, D = in.D;
+    const Floats &x0 = in.x0, &norm_weight = in.norm_weight, &proj = in.proj, &bias = in.bias;
+    const Floats &scale = in.scale, &f = in.f, &dXnext = in.dXnext, &du = in.du;
+    Floats dbias0 = rng.uniform_vector(E, -1, 1), dscale0 = rng.uniform_vector(3, -1, 1);
+    // the CPU's coefficients and backward, from streams that are all x0
+    Floats X(N * D), u(N * d), mix(N * W), e(N * E), z(N * D), rstd(N), Xnext(N * D);
+    Floats dX(N * D, 0.0f), df(N * d, 0.0f), dmix(N * W), dnorm(D, 0.0f), dproj(E * D, 0.0f);
+    Floats dbias = dbias0, dscale = dscale0, de(N * E), dz(N * D);
+    mhc_expand_forward(X.data(), x0.data(), N, d, m);
+    mhc_input_forward(u.data(), mix.data(), e.data(), z.data(), rstd.data(), X.data(),
+                      norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
+    mhc_output_backward(dX.data(), df.data(), dmix.data(), dXnext.data(), X.data(), f.data(),
+                        mix.data(), N, d, m);
+    mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
+                       dmix.data(), de.data(), dz.data(), du.data(), X.data(), z.data(),
+                       rstd.data(), e.data(), mix.data(), norm_weight.data(), proj.data(),
+                       scale.data(), N, d, m);
+    Outputs cuda = run_cuda([&] {
+        Device dev;
+        float *d_X = dev.zeros(N * D), *d_u = dev.zeros(N * d), *d_mix = dev.zeros(N * W);
+        float *d_e = dev.zeros(N * E), *d_z = dev.zeros(N * D), *d_rstd = dev.zeros(N);
+        float *d_dX = dev.zeros(N * D), *d_df = dev.zeros(N * d), *d_dmix = dev.zeros(N * W);
+        float *d_dnorm = dev.zeros(D), *d_dproj = dev.zeros(E * D), *d_f = dev.upload(f);
+        float *d_dbias = dev.upload(dbias0), *d_dscale = dev.upload(dscale0);
+        float *d_de = dev.zeros(N * E), *d_dz = dev.zeros(N * D);
+        float *d_norm = dev.upload(norm_weight), *d_proj = dev.upload(proj), *d_scale = dev.upload(scale);
+        mhc_expand_forward_cuda(d_X, dev.upload(x0), N, d, m);
+        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, d_norm, d_proj, dev.upload(bias),
+                               d_scale, N, d, m);
+        mhc_output_backward_cuda(d_dX, d_df, d_dmix, dev.upload(dXnext), d_X, d_f, d_mix, N, d, m);
+        mhc_input_backward_cuda(d_dX, d_dnorm, d_dproj, d_dbias, d_dscale, d_dmix, d_de, d_dz,
+                                dev.upload(du), d_X, d_z, d_rstd, d_e, d_mix, d_norm, d_proj,
+                                d_scale, N, d, m);
+        return Outputs{{"de", download(d_de, N * E)}, {"dbias", download(d_dbias, E)},
+                       {"dscale", download(d_dscale, 3)}};
+    });
+    Floats zeros(R, 0.0f);
+    for (size_t n = 0; n < N; n++) {
+        CAPTURE(n);
+        compare_exact("CPU: de of the res logits", de.data() + n * E + m, zeros.data(), R);
+        compare_exact("GPU: de of the res logits", cuda[0].values.data() + n * E + m, zeros.data(), R);
+    }
+    compare_exact("GPU: dbias of the res logits, unchanged", cuda[1].values.data() + m,
+                  dbias0.data() + m, R);
+    compare_exact("GPU: dscale of the res logits, unchanged", cuda[2].values.data() + 1,
+                  dscale0.data() + 1, 1);
+    check(cuda[0], de, Tolerance{1e-5, 1e-5});  // the other gradients as in the test above
 }
 
 // ---- crossentropy ------------------------------------------------------------------------

@@ -1,5 +1,5 @@
 // cuda_test_model.cpp — the whole model on the GPU (cuda/model.cu) against the CPU model
-// (src/model.c), in every residual mode and in SPEC's variants: logits, probabilities, loss,
+// (src/model.c), in every residual mode (mhc too) and in SPEC's variants: logits, probabilities, loss,
 // every gradient tensor, then three AdamW steps with gradient clipping (losses, norms,
 // parameters, m and v).
 // Built by g++ with tests/cuda_emu.h (no GPU needed), `make test` runs it in both thread
@@ -273,6 +273,28 @@ TEST_CASE("the whole model on the GPU matches the CPU in SPEC's variants") {
     check_gpu_model(c, Steps::same_gradients);
 }
 
+// mHC-lite (mhc.cu; SPEC "mHC-lite"), m = 2, 3, 4: the streams, their norm over m*d values,
+// the coefficients, H as a mix of the m! permutations, the head's sum of the normed streams.
+// The steps use the GPU's gradients on both sides (Steps::same_gradients): every stream
+// entering sub-layer 0 is x0, so its input u = (sum_s a_pre[s]) x0 is x0 scaled, a scale
+// that the sub-layer's RMSNorm takes out again, and the gradients of its pre gates (their
+// rows of hc_proj, hc_bias and the pre scale) are rounding noise that only the norm's eps
+// sees (as DenseFormer's beta_{0,0} below), which AdamW's first steps move by about lr either
+// way. Stepped their own ways, those parameters differed by up to 1e-3 after 3 steps, with
+// every gradient in tolerance. (The res logits' gradients there are exactly 0 on both sides:
+// H mixes equal streams; tests/cuda_test_layers.cpp.)
+TEST_CASE("the whole model on the GPU matches the CPU in mhc mode, m = 2, 3, 4") {
+    //                V   d  L  H  G  F  S
+    ModelConfig c = {11, 16, 2, 4, 2, 24, 0};
+    SUBCASE("m=2") { c.streams = 2; }
+    SUBCASE("m=3, L=3, multi-query") { c.streams = 3; c.n_layers = 3; c.n_kv_heads = 1; }
+    SUBCASE("m=4") { c.streams = 4; }
+    char problem[256];
+    REQUIRE_MESSAGE(model_config_check(&c, problem, sizeof problem) == 0, problem);
+    CAPTURE(c.streams);
+    check_gpu_model(c, Steps::same_gradients);
+}
+
 // ./train_cuda's step reads the loss and the gradient norm back once, after the backward
 // (model_forward_backward_cuda): the same numbers, bit for bit, as the step taken in pieces,
 // each read back when asked (model_forward_cuda, model_grad_norm_cuda), and the same gradients.
@@ -281,6 +303,7 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
     ModelConfig c = {11, 16, 2, 4, 2, 24, 2};
     SUBCASE("block S=2") { c.block_size = 2; }
     SUBCASE("none") { c.block_size = 0; }
+    SUBCASE("mhc, 4 streams") { c.block_size = 0; c.streams = 4; }
     const size_t B = 3, T = 6, N = B * T;
     std::vector<int> tokens, targets;
     random_batch(tokens, targets, N, c.vocab_size, 45, 5);

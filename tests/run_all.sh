@@ -57,7 +57,8 @@ done
 # a bad state file, or a path that is none (a text, a directory, a device): exit status 2
 # and one line naming the problem. Slots [13..18] hold SPEC's variant switches: an unknown
 # value, a switch the mode does not have, a head count that does not divide d, or a
-# ruled-out combination is a bad file.
+# ruled-out combination is a bad file; so is [19] (mHC-lite's streams) outside 2 .. 4, or with
+# a block size.
 check_state_refuses() {
     local dir=$TEST_DIR out status
     set_slot() {  # FILE SLOT BYTE: int32 slot SLOT of the header = BYTE
@@ -68,6 +69,8 @@ check_state_refuses() {
     cp tests/data/full_gqa_rand.bin "$dir/heads.bin" && set_slot "$dir/heads.bin" 16 3
     cp tests/data/full_sigmoid_rand.bin "$dir/combination.bin" && set_slot "$dir/combination.bin" 18 1
     cp tests/data/block_s2_mqa_rand.bin "$dir/window.bin" && set_slot "$dir/window.bin" 17 2
+    cp tests/data/mhc_m2_gqa_rand.bin "$dir/streams.bin" && set_slot "$dir/streams.bin" 19 5
+    cp tests/data/block_s2_mqa_rand.bin "$dir/streams_block.bin" && set_slot "$dir/streams_block.bin" 19 2
     head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
     cp tests/data/none_mha_rand.bin "$dir/magic.bin" && set_slot "$dir/magic.bin" 0 0
     echo "a text, shorter than a header" >"$dir/text.bin"
@@ -82,6 +85,8 @@ check_state_refuses() {
     refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
     refused "$dir/combination.bin" "invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
     refused "$dir/window.bin" "invalid shape or variant: --depth-window applies to mode full only"
+    refused "$dir/streams.bin" "invalid shape or variant: --streams must be 2 .. 4 (got 5)"
+    refused "$dir/streams_block.bin" "invalid shape or variant: --streams is for --mode mhc, not an AttnRes mode (block size 2)"
     refused "$dir/short.bin" "truncated (no complete 256-int header)"
     refused "$dir/magic.bin" "wrong magic number (not a reference state file)"
     refused "$dir/text.bin" "wrong magic number (not a reference state file)"
@@ -90,7 +95,7 @@ check_state_refuses() {
     refused /dev/zero "not a regular file (a device, pipe or socket)"
     return $ok
 }
-single "check_state refuses a bad state file (variant slots, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
+single "check_state refuses a bad state file (variant slots, streams slot, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
 
 # --out writes OUT.tmp and renames it over OUT: a pipe (or a device such as /dev/null) at OUT
 # is refused with exit 2, not replaced by a file
@@ -211,6 +216,8 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode block --block-size 2 --depth-score sigmoid --depth-heads 2 --depth-query input
     single "train_cuda (emulated) matches train, full window 2 + static mixing" \
         train_cuda_emu_matches_train --mode full --depth-window 2 --mixing static
+    single "train_cuda (emulated) matches train, mhc 3 streams" \
+        train_cuda_emu_matches_train --mode mhc --streams 3
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process

@@ -211,7 +211,7 @@ Args tiny(Args extra = {}) {
 }
 
 // The flags the trainer documents (train.c), in --help order.
-const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--block-size", "--task",
+const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--streams", "--block-size", "--task",
                              "--text", "--length", "--symbols", "--eval-examples", "--batch",
                              "--seq-len", "--steps", "--lr", "--warmup", "--final-lr-frac",
                              "--schedule", "--decay-frac", "--weight-decay", "--grad-clip", "--beta1",
@@ -302,6 +302,14 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--schedule", "wsd", "--decay-frac", "nan"}, {"--decay-frac", "number", "nan"}},
         {{"--decay-frac", "0.3"}, {"--decay-frac", "--schedule wsd", "cosine"}},
         {{"--schedule", "cosine", "--decay-frac", "0.3"}, {"--decay-frac", "--schedule wsd"}},
+        // mHC-lite: 2 .. 4 streams, --streams only with --mode mhc, no depth-attention switch
+        {{"--mode", "mhc", "--streams", "5"}, {"--streams", "2 .. 4", "5"}},
+        {{"--mode", "mhc", "--streams", "1"}, {"--streams", "2 .. 4", "1"}},
+        {{"--streams", "3"}, {"--streams", "--mode mhc", "block"}},
+        {{"--mode", "none", "--streams", "2"}, {"--streams", "--mode mhc", "none"}},
+        {{"--mode", "mhc", "--depth-score", "sigmoid"}, {"--depth-score sigmoid", "mode mhc"}},
+        {{"--mode", "mhc", "--mixing", "static"}, {"--mixing", "mode mhc"}},
+        {{"--mode", "mhc", "--block-size", "2"}, {"--block-size", "--mode block", "mhc"}},
     };
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
@@ -856,6 +864,40 @@ TEST_CASE("a checkpoint is never written from parameters whose val_loss is not f
 TEST_CASE("a tiny learning rate is a number: 1e-45 (subnormal) parses and trains") {
     TempDir dir;
     check_success(run_train(dir, tiny({"--lr", "1e-45", "--steps", "2", "--eval-every", "2"})));
+}
+
+TEST_CASE("mode mhc trains, resumes and samples; its checkpoint records m and refuses another mode or m") {
+    TempDir dir;
+    for (const char* m : {"2", "4"}) {
+        std::string path = dir.file(std::string("mhc") + m + ".ckpt");
+        Args args = {"--mode", "mhc", "--streams", m, "--steps", "4", "--eval-every", "2",
+                     "--checkpoint", path};
+        Args first = args;
+        first.insert(first.end(), {"--stop-after", "2"});
+        Run run = run_train(dir, tiny(first));
+        check_success(run);
+        CHECK(contains(run.out, std::string("mode mhc (m=") + m + ")"));
+        // header slot [134] holds m
+        std::vector<int> header(256);
+        FILE* f = std::fopen(path.c_str(), "rb");
+        REQUIRE(f != nullptr);
+        REQUIRE(std::fread(header.data(), sizeof(int), 256, f) == 256);
+        std::fclose(f);
+        CHECK(header[134] == std::atoi(m));
+        CHECK(header[8] == 0);
+        // another mode, or another m, is refused naming the checkpoint's mode
+        Args none = {"--mode", "none", "--steps", "4", "--eval-every", "2", "--resume",
+                     "--checkpoint", path};
+        check_error(run_train(dir, tiny(none)), {path, std::string("mhc m=") + m});
+        Args other = {"--mode", "mhc", "--streams", "3", "--steps", "4", "--eval-every", "2",
+                      "--resume", "--checkpoint", path};
+        check_error(run_train(dir, tiny(other)), {path, std::string("mhc m=") + m, "mhc m=3"});
+        // the same flags resume to the end, and --sample reads it
+        Args resume = args;
+        resume.push_back("--resume");
+        check_success(run_train(dir, tiny(resume)));
+        check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1"}));
+    }
 }
 
 TEST_CASE("--resume refuses a run whose flags differ from the checkpoint's, naming the flag") {

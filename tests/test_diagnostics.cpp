@@ -1,7 +1,8 @@
 // test_diagnostics.cpp — the statistics of src/diagnostics.h on tiny models: RMS of known
 // tensors and of each sub-layer's input and output, per-layer gradient norms that cover
 // exactly their slices and add up to the global norm, depth-attention weights (rows sum to
-// 1, uniform under zero pseudo-queries, columns where SPEC puts the sources), the CSV files
+// 1, uniform under zero pseudo-queries, columns where SPEC puts the sources), mHC-lite's
+// coefficients (token means, H doubly stochastic, SPEC's init), the CSV files
 // and text heatmap, and that measuring changes nothing: training with diagnostics on is
 // bit-identical to training with them off, in-process and through ./train.
 #include <doctest/doctest.h>
@@ -79,6 +80,16 @@ void random_batch(int V, size_t n, uint64_t seed, std::vector<int>& tokens, std:
         tokens[i] = (int)(rng.next() % (uint64_t)V);
         targets[i] = (int)(rng.next() % (uint64_t)V);
     }
+}
+
+// the squares of every gradient group's norm, both arrays: the global norm squared
+double groups_squared(const Diagnostics& dg) {
+    double total = 0.0;
+    for (int i = 0; i < dg.n_sub + 2; i++) {
+        total += (double)dg.grad_norm[i] * dg.grad_norm[i];
+        total += (double)dg.res_grad_norm[i] * dg.res_grad_norm[i];
+    }
+    return total;
 }
 
 double squares(const float* x, size_t n) {
@@ -279,14 +290,9 @@ TEST_CASE("per-layer gradient norms square-sum to the global norm squared, the f
         std::fill(sd.dg.grad_norm, sd.dg.grad_norm + L2 + 2, -1.0f);
         std::fill(sd.dg.res_grad_norm, sd.dg.res_grad_norm + L2 + 2, -1.0f);
         diagnostics_measure_layers(&sd.dg, &m);
-        double total = 0.0;
-        for (int i = 0; i < L2 + 2; i++) {
-            total += (double)sd.dg.grad_norm[i] * sd.dg.grad_norm[i];
-            total += (double)sd.dg.res_grad_norm[i] * sd.dg.res_grad_norm[i];
-            CHECK(sd.dg.grad_norm[i] > 0.0f);
-        }
+        for (int i = 0; i < L2 + 2; i++) CHECK(sd.dg.grad_norm[i] > 0.0f);
         double global = model_grad_norm(&m);
-        CHECK(total == doctest::Approx(global * global).epsilon(1e-5));
+        CHECK(groups_squared(sd.dg) == doctest::Approx(global * global).epsilon(1e-5));
         CHECK(sd.dg.res_grad_norm[0] == 0.0f);
         CHECK(sd.dg.res_grad_norm[1] == 0.0f);  // SPEC: w_0, g_0 get exactly zero gradient
         if (c.block_size > 0) CHECK(sd.dg.res_grad_norm[2] > 0.0f);
@@ -310,13 +316,8 @@ TEST_CASE("with each variant's residual tensors, the gradient groups still squar
         ScopedDiagnostics sd(run.c);
         diagnostics_measure_layers(&sd.dg, &m);
         int L2 = 2 * run.c.n_layers;
-        double total = 0.0;
-        for (int i = 0; i < L2 + 2; i++) {
-            total += (double)sd.dg.grad_norm[i] * sd.dg.grad_norm[i];
-            total += (double)sd.dg.res_grad_norm[i] * sd.dg.res_grad_norm[i];
-        }
         double global = model_grad_norm(&m);
-        CHECK(total == doctest::Approx(global * global).epsilon(1e-5));
+        CHECK(groups_squared(sd.dg) == doctest::Approx(global * global).epsilon(1e-5));
         CHECK(sd.dg.res_grad_norm[L2 + 1] > 0.0f);  // the output aggregation's row
     }
 }
@@ -618,6 +619,196 @@ TEST_CASE("the text heatmap has a header, one shaded row per sub-layer and the o
     CHECK(lines[8].find("█ >= 70%") != std::string::npos);
 }
 
+// ---- mHC-lite (SPEC "mHC-lite") ----------------------------------------------------------
+
+// V = 9, d = 8, L = 2 (4 sub-layers), H = 2, G = 1, F = 12, mhc with m streams
+static ModelConfig mhc_config(int m) {
+    ModelConfig c = {9, 8, 2, 2, 1, 12, 0};
+    c.streams = m;
+    return c;
+}
+
+// mhc's parameters away from their init (which gives every token the same coefficients):
+// projections, biases and scales random, so the coefficients vary from token to token
+static void randomize_mhc(Model& m, uint64_t seed) {
+    Rng rng(seed);
+    for (size_t i = 0; i < m.param_sizes[PARAM_hc_proj]; i++) m.params.hc_proj[i] = rng.uniform(-0.5f, 0.5f);
+    for (size_t i = 0; i < m.param_sizes[PARAM_hc_bias]; i++) m.params.hc_bias[i] = rng.uniform(-1.5f, 1.5f);
+    for (size_t i = 0; i < m.param_sizes[PARAM_hc_scale]; i++) m.params.hc_scale[i] = rng.uniform(0.5f, 2.0f);
+}
+
+TEST_CASE("mHC-lite's measured coefficients are the token means of a_pre, a_post and H; H doubly stochastic") {
+    const size_t B = 2, T = 5, N = B * T;
+    for (int streams : {2, 3, 4}) {
+        CAPTURE(streams);
+        ModelConfig c = mhc_config(streams);
+        ScopedModel scoped(c, B, T);
+        Model& m = scoped.m;
+        model_init_params(&m, 3);
+        randomize_mhc(m, 4);
+        ScopedDiagnostics sd(c);
+        REQUIRE(sd.dg.streams == streams);
+        CHECK(sd.dg.alpha == nullptr);  // no depth attention
+        std::vector<int> tokens, targets;
+        random_batch(c.vocab_size, N, 5, tokens, targets);
+        model_forward(&m, tokens.data(), targets.data(), B, T);
+        size_t s_m = (size_t)streams, L2 = 2 * (size_t)c.n_layers;
+        // a sentinel in every entry: each one checked below must have been written
+        std::fill(sd.dg.hc_pre, sd.dg.hc_pre + L2 * s_m, -1.0f);
+        std::fill(sd.dg.hc_post, sd.dg.hc_post + L2 * s_m, -1.0f);
+        std::fill(sd.dg.hc_h, sd.dg.hc_h + L2 * s_m * s_m, -1.0f);
+        diagnostics_measure_alpha(&sd.dg, &m);
+        // the reference: layers.h's layout of a row's coefficients, [a_pre | pi | a_post | H]
+        size_t R = mhc_permutation_table(NULL, s_m), W = MHC_MIX_WIDTH(s_m);
+        for (size_t l = 0; l < L2; l++) {
+            CAPTURE(l);
+            const float* mix = m.acts.sub[l].hc_mix;
+            bool varies = false;  // some coefficient differs between the first token and another
+            for (size_t k = W; k < N * W; k++) varies |= mix[k % W] != mix[k];
+            CHECK(varies);
+            for (size_t s = 0; s < s_m; s++) {
+                double pre = 0.0, post = 0.0;
+                for (size_t n = 0; n < N; n++) {
+                    pre += mix[n * W + s];
+                    post += mix[n * W + s_m + R + s];
+                }
+                float a_pre = sd.dg.hc_pre[l * s_m + s], a_post = sd.dg.hc_post[l * s_m + s];
+                CHECK(a_pre == doctest::Approx(pre / N).epsilon(1e-6));
+                CHECK(a_post == doctest::Approx(post / N).epsilon(1e-6));
+                CHECK(a_pre > 0.0f);
+                CHECK(a_pre < 1.0f);
+                CHECK(a_post > 0.0f);
+                CHECK(a_post < 2.0f);
+                double row = 0.0, column = 0.0;
+                for (size_t t = 0; t < s_m; t++) {
+                    double h = 0.0;
+                    for (size_t n = 0; n < N; n++) h += mix[n * W + 2 * s_m + R + s * s_m + t];
+                    float got = sd.dg.hc_h[(l * s_m + s) * s_m + t];
+                    CHECK(got == doctest::Approx(h / N).epsilon(1e-6));
+                    CHECK(got >= 0.0f);
+                    CHECK(got <= 1.0f);
+                    row += got;
+                    column += sd.dg.hc_h[(l * s_m + t) * s_m + s];
+                }
+                CHECK(row == doctest::Approx(1.0).epsilon(1e-5));
+                CHECK(column == doctest::Approx(1.0).epsilon(1e-5));
+            }
+        }
+    }
+}
+
+TEST_CASE("at mHC-lite's init sub-layer l reads and writes mostly stream l mod m, and H is nearly the identity") {
+    const size_t B = 1, T = 4;
+    for (int streams : {2, 4}) {
+        CAPTURE(streams);
+        ModelConfig c = mhc_config(streams);
+        ScopedModel scoped(c, B, T);
+        model_init_params(&scoped.m, 8);
+        ScopedDiagnostics sd(c);
+        std::vector<int> tokens = {1, 2, 3, 4};
+        model_forward(&scoped.m, tokens.data(), NULL, B, T);
+        diagnostics_measure_alpha(&sd.dg, &scoped.m);
+        size_t s_m = (size_t)streams;
+        for (size_t l = 0; l < 2 * (size_t)c.n_layers; l++) {
+            CAPTURE(l);
+            for (size_t s = 0; s < s_m; s++) {
+                bool own = s == l % s_m;  // bias +1 there, -1 elsewhere, projections 0
+                CHECK(sd.dg.hc_pre[l * s_m + s] == doctest::Approx(own ? 0.7310586 : 0.2689414).epsilon(1e-4));
+                CHECK(sd.dg.hc_post[l * s_m + s] == doctest::Approx(own ? 1.4621172 : 0.5378828).epsilon(1e-4));
+                CHECK(sd.dg.hc_h[(l * s_m + s) * s_m + s] > 0.99f);
+            }
+        }
+    }
+}
+
+TEST_CASE("in mhc mode each sub-layer's stream mixing is a gradient group; all square-sum to the global norm") {
+    const size_t B = 2, T = 3, N = B * T;
+    ModelConfig c = mhc_config(3);
+    ScopedModel scoped(c, B, T);
+    Model& m = scoped.m;
+    model_init_params(&m, 9);
+    randomize_mhc(m, 10);
+    ScopedDiagnostics sd(c);
+    std::vector<int> tokens, targets;
+    random_batch(c.vocab_size, N, 11, tokens, targets);
+    model_forward(&m, tokens.data(), targets.data(), B, T);
+    model_zero_grad(&m);
+    model_backward(&m);
+    int L2 = 2 * c.n_layers;
+    std::fill(sd.dg.res_grad_norm, sd.dg.res_grad_norm + L2 + 2, -1.0f);
+    diagnostics_measure_layers(&sd.dg, &m);
+    double global = model_grad_norm(&m);
+    CHECK(groups_squared(sd.dg) == doctest::Approx(global * global).epsilon(1e-5));
+    CHECK(sd.dg.res_grad_norm[0] == 0.0f);       // the embedding
+    CHECK(sd.dg.res_grad_norm[L2 + 1] == 0.0f);  // the head: the streams' sum learns nothing
+    // sub-layer l's group is exactly its rows of the four hc_ tensors
+    size_t md = 3 * (size_t)c.d_model, E = m.dims.E;
+    for (int l = 0; l < L2; l++) {
+        double sum = squares(m.grads.hc_norm + l * md, md) + squares(m.grads.hc_proj + l * E * md, E * md)
+                   + squares(m.grads.hc_bias + l * E, E) + squares(m.grads.hc_scale + l * 3, 3);
+        CHECK(sd.dg.res_grad_norm[1 + l] == doctest::Approx(std::sqrt(sum)).epsilon(1e-6));
+        CHECK(sd.dg.res_grad_norm[1 + l] > 0.0f);
+    }
+}
+
+TEST_CASE("mhc.csv: a line per sub-layer and stream with a_pre, a_post and row s of H; meta names mhc and m") {
+    ModelConfig c = mhc_config(3);
+    ScopedModel scoped(c, 1, 4);
+    Model& m = scoped.m;
+    model_init_params(&m, 1);
+    randomize_mhc(m, 2);
+    std::vector<int> tokens = {1, 2, 3, 4}, targets = {2, 3, 4, -1};
+    TempDir dir;
+    std::string run = dir.path + "/run";
+    char err[256];
+    {
+        ScopedDiagnostics sd(c);
+        REQUIRE(diagnostics_open(&sd.dg, run.c_str(), -1, "./train --mode mhc", err, sizeof(err)) == 0);
+        model_forward(&m, tokens.data(), targets.data(), 1, 4);
+        model_zero_grad(&m);
+        model_backward(&m);
+        diagnostics_measure_layers(&sd.dg, &m);
+        CHECK(diagnostics_write_layers(&sd.dg, 5) == 0);
+        diagnostics_measure_alpha(&sd.dg, &m);
+        CHECK(diagnostics_write_alpha(&sd.dg, 5) == 0);
+        CHECK(diagnostics_write_alpha(&sd.dg, 6) == 0);
+    }
+    std::vector<std::string> meta = read_lines(run + "/meta.csv");
+    REQUIRE(meta.size() == 17);
+    CHECK(meta[1] == "mode,mhc");
+    CHECK(meta[2] == "block_size,0");
+    CHECK(meta[15] == "streams,3");
+    CHECK(meta[16] == "command,./train --mode mhc");
+    CHECK(read_lines(run + "/alpha.csv").size() == 1);  // its header only: no depth attention
+    std::vector<std::string> layers = read_lines(run + "/layers.csv");
+    REQUIRE(layers.size() == 1 + 1 + 4 + 1);
+    CHECK(layers[2].back() != ',');  // the sub-layers' res_grad_norm: their stream mixing's
+    CHECK(layers[6].back() == ',');  // out: none
+    std::vector<std::string> lines = read_lines(run + "/mhc.csv");
+    REQUIRE(lines.size() == 1 + 2 * 4 * 3);  // two records of 4 sub-layers x 3 streams
+    CHECK(lines[0] == "step,row,row_name,stream,a_pre,a_post,h_0,h_1,h_2");
+    for (size_t i = 1; i < lines.size(); i++) {
+        CAPTURE(lines[i]);
+        int step = 0, row = 0, stream = 0;
+        char name[16] = "";
+        double pre = 0, post = 0, h[3] = {0, 0, 0};
+        REQUIRE(std::sscanf(lines[i].c_str(), "%d,%d,%15[^,],%d,%lf,%lf,%lf,%lf,%lf", &step, &row,
+                            name, &stream, &pre, &post, &h[0], &h[1], &h[2]) == 9);
+        size_t k = (i - 1) % 12;  // the line within its record
+        CHECK(step == (i <= 12 ? 5 : 6));
+        CHECK(row == (int)(k / 3));
+        CHECK(stream == (int)(k % 3));
+        CHECK(std::string(name) == (row % 2 == 0 ? "L" + std::to_string(row / 2) + ".attn"
+                                                 : "L" + std::to_string(row / 2) + ".mlp"));
+        CHECK(pre > 0.0);
+        CHECK(pre < 1.0);
+        CHECK(post > 0.0);
+        CHECK(post < 2.0);
+        CHECK(h[0] + h[1] + h[2] == doctest::Approx(1.0).epsilon(1e-4));  // 5 decimals each
+        for (double x : h) CHECK((x >= 0.0 && x <= 1.0));
+    }
+}
+
 TEST_CASE("the CSV files get their headers and one row per record, and append on resume") {
     ModelConfig c = {9, 8, 2, 2, 1, 12, 2};
     ScopedModel scoped(c, 1, 4);
@@ -805,4 +996,15 @@ TEST_CASE("./train --diagnostics prints the same losses as without, writes the C
     std::vector<std::string> none = run(" --mode none --diagnostics " + csv + "_none", "none.txt");
     CHECK(none.back().rfind("final", 0) == 0);
     CHECK(read_lines(csv + "_none/alpha.csv").size() == 1);
+    // mhc mode: the same losses with diagnostics on; mhc.csv at each eval, no heatmap
+    std::vector<std::string> mhc_off = run(" --mode mhc --streams 2", "mhc_off.txt");
+    std::vector<std::string> mhc_on = run(" --mode mhc --streams 2 --diagnostics " + csv + "_mhc", "mhc_on.txt");
+    CHECK(mhc_off == mhc_on);
+    CHECK(mhc_on.back().rfind("final", 0) == 0);
+    CHECK(read_lines(csv + "_mhc/alpha.csv").size() == 1);
+    std::vector<std::string> mhc = read_lines(csv + "_mhc/mhc.csv");
+    REQUIRE(mhc.size() == 1 + 2 * (2 * 2));  // 2 evals of 2 sub-layers x 2 streams
+    CHECK(mhc[0] == "step,row,row_name,stream,a_pre,a_post,h_0,h_1");
+    CHECK(mhc[1].rfind("6,0,L0.attn,0,", 0) == 0);
+    CHECK(mhc[8].rfind("12,1,L0.mlp,1,", 0) == 0);
 }

@@ -31,7 +31,8 @@ typedef std::vector<float> Vec;
 // 2 5.6e-7, static mixing 6.1e-7 (gcc 12, AMD EPYC Zen 3; other roundings elsewhere move
 // these by a few 1e-7); exactly 0 for sigmoid scores and DenseFormer, whose two phases sum in the
 // sequential order, and for the input-dependent query, which decodes by the sequential
-// definition. Set GRADCHECK_VERBOSE=1 to print them.
+// definition, and for mHC-lite, whose steps run the forward's row operations in its order.
+// Set GRADCHECK_VERBOSE=1 to print them.
 static const double DECODER_LOGITS_RTOL = 1e-5;
 // Two-phase against the sequential definition, outputs up to ~8 (huge scores included):
 // measured max error 9.5e-7, at most 0.22 of this tolerance; the same for the softmax
@@ -46,16 +47,18 @@ static ModelConfig small_config(int n_layers, int block_size) {
 // Random parameters of unit-scale activations: matrices U(-a, a) with variance 1/d (U_l of
 // the input-dependent query too), embeddings U(-1, 1), gains and DenseFormer scalars
 // U(0.5, 1.5), pseudo-queries and static mixing logits U(-1, 1), so every depth attention
-// has uneven weights (not the zero-query average, or the ones, of the init).
+// has uneven weights (not the zero-query average, or the ones, of the init). mHC-lite: Phi
+// like the matrices, biases U(-1, 1), gains and scales U(0.5, 1.5).
 static void randomize_params(Model* m, uint64_t seed) {
     Rng rng(seed);
     float a = std::sqrt(3.0f / (float)m->config.d_model);
     float* p = m->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
-            if (i == PARAM_wte || i == PARAM_res_query || i == PARAM_res_logits) {
+            if (i == PARAM_wte || i == PARAM_res_query || i == PARAM_res_logits ||
+                i == PARAM_hc_bias) {
                 p[j] = rng.uniform(-1.0f, 1.0f);
-            } else if (PARAM_INFO[i].decayed || i == PARAM_res_qproj) {
+            } else if (PARAM_INFO[i].decayed || i == PARAM_res_qproj || i == PARAM_hc_proj) {
                 p[j] = rng.uniform(-a, a);
             } else {
                 p[j] = rng.uniform(0.5f, 1.5f);
@@ -216,6 +219,22 @@ static const VariantDecoding VARIANTS[] = {
     {"sigmoid + 2 heads + window 2, full (L=3)",      3, 1, 1, 0, 0, 2, 2, 0},
     {"input query + window 2, full (L=3)",            3, 1, 0, 0, 1, 0, 2, 0},
 };
+
+TEST_CASE("decoding mode mhc with caches gives the logits of a full forward at every position, m = 2, 3, 4") {
+    for (int streams : {2, 3, 4}) {
+        CAPTURE(streams);
+        ModelConfig c = small_config(2, 0);
+        c.streams = streams;
+        char err[256];
+        REQUIRE_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);
+        double max_rel = decoding_error(c, 41 + (uint64_t)streams);
+        if (gradcheck::verbose()) {
+            MESSAGE("mhc m=" << streams << ": max relative logit difference " << max_rel);
+        }
+        CHECK(max_rel <= DECODER_LOGITS_RTOL);
+        CHECK(decoding_error(c, 47, 4) <= DECODER_LOGITS_RTOL);  // a prefill, then steps
+    }
+}
 
 TEST_CASE("decoding every variant with caches gives the logits of a full forward at every position") {
     for (const VariantDecoding& v : VARIANTS) {

@@ -35,7 +35,8 @@ typedef std::vector<float> Vec;
 // (S=4), 6.0e-5 (S=3, L=3), 2.0e-5 (S=6, L=3), for gradients of 1e-4 .. 0.7: float rounding
 // of the forward pass (~1e-7 of the loss, divided by the step), halving when the step
 // doubles. SPEC's variants (every switch in full and block, and combinations, T = 5): worst
-// 8.5e-5, 0.55 of the tolerance. The tolerance sits 2.5x above the modes' worst; dropping any one term of a backward
+// 8.5e-5, 0.55 of the tolerance; mHC-lite (m = 2, 3, 4): worst 1.2e-4 (hc_proj, m = 4), 0.77
+// of it. The tolerance sits 2.5x above the modes' worst; dropping any one term of a backward
 // (rmsnorm's or depth attention's key-path correction, the partial-block gradient chain,
 // the query's gain factor, the ignored-target count) makes errors of 0.2 .. 1.7.
 const float MODEL_FD_EPS = 5e-3f;
@@ -54,14 +55,15 @@ double normal(Rng& rng) {  // Box-Muller
 
 bool is_gain(int tensor) {
     return tensor == PARAM_attn_norm || tensor == PARAM_mlp_norm || tensor == PARAM_res_norm ||
-           tensor == PARAM_final_norm || tensor == PARAM_res_scalars;
+           tensor == PARAM_final_norm || tensor == PARAM_res_scalars || tensor == PARAM_hc_norm;
 }
 
 // Gains (and DenseFormer's scalars) 1 + 0.3 N(0,1), pseudo-queries and static-mixing logits
 // N(0,0.5), wte N(0,1), the query projections U N(0, 0.3/sqrt(d)) (as dev/check/reference.py's
 // rand init: U rmsnorm(V) then moves the query by O(0.3), like w's spread), other matrices
 // N(0,0.3): every depth attention has non-uniform weights, and embeddings are large enough
-// that rmsnorm is not too curved for finite differences.
+// that rmsnorm is not too curved for finite differences. mHC-lite's biases N(0,0.5) and scales
+// 0.5 + 0.3 N(0,1): its coefficients then vary with the input by O(0.5).
 void randomise_params(Model& m, uint64_t seed) {
     Rng rng(seed);
     float* p = m.params_memory;
@@ -72,6 +74,8 @@ void randomise_params(Model& m, uint64_t seed) {
                            : i == PARAM_res_query || i == PARAM_res_logits ? 0.5 * z
                            : i == PARAM_wte ? z
                            : i == PARAM_res_qproj ? 0.3 / std::sqrt((double)m.config.d_model) * z
+                           : i == PARAM_hc_bias ? 0.5 * z
+                           : i == PARAM_hc_scale ? 0.5 + 0.3 * z
                            : 0.3 * z);
         }
         p += m.param_sizes[i];
@@ -112,6 +116,7 @@ struct ScopedThreads {
 };
 
 std::string mode_name(const ModelConfig& c) {
+    if (c.streams > 0) return "mhc m=" + std::to_string(c.streams);
     if (c.block_size == 0) return "none";
     if (c.block_size == 1) return "full";
     return "block S=" + std::to_string(c.block_size) + " L=" + std::to_string(c.n_layers);
@@ -321,6 +326,68 @@ TEST_CASE("whole-model gradients match finite differences for every element of e
     }
 }
 
+// mHC-lite on the tiny model: m = 2, 3, 4 streams, MQA and MHA
+std::vector<ModelConfig> mhc_configs() {
+    //        V  d  L  H  G   F  S  sig kn- qin  K  W  mix  m
+    return {{7, 8, 2, 2, 1, 12, 0, 0, 0, 0, 0, 0, 0, 2}, {7, 8, 2, 2, 2, 12, 0, 0, 0, 0, 0, 0, 0, 3},
+            {7, 8, 2, 2, 1, 12, 0, 0, 0, 0, 0, 0, 0, 4}};
+}
+
+TEST_CASE("whole-model gradients match finite differences for every element of every tensor, in mode mhc") {
+    ScopedThreads one_thread(1);
+    for (const ModelConfig& c : mhc_configs()) {
+        INFO("mhc m=", c.streams, ", G=", c.n_kv_heads);
+        char err[256];
+        REQUIRE_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);
+        check_model_gradients(c, 5000 + (uint64_t)c.streams, "mhc m=" + std::to_string(c.streams));
+    }
+}
+
+TEST_CASE("mHC-lite's init: sub-layer l reads and writes mostly stream l mod m, H near the identity") {
+    ScopedThreads one_thread(1);
+    for (const ModelConfig& c : mhc_configs()) {
+        INFO("mhc m=", c.streams);
+        ScopedModel scoped(c, 1, 3);
+        Model& m = scoped.m;
+        model_init_params(&m, 7);
+        const ModelDims& z = m.dims;
+        CHECK(z.m == (size_t)c.streams);
+        CHECK(z.E == 2 * z.m + z.R);
+        CHECK(m.param_sizes[PARAM_hc_norm] == z.n_sub * z.m * z.d);
+        CHECK(m.param_sizes[PARAM_hc_proj] == z.n_sub * z.E * z.m * z.d);
+        CHECK(m.param_sizes[PARAM_res_query] == 0);
+        CHECK(m.param_sizes[PARAM_res_norm] == 0);
+        for (size_t l = 0; l < z.n_sub; l++) {
+            const float* bias = m.params.hc_bias + l * z.E;
+            for (size_t s = 0; s < z.m; s++) {
+                float favoured = s == l % z.m ? 1.0f : -1.0f;
+                CHECK(bias[s] == favoured);
+                CHECK(bias[z.m + z.R + s] == favoured);
+            }
+            for (size_t r = 0; r < z.R; r++) CHECK(bias[z.m + r] == (r == 0 ? 0.0f : -8.0f));
+            for (size_t k = 0; k < 3; k++) CHECK(m.params.hc_scale[l * 3 + k] == 0.01f);
+        }
+        for (size_t i = 0; i < m.param_sizes[PARAM_hc_proj]; i++) REQUIRE(m.params.hc_proj[i] == 0.0f);
+        // the other tensors draw the same random numbers as mode none's
+        ModelConfig none = c;
+        none.streams = 0;
+        ScopedModel plain(none, 1, 3);
+        model_init_params(&plain.m, 7);
+        compare_exact("wte", m.params.wte, plain.m.params.wte, m.param_sizes[PARAM_wte]);
+        compare_exact("lm_head", m.params.lm_head, plain.m.params.lm_head, m.param_sizes[PARAM_lm_head]);
+        // at init H = sum_r pi_r P_r is within e^-8 (m! - 1) of the identity per entry
+        Batch batch = random_batch(c.vocab_size, 1, 3, 5, {});
+        model_forward(&m, batch.tokens.data(), batch.targets.data(), 1, 3);
+        const float* mix = m.acts.sub[0].hc_mix;
+        double off = 24 * std::exp(-8.0);
+        for (size_t s = 0; s < z.m; s++)
+            for (size_t t = 0; t < z.m; t++) {
+                double h = mix[2 * z.m + z.R + s * z.m + t];
+                CHECK(std::fabs(h - (s == t ? 1.0 : 0.0)) < off);
+            }
+    }
+}
+
 TEST_CASE("whole-model gradients match finite differences for every element of every tensor, every variant") {
     ScopedThreads one_thread(1);
     uint64_t seed = 3000;
@@ -494,13 +561,16 @@ TEST_CASE("huge lm_head weights and pseudo-queries give a finite loss and finite
 TEST_CASE("forward and backward are bit-identical across runs and for 1 and 2 OpenMP threads") {
     // d = 64 and F = 96 span two 32-column chunks and several matmul tiles, so two threads
     // really split every reduction
+    // (mhc with m = 3 too: its backward zeroes its own buffers, which a second run checks)
     const size_t B = 3, T = 12;
-    for (int S : {0, 1, 2, 4}) {
-        ModelConfig c = {11, 64, 2, 4, 2, 96, S};
+    std::vector<ModelConfig> configs;
+    for (int S : {0, 1, 2, 4}) configs.push_back({11, 64, 2, 4, 2, 96, S});
+    configs.push_back({11, 64, 2, 4, 2, 96, 0, 0, 0, 0, 0, 0, 0, 3});
+    for (const ModelConfig& c : configs) {
         INFO("mode ", mode_name(c));
         ScopedModel scoped(c, B, T);
         Model& m = scoped.m;
-        randomise_params(m, 7000 + (uint64_t)S);
+        randomise_params(m, 7000 + (uint64_t)c.block_size);
         Batch batch = random_batch(c.vocab_size, B, T, 83, {0, 5, 17});
         Vec logits[3], grads[3];
         float loss[3];
@@ -579,6 +649,13 @@ TEST_CASE("model_config_check rejects SPEC's ruled-out variants with a reason na
         {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 0, 1}, {"--mixing", "not mode none"}},
         {{17, 16, 2, 4, 2, 32, 1, 0, 1, 0, 0, 0, 1}, {"--mixing", "--key-norm off"}},
         {{17, 16, 2, 4, 2, 32, 4, 0, 0, 0, 4, 0, 2}, {"--mixing", "--depth-heads"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 0, 0, 5}, {"--streams", "5"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 0, 0, 1}, {"--streams", "1"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 0, 0, -2}, {"--streams", "-2"}},
+        {{17, 16, 2, 4, 2, 32, 4, 0, 0, 0, 0, 0, 0, 4}, {"--streams", "mhc", "block size 4"}},
+        {{17, 16, 2, 4, 2, 32, 0, 1, 0, 0, 0, 0, 0, 4}, {"--depth-score sigmoid", "not mode mhc"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 0, 2, 3}, {"--mixing", "not mode mhc"}},
+        {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 0, 3, 0, 2}, {"--depth-window", "not mode mhc"}},
     };
     for (const Case& k : cases) {
         char err[256] = "";
@@ -589,7 +666,8 @@ TEST_CASE("model_config_check rejects SPEC's ruled-out variants with a reason na
     //                       V   d  L  H  G   F  S  sig kn- qin  K  W  mix
     ModelConfig good[] = {{17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 1},  // one head: any mode
                           {17, 16, 2, 4, 2, 32, 1, 1, 1, 1, 4, 9},  // W >= 2L: allowed (= full)
-                          {17, 16, 2, 4, 2, 32, 1, 0, 0, 0, 0, 2, 2}};
+                          {17, 16, 2, 4, 2, 32, 1, 0, 0, 0, 0, 2, 2},
+                          {17, 16, 2, 4, 2, 32, 0, 0, 0, 0, 1, 0, 0, 4}};  // mhc, one head
     for (const ModelConfig& c : good) {
         char err[256] = "";
         CHECK_MESSAGE(model_config_check(&c, err, sizeof err) == 0, err);

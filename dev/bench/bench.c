@@ -1,13 +1,15 @@
 // bench.c — `make bench`: ms/step and tokens/s of one full training step (forward, backward,
 // AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead; then
-// the same for each of SPEC's variants (the paper's ablation rows); then the depth attention
-// alone as full mode calls it, and the causal attention alone as one layer calls it.
+// the same for each of SPEC's variants (the paper's ablation rows); then each config's memory
+// (activations and training state); then the depth attention alone as full mode calls it,
+// and the causal attention alone as one layer calls it.
 //
-// ./bench [--rounds N] [--threads N] [--modes]     (--modes: the three modes only, no variants)
+// ./bench [--rounds N] [--threads N] [--modes]     (--modes: the modes only (the three, and
+//                                                   mHC-lite with 4 and 2 streams), no variants)
 //
 // The machine is shared, so its speed drifts from one second to the next. To compare configs
 // under the same conditions they take turns: each round times one step of none, then of
-// full, then of block, then of each variant (after two warm-up steps each), and each
+// full, then of block, then of mhc, then of each variant (after two warm-up steps each), and each
 // overhead is the median over rounds of the paired ratio config / none of the same round,
 // printed with the range between its 25th and 75th percentiles; a variant's line adds the
 // median paired ratio to the mode it varies.
@@ -130,11 +132,12 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) { omp_set_num_threads(atoi(argv[++i])); }
-        else if (strcmp(argv[i], "--modes") == 0) { n_configs = N_MODES; }
+        else if (strcmp(argv[i], "--modes") == 0) { n_configs = N_BENCH_MODES; }
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: ./bench [--rounds N] [--threads N] [--modes]\n"
-                   "  times a training step of the bench model in each mode (--modes: the three\n"
-                   "  modes alone, else the variants too), configs taking turns each round\n");
+                   "  times a training step of the bench model in each mode (--modes: the modes\n"
+                   "  alone, mhc's included, else the variants too), configs taking turns each\n"
+                   "  round, then prints each config's memory\n");
             return 0;
         }
         else { fprintf(stderr, "error: unknown argument '%s' (usage: ./bench [--rounds N] [--threads N] [--modes])\n", argv[i]); return 1; }
@@ -142,16 +145,17 @@ int main(int argc, char** argv) {
     if (rounds < 1) { fprintf(stderr, "error: --rounds must be positive\n"); return 1; }
     const size_t B = BENCH_B, T = BENCH_T;
     printf("bench: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, %d threads, %d rounds of one "
-           "step per config (3 modes, %d variants), configs interleaved\n", B, T,
-           omp_get_max_threads(), rounds, n_configs - N_MODES);
+           "step per config (3 modes, mhc with 4 and 2 streams, %d variants), configs "
+           "interleaved\n", B, T, omp_get_max_threads(), rounds, n_configs - N_BENCH_MODES);
 
     // the configs: the modes, then the variants, each variant's parent the mode it varies
     const char* names[N_BENCH_CONFIGS];
     int parent[N_BENCH_CONFIGS];
+    ModelConfig configs[N_BENCH_CONFIGS];
     Model models[N_BENCH_CONFIGS];
     for (int i = 0; i < n_configs; i++) {
-        ModelConfig c = bench_config_at(i, &names[i], &parent[i]);
-        model_build(&models[i], &c, B, T);
+        configs[i] = bench_config_at(i, &names[i], &parent[i]);
+        model_build(&models[i], &configs[i], B, T);
         model_init_params(&models[i], 1);
     }
     Bench bench = {models, mallocCheck(B * T * sizeof(int)), mallocCheck(B * T * sizeof(int)), B, T};
@@ -160,6 +164,7 @@ int main(int argc, char** argv) {
     for (int i = 0; i < n_configs; i++) { ms[i] = mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, n_configs, rounds, 2, bench_step, &bench);
     print_rounds(names, n_configs, ms, rounds, B * T, parent);
+    print_memory(stdout, names, configs, n_configs, B, T);
     ModelConfig full = bench_config(1);
     time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
     time_attention(B, T, (size_t)full.n_heads, (size_t)full.n_kv_heads,

@@ -1,7 +1,7 @@
 // bench_cuda.c — dev/bench/bench.c on the GPU: ms/step and tokens/s of one full training step of
-// ./train_cuda (forward, backward, gradient norm, clipping, AdamW) per residual mode, on
-// bench.c's config, the modes interleaved round by round, each overhead the median of the
-// paired ratios mode / none. Built by `make gpu-check` (build/bench_cuda).
+// ./train_cuda (forward, backward, gradient norm, clipping, AdamW) per residual mode (mhc's
+// too), on bench.c's config, the modes interleaved round by round, each overhead the median
+// of the paired ratios mode / none. Built by `make gpu-check` (build/bench_cuda).
 //
 // ./build/bench_cuda [--rounds N] [--cublas] [--variants]
 //     --cublas: every matmul through cuBLAS; --variants: SPEC's variants too (bench.c's list,
@@ -39,7 +39,7 @@ static double bench_step(void* context, int mode, int t) {
 }
 
 int main(int argc, char** argv) {
-    int rounds = 50, cublas = 0, n_configs = N_MODES;
+    int rounds = 50, cublas = 0, n_configs = N_BENCH_MODES;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
         else if (strcmp(argv[i], "--cublas") == 0) { cublas = 1; }
@@ -52,8 +52,8 @@ int main(int argc, char** argv) {
     model_use_cublas_cuda(cublas);
     const size_t B = BENCH_B, T = BENCH_T;
     printf("bench_cuda: d=256 L=8 H=8 G=4 F=704 V=256 B=%zu T=%zu, matmuls: %s, %d rounds of "
-           "one step per config (3 modes, %d variants), configs interleaved\n", B, T,
-           cublas ? "cuBLAS" : "ours", rounds, n_configs - N_MODES);
+           "one step per config (3 modes, mhc with 4 and 2 streams, %d variants), configs "
+           "interleaved\n", B, T, cublas ? "cuBLAS" : "ours", rounds, n_configs - N_BENCH_MODES);
 
     const char* names[N_BENCH_CONFIGS];
     int parent[N_BENCH_CONFIGS];

@@ -1,7 +1,8 @@
-// bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model and its
-// variants, a clock, quantiles, and the report of interleaved rounds (each config's median
-// ms/step; each overhead the median of the paired ratios config / none of the same round,
-// with the middle half of the rounds and a 95 % confidence interval for the median).
+// bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model in
+// each mode (mHC-lite's too) and its variants, their memory, a clock, quantiles, and the report of interleaved rounds (each
+// config's median ms/step; each overhead the median of the paired ratios config / none of the
+// same round, with the middle half of the rounds and a 95 % confidence interval for the
+// median).
 #ifndef ATTNRES_BENCH_UTIL_H
 #define ATTNRES_BENCH_UTIL_H
 
@@ -46,15 +47,74 @@ static inline ModelConfig bench_variant_config(int variant) {
     return variants[variant];
 }
 
-// The benches' list of configs: 0 .. N_MODES-1 the modes, then the variants. Config i, its
-// name and its parent (the mode it varies: its second overhead is against that one; 0 for
-// the modes, whose overhead is against none)
-#define N_BENCH_CONFIGS (N_MODES + N_VARIANTS)
+// mHC-lite (SPEC "mHC-lite") on the bench model: the paper's m = 4 streams, and m = 2
+#define N_MHC 2
+static const char* const BENCH_MHC_NAMES[N_MHC] = {"mhc m=4", "mhc m=2"};
+static inline ModelConfig bench_mhc_config(int k) {
+    ModelConfig c = bench_config(0);
+    c.streams = k == 0 ? 4 : 2;
+    return c;
+}
+
+// The benches' list of configs: 0 .. N_MODES-1 the modes, then mHC-lite's (together the
+// N_BENCH_MODES residual modes that `--modes` times), then the variants. Config i, its name
+// and its parent (the mode it varies: its second overhead is against that one; 0 for the
+// modes, whose overhead is against none)
+#define N_BENCH_MODES (N_MODES + N_MHC)
+#define N_BENCH_CONFIGS (N_BENCH_MODES + N_VARIANTS)
 static inline ModelConfig bench_config_at(int i, const char** name, int* parent) {
-    int variant = i - N_MODES;
-    *name = variant < 0 ? BENCH_MODE_NAMES[i] : BENCH_VARIANT_NAMES[variant];
-    *parent = variant < 0 ? 0 : BENCH_VARIANT_MODES[variant];
-    return variant < 0 ? bench_config(i) : bench_variant_config(variant);
+    *parent = 0;
+    if (i < N_MODES) {
+        *name = BENCH_MODE_NAMES[i];
+        return bench_config(i);
+    }
+    if (i < N_BENCH_MODES) {
+        *name = BENCH_MHC_NAMES[i - N_MODES];
+        return bench_mhc_config(i - N_MODES);
+    }
+    int variant = i - N_BENCH_MODES;
+    *name = BENCH_VARIANT_NAMES[variant];
+    *parent = BENCH_VARIANT_MODES[variant];
+    return bench_variant_config(variant);
+}
+
+// The memory a config takes at B x T, in floats: its activations (point_activations' size
+// table: what the forward keeps for the backward, and the backward's scratch) and its
+// parameters (param_sizes). Training keeps three more floats beside each parameter: its
+// gradient and AdamW's two moments.
+typedef struct {
+    size_t activations, params;
+} BenchMemory;
+static inline BenchMemory bench_memory(const ModelConfig* c, size_t B, size_t T) {
+    Activations a;
+    a.sub = (SubLayer*)malloc((2 * (size_t)c->n_layers + 1) * sizeof(SubLayer));
+    if (a.sub == NULL) { fprintf(stderr, "error: bench_memory: out of memory\n"); exit(1); }
+    size_t sizes[N_PARAM_TENSORS];
+    BenchMemory memory = {point_activations(&a, c, B, T, 1, NULL), param_sizes(c, sizes)};
+    free(a.sub);
+    return memory;
+}
+
+// One line per config into out: its activations in MB (float32) and as a multiple of config
+// 0's (none), and the training state (parameters, gradients, AdamW's moments: 4 floats per
+// parameter) in MB
+static inline void print_memory(FILE* out, const char* const* names, const ModelConfig* configs,
+                                int n_configs, size_t B, size_t T) {
+    int width = 10;  // the names' column
+    for (int i = 0; i < n_configs; i++) {
+        if ((int)strlen(names[i]) > width) { width = (int)strlen(names[i]); }
+    }
+    const double MB = 1e6 / sizeof(float);  // floats in a megabyte
+    double none = (double)bench_memory(&configs[0], B, T).activations;
+    fprintf(out, "memory at B=%zu T=%zu (float32): the activations (point_activations: the "
+            "forward's for the backward, and its scratch), and the training state (parameters, "
+            "gradients, AdamW's m and v)\n", B, T);
+    for (int i = 0; i < n_configs; i++) {
+        BenchMemory m = bench_memory(&configs[i], B, T);
+        fprintf(out, "%-*s activations %8.1f MB (%.2fx none)   training state %7.1f MB "
+                "(%zu parameters)\n", width, names[i], (double)m.activations / MB,
+                (double)m.activations / none, 4.0 * (double)m.params / MB, m.params);
+    }
 }
 
 static inline double now_seconds(void) {

@@ -72,11 +72,12 @@ static void read_exact(FILE* f, void* dst, size_t size, size_t count, const char
     if (fread(dst, size, count, f) != count) { bad_file(path, "truncated"); }
 }
 
-// [13..18] are SPEC's variant switches, in ModelConfig's order and encoding
+// [13..18] are SPEC's variant switches, in ModelConfig's order and encoding; [19] mHC-lite's
+// streams m (0: not mhc)
 static ModelConfig state_config(const StateFile* s) {
     const int* h = s->header;
     return (ModelConfig){h[4], h[5], h[6], h[7], h[8], h[9], h[10],
-                         h[13], h[14], h[15], h[16], h[17], h[18]};
+                         h[13], h[14], h[15], h[16], h[17], h[18], h[19]};
 }
 
 static void load_state(StateFile* s, const char* path) {

@@ -3,7 +3,7 @@
 //
 // ./build/gradcheck [LAYER ...]   checks every layer, or only the ones named:
 //   embedding rmsnorm linear linear_naive rope attention swiglu depth_attention
-//   depth_variants crossentropy model model_variants
+//   depth_variants crossentropy model model_variants model_mhc
 // Exit status: 0 when every tensor is within its tolerance, 1 otherwise (the failing layers
 // are named on the last line) or for an unknown layer name.
 //
@@ -599,18 +599,25 @@ static double model_loss(void* ctx) {
 // Not SPEC's init (tiny matrices, unit gains, zero queries: every depth attention a plain
 // mean) but one that exercises every path: gains (and DenseFormer's scalars) 1 + 0.3 N(0,1),
 // pseudo-queries and static-mixing logits N(0, 0.5), wte N(0,1) (large enough that rmsnorm is
-// not too curved for the step), the query projections U N(0, 0.3/sqrt(d)), matrices N(0, 0.3).
+// not too curved for the step), the query projections U N(0, 0.3/sqrt(d)), matrices N(0, 0.3)
+// (mHC-lite's Phi too), mHC-lite's biases N(0, 0.5) and scales 0.5 + 0.3 N(0,1). In mhc the
+// head reads the sum of m normed streams, so lm_head is N(0, 0.3/m): logits of the other
+// modes' scale (with N(0, 0.3) the m = 4 model's float rounding used up to 2.2 of the
+// tolerance over 20 draws; with 0.3/m at most 0.67).
 static void randomise_params(Model* m, uint64_t* rng) {
     float* p = m->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         int gain = i == PARAM_attn_norm || i == PARAM_mlp_norm || i == PARAM_res_norm ||
-                   i == PARAM_final_norm || i == PARAM_res_scalars;
+                   i == PARAM_final_norm || i == PARAM_res_scalars || i == PARAM_hc_norm;
         for (size_t j = 0; j < m->param_sizes[i]; j++) {
             double z = rng_normal(rng);
             p[j] = (float)(gain ? 1.0 + 0.3 * z
                            : i == PARAM_res_query || i == PARAM_res_logits ? 0.5 * z
                            : i == PARAM_wte ? z
                            : i == PARAM_res_qproj ? 0.3 / sqrt((double)m->config.d_model) * z
+                           : i == PARAM_hc_bias ? 0.5 * z
+                           : i == PARAM_hc_scale ? 0.5 + 0.3 * z
+                           : i == PARAM_lm_head && m->dims.m > 0 ? 0.3 / (double)m->dims.m * z
                            : 0.3 * z);
         }
         p += m->param_sizes[i];
@@ -669,6 +676,14 @@ static void check_model_variants(Table* table, Tensors* t) {
     model_case(table, t, "S=2 all four",  (ModelConfig){7, 8, 2, 2, 2, 12, 2, 1, 1, 1, 2});
 }
 
+// mHC-lite (--mode mhc) with m = 2, 3, 4 streams
+static void check_model_mhc(Table* table, Tensors* t) {
+    //                                    V  d  L  H  G   F  S sig kn- qin K  W  mix m
+    model_case(table, t, "mhc m=2", (ModelConfig){7, 8, 2, 2, 1, 12, 0, 0, 0, 0, 0, 0, 0, 2});
+    model_case(table, t, "mhc m=3", (ModelConfig){7, 8, 2, 2, 2, 12, 0, 0, 0, 0, 0, 0, 0, 3});
+    model_case(table, t, "mhc m=4", (ModelConfig){7, 8, 2, 2, 1, 12, 0, 0, 0, 0, 0, 0, 0, 4});
+}
+
 // ---- main ----------------------------------------------------------------------------------
 
 typedef struct {
@@ -683,6 +698,7 @@ static const Layer LAYERS[] = {
     {"swiglu", check_swiglu},             {"depth_attention", check_depth_attention},
     {"depth_variants", check_depth_variants}, {"crossentropy", check_crossentropy},
     {"model", check_model},               {"model_variants", check_model_variants},
+    {"model_mhc", check_model_mhc},
 };
 enum { N_LAYERS = sizeof LAYERS / sizeof LAYERS[0] };
 static const uint64_t SEED = 1000;

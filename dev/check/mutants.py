@@ -62,6 +62,7 @@ TESTS = {
     "linear.c": ["linear*", ACCUMULATES],
     # the finite differences run one backward on a fresh model, where every buffer is still
     # zero; a second backward on the same model (the bit-identical test) sees a missing zeroing
+    "mhc.c": ["*mHC-lite*", "the permutation table*"],
     "model.c": ["whole-model gradients*", "forward and backward are bit-identical*"],
     "rmsnorm.c": ["rmsnorm*", ACCUMULATES],
     "rope.c": ["rope*", ACCUMULATES],
@@ -91,6 +92,7 @@ CUDA_TESTS = {
                           "the whole model on the GPU matches the CPU*"],
     "embedding.cu": ["embedding*"],
     "linear.cu": ["linear*"],
+    "mhc.cu": ["mHC-lite's operators*", "mHC-lite on the GPU: with every stream equal*"],
     "rmsnorm.cu": ["rmsnorm*"],
     "rope.cu": ["rope*", "the one-read-back training step*"],  # the latter: steps allocate nothing
     "swiglu.cu": ["swiglu*"],

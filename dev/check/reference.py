@@ -5,7 +5,8 @@ Usage (needs /usr/bin/python3, which has torch):
   dev/check/reference.py --all tests/data            regenerate every committed state file
   dev/check/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
       (SPEC's variants: --depth-score sigmoid, --key-norm off, --depth-query input,
-       --depth-heads K, --depth-window W, --mixing static|dense)
+       --depth-heads K, --depth-window W, --mixing static|dense; mHC-lite: --mode mhc
+       --streams m)
   dev/check/reference.py --random DIR [--count 60] [--seed 0]   write COUNT files with random configs
   dev/check/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
   dev/check/reference.py --selftest                  finite differences, sanity and round-trip
@@ -17,7 +18,8 @@ State file (little-endian), in this order:
   int32[256]   header: [0] magic 20261125, [1] version 1, [2] B, [3] T, [4] V, [5] d,
                [6] L, [7] H, [8] G, [9] F, [10] S (0 none, 1 full, >=2 block size in
                sub-layers), [11] 0, [12] K (AdamW steps replayed), [13..18] SPEC's
-               depth-attention variants (all 0: the default model); rest 0
+               depth-attention variants (all 0: the default model), [19] mHC-lite's
+               streams m (0: not mhc; then [10] = 0); rest 0
   float32[64]  [0] RMSNorm eps, [1] RoPE base, [2] lr, [3] beta1, [4] beta2, [5] Adam eps,
                [6] weight decay; rest 0
   float32      parameters, canonical SPEC order, each flattened row-major
@@ -27,7 +29,7 @@ State file (little-endian), in this order:
   float32[K]   loss before each of K AdamW steps on the same batch (first = loss above)
 Size: 1024 + 256 + 4*(P + 2*B*T + B*T*V + 1 + P + K) bytes, P = parameter count.
 """
-import argparse, math, os, sys
+import argparse, itertools, math, os, sys
 import numpy as np
 import torch
 import torch.nn.functional as Fn
@@ -44,6 +46,13 @@ VARIANTS = dict(score=(13, ["softmax", "sigmoid"]), key_norm=(14, ["on", "off"])
                 mixing=(18, ["attention", "static", "dense"]))
 DEFAULT_VARIANT = dict(score="softmax", key_norm="on", query="static", heads=1, window=0,
                        mixing="attention")
+STREAMS_SLOT = 19  # mHC-lite's m (0: not mhc)
+
+
+def mhc_sizes(m):
+    """R = m! permutations, E = 2m + R projected values a row."""
+    R = math.factorial(m)
+    return R, 2 * m + R
 
 
 def shapes(c):
@@ -53,6 +62,11 @@ def shapes(c):
     out = [("wte", (V, d)), ("attn_norm", (L, d)), ("wq", (L, H * hs, d)), ("wk", (L, G * hs, d)),
            ("wv", (L, G * hs, d)), ("wo", (L, d, H * hs)), ("mlp_norm", (L, d)),
            ("wg", (L, F, d)), ("wu", (L, F, d)), ("wd", (L, d, F))]
+    m = c["streams"]
+    if m > 0:  # SPEC "mHC-lite"
+        R, E = mhc_sizes(m)
+        out += [("hc_norm", (2 * L, m * d)), ("hc_proj", (2 * L, E, m * d)),
+                ("hc_bias", (2 * L, E)), ("hc_scale", (2 * L, 3))]
     if S > 0 and c["mixing"] == "static":
         out += [("res_logits", (n, n))]
     elif S > 0 and c["mixing"] == "dense":
@@ -64,14 +78,35 @@ def shapes(c):
     return out + [("final_norm", (d,)), ("lm_head", (V, d))]
 
 
+def hc_bias_spec(L, m):
+    """SPEC's hc_bias: for sub-layer l, pre and post -1 except +1 at stream l mod m; res -8
+    except 0 at the identity r = 0."""
+    R, E = mhc_sizes(m)
+    b = torch.empty(2 * L, E)
+    for l in range(2 * L):
+        side = torch.full((m,), -1.0)
+        side[l % m] = 1.0
+        res = torch.full((R,), -8.0)
+        res[0] = 0.0
+        b[l] = torch.cat([side, res, side])
+    return b
+
+
 def init_params(c, init, seed):
     """init='spec': exactly SPEC's init. init='rand': every path non-trivial (larger matrices,
-    gains 1+0.3*N(0,1), pseudo-queries N(0,0.5))."""
+    gains 1+0.3*N(0,1), pseudo-queries N(0,0.5); mHC-lite: Phi N(0,0.3), biases SPEC's plus
+    N(0,0.5), scales 0.5+0.3*N(0,1), so the coefficients vary with the input)."""
     g = torch.Generator().manual_seed(seed)
     p = {}
     for name, shp in shapes(c):
         n = lambda std: torch.randn(shp, generator=g, dtype=torch.float32) * std
-        if name in ("attn_norm", "mlp_norm", "res_norm", "final_norm", "res_scalars"):
+        if name == "hc_proj":
+            t = torch.zeros(shp) if init == "spec" else n(0.3)
+        elif name == "hc_bias":
+            t = hc_bias_spec(c["L"], c["streams"]) + (0 if init == "spec" else n(0.5))
+        elif name == "hc_scale":
+            t = torch.full(shp, 0.01) if init == "spec" else 0.5 + n(0.3)
+        elif name in ("attn_norm", "mlp_norm", "res_norm", "final_norm", "res_scalars", "hc_norm"):
             t = torch.ones(shp) if init == "spec" else 1 + n(0.3)
         elif name in ("res_query", "res_logits"):
             t = torch.zeros(shp) if init == "spec" else n(0.5)
@@ -153,6 +188,35 @@ def depth_attention(sources, p, l, c, eps, trace=None):
     return h
 
 
+def mhc_lite(x0, p, c, eps, sublayer, trace=None):
+    """SPEC 'mHC-lite': the streams X (B, T, m, d), all x0 at the start; per sub-layer l
+    z = rmsnorm(concat X; c_l), e = z Phi_l^T split (pre m, res R, post m), a_pre =
+    sigmoid(sigma0 e_pre + beta_pre), pi = softmax(sigma1 e_res + beta_res), a_post =
+    2 sigmoid(sigma2 e_post + beta_post), H = sum_r pi_r P_r (P_r[i][j] = 1 iff perm_r[i] = j,
+    permutations in lexicographic order), u = sum_s a_pre[s] X_s, f = f_l(u),
+    X_t <- sum_s H[s][t] X_s + a_post[t] f. Returns rmsnorm(X_s; g_final) for every stream
+    (B, T, m, d)."""
+    m, d, L = c["streams"], x0.shape[-1], c["L"]
+    R, E = mhc_sizes(m)
+    perms = torch.tensor(list(itertools.permutations(range(m))))  # lexicographic, identity first
+    P = torch.eye(m, dtype=torch.float64)[perms]  # (R, m, m): P[r][i][j] = [perm_r[i] == j]
+    X = x0.unsqueeze(-2).expand(x0.shape[:-1] + (m, d))
+    for l in range(2 * L):
+        z = rmsnorm(X.reshape(X.shape[:-2] + (m * d,)), p["hc_norm"][l], eps)
+        e = z @ p["hc_proj"][l].T  # (B, T, E)
+        pre = e[..., :m] * p["hc_scale"][l][0] + p["hc_bias"][l][:m]
+        res = e[..., m:m + R] * p["hc_scale"][l][1] + p["hc_bias"][l][m:m + R]
+        post = e[..., m + R:] * p["hc_scale"][l][2] + p["hc_bias"][l][m + R:]
+        a_pre, pi, a_post = torch.sigmoid(pre), torch.softmax(res, -1), 2 * torch.sigmoid(post)
+        H = torch.einsum("...r,rst->...st", pi, P)
+        u = torch.einsum("...s,...sd->...d", a_pre, X)
+        f = sublayer(l, u)
+        if trace is not None:
+            trace.append((H.detach(), a_pre.detach(), a_post.detach()))
+        X = torch.einsum("...st,...sd->...td", H, X) + a_post[..., None] * f[..., None, :]
+    return rmsnorm(X, p["final_norm"], eps)
+
+
 def forward(p, x, y, c, hp, trace=None):
     """Returns (logits (B,T,V), loss). SPEC 'Forward pass'."""
     L, S, eps, base = c["L"], c["S"], hp["eps"], hp["base"]
@@ -165,6 +229,11 @@ def forward(p, x, y, c, hp, trace=None):
         return mlp(rmsnorm(h, p["mlp_norm"][n], eps), p["wg"][n], p["wu"][n], p["wd"][n])
 
     x0 = p["wte"][x]
+    if c["streams"] > 0:  # mHC-lite: m streams mixed by a doubly stochastic H
+        xf = mhc_lite(x0, p, c, eps, sublayer, trace).sum(-2)
+        logits = xf @ p["lm_head"].T
+        loss = Fn.cross_entropy(logits.reshape(-1, c["V"]), y.reshape(-1), ignore_index=-1)
+        return logits, loss
     if S == 0:  # standard PreNorm residual
         out = x0
         for l in range(2 * L):
@@ -249,6 +318,7 @@ def write_state(path, c, hp, K, p, x, y, r):
                 c["F"], c["S"], 0, K]
     for slot, v in variant_slots(c).items():
         hdr[slot] = v
+    hdr[STREAMS_SLOT] = c["streams"]
     fl = np.zeros(64, "<f4")
     fl[:7] = [hp[k] for k in ("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd")]
     f32 = lambda t: np.asarray(t.detach().numpy() if torch.is_tensor(t) else t).astype("<f4")
@@ -279,6 +349,7 @@ def read_state(path):
         if (values and not 0 <= v < len(values)) or v < 0:
             sys.exit(f"{path}: header [{slot}] = {v} is not a {key} variant")
         c[key] = values[v] if values else (max(v, 1) if key == "heads" else v)
+    c["streams"] = int(hdr[STREAMS_SLOT])
     check_variant(c, path)
     K = int(hdr[12])
     hp = dict(zip(("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd"),
@@ -332,7 +403,8 @@ def generate(path, c, K, init, ignore, seed, hp=DEFAULT_HP):
     p = init_params(c, init, seed)
     x, y = make_batch(c, seed, ignore)
     write_state(path, c, hp, K, p, x, y, compute(p, x, y, c, hp, K))
-    print(f"{path}: {os.path.getsize(path)} bytes  S={c['S']} B={c['B']} T={c['T']} V={c['V']}"
+    print(f"{path}: {os.path.getsize(path)} bytes  S={c['S']}"
+          + (f" m={c['streams']}" if c["streams"] else "") + f" B={c['B']} T={c['T']} V={c['V']}"
           f" d={c['d']} L={c['L']} H={c['H']} G={c['G']} F={c['F']} K={K} init={init}"
           f" ignored={int((y == -1).sum())}")
 
@@ -342,12 +414,17 @@ def check_variant(c, where="config"):
     v = {k: c[k] for k in DEFAULT_VARIANT}
     changed = [k for k in DEFAULT_VARIANT if v[k] != DEFAULT_VARIANT[k]]
     problem = None
-    if c["heads"] < 1 or c["d"] % c["heads"] != 0:
+    if c["streams"] != 0 and not 2 <= c["streams"] <= 4:
+        problem = f"--streams {c['streams']} must be 2 .. 4"
+    elif c["streams"] != 0 and c["S"] != 0:
+        problem = "--streams is for --mode mhc (block size 0)"
+    elif c["heads"] < 1 or c["d"] % c["heads"] != 0:
         problem = f"--depth-heads {c['heads']} does not divide d = {c['d']}"
     elif c["window"] < 0:
         problem = "--depth-window must not be negative"
     elif c["S"] == 0 and changed:
         problem = f"{', '.join(changed)}: depth-attention variants need --mode full or block"
+        problem += " (not mhc)" if c["streams"] else ""
     elif c["window"] > 0 and c["S"] != 1:
         problem = "--depth-window is for --mode full only"
     elif c["mixing"] != "attention" and (v["score"] != "softmax" or v["key_norm"] != "on" or
@@ -357,14 +434,15 @@ def check_variant(c, where="config"):
         sys.exit(f"{where}: {problem}")
 
 
-def cfg(B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, S=0, **variant):
+def cfg(B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, S=0, streams=0, **variant):
     if not (d % H == 0 and (d // H) % 2 == 0 and H % G == 0 and (S <= 1 or (2 * L) % S == 0)):
         sys.exit(f"bad config: need d % H == 0, even d/H, H % G == 0, S | 2L (d={d} H={H} "
                  f"G={G} L={L} S={S})")
     unknown = set(variant) - set(DEFAULT_VARIANT)
     if unknown:
         sys.exit(f"bad config: unknown variant switches {sorted(unknown)}")
-    c = dict(B=B, T=T, V=V, d=d, L=L, H=H, G=G, F=F, S=S, **{**DEFAULT_VARIANT, **variant})
+    c = dict(B=B, T=T, V=V, d=d, L=L, H=H, G=G, F=F, S=S, **{**DEFAULT_VARIANT, **variant},
+             streams=streams)
     check_variant(c)
     return c
 
@@ -401,6 +479,10 @@ ALL = {
         3, "rand", 0.2, 25),
     "full_window2_sigmoid_heads2_rand": (
         cfg(T=6, V=13, L=3, H=4, G=2, F=24, S=1, window=2, score="sigmoid", heads=2), 3, "rand", 0.2, 26),
+    # mHC-lite: m = 2, 3, 4 streams
+    "mhc_m2_gqa_rand": (cfg(T=7, V=13, H=4, G=2, F=24, streams=2), 3, "rand", 0.2, 27),
+    "mhc_m3_mha_rand": (cfg(T=6, V=11, L=3, H=2, G=2, F=24, streams=3), 3, "rand", 0.2, 28),
+    "mhc_m4_spec": (cfg(T=7, V=13, H=4, G=1, F=24, streams=4), 4, "spec", 0.2, 29),
 }
 
 
@@ -423,15 +505,14 @@ def random_case(seed):
     return c, int(r.integers(0, 6)), init, pick([0.0, 0.1, 0.2, 0.3, 0.4])
 
 
-def fd_worst(c, p, x, y, hp, seed):
-    """The worst relative error of central finite differences against autograd, on a few
-    elements of every tensor."""
+def fd_worst(c, p, x, y, hp, seed, e=1e-5):
+    """The worst relative error of central finite differences (step e) against autograd, on
+    a few elements of every tensor."""
     _, _, g = loss_and_grads(p, x, y, c, hp)
     worst, gen = 0.0, torch.Generator().manual_seed(seed)
     for n in p:
         floor = 1e-3 * g[n].abs().max().item()
         for idx in torch.randint(0, p[n].numel(), (4,), generator=gen).tolist():
-            e = 1e-5
             q = {k: v.clone() for k, v in p.items()}
             q[n].view(-1)[idx] += e
             lp = forward(q, x, y, c, hp)[1].item()
@@ -520,6 +601,42 @@ def selftest_variants(hp):
     return ok
 
 
+def selftest_mhc(hp):
+    """SPEC 'mHC-lite': finite differences for m = 2, 3, 4, then its facts: H doubly
+    stochastic, H near the identity at SPEC's init with sub-layer l reading mostly stream
+    l mod m, and a header round trip."""
+    ok = True
+    tiny = lambda m, G=1: cfg(B=2, T=5, V=7, d=8, L=2, H=2, G=G, F=12, streams=m)
+    for m in (2, 3, 4):
+        c = tiny(m, G=1 + (m == 3))
+        p = init_params(c, "rand", 500 + m)
+        x, y = make_batch(c, 500 + m, 0.3)
+        # step 1e-4: the m streams' loss takes more float64 roundings (~1e-15 in all), which a
+        # 1e-5 step turns into ~1e-6 of the smallest gradients checked (hc_proj's, hc_bias's);
+        # at 1e-4 the curvature's error (step^2) stays below 1e-8
+        worst, _ = fd_worst(c, p, x, y, hp, m, e=1e-4)
+        ok &= worst < 1e-6
+        print(f"finite differences mhc m={m}: worst rel err {worst:.2e}")
+        trace = []
+        forward(p, x, y, c, hp, trace)
+        stochastic = all(torch.allclose(H.sum(-1), torch.ones(1, dtype=H.dtype), atol=1e-14) and
+                         torch.allclose(H.sum(-2), torch.ones(1, dtype=H.dtype), atol=1e-14)
+                         for H, _, _ in trace)
+        trace = []
+        forward(init_params(c, "spec", 510 + m), x, y, c, hp, trace)
+        near = all((H - torch.eye(m, dtype=H.dtype)).abs().max().item() < math.factorial(m) * math.exp(-8)
+                   for H, _, _ in trace)
+        favoured = all(bool((a_pre.argmax(-1) == l % m).all() and (a_post.argmax(-1) == l % m).all())
+                       for l, (_, a_pre, a_post) in enumerate(trace))
+        print(f"  H doubly stochastic: {stochastic}; SPEC init: H near the identity: {near}, "
+              f"sub-layer l reads and writes stream l mod m: {favoured}")
+        ok &= stochastic and near and favoured
+    path = "/tmp/attnres_selftest_mhc.bin"  # header round trip (asserted inside write_state)
+    generate(path, tiny(3), 2, "rand", 0.3, 13)
+    ok &= check(path, 1e-6)
+    return ok
+
+
 def selftest():
     hp, ok = DEFAULT_HP, True
     tiny = lambda S, L=2, H=2, G=1: cfg(B=2, T=5, V=7, d=8, L=L, H=H, G=G, F=12, S=S)
@@ -546,6 +663,7 @@ def selftest():
             ok &= mean
             print(f"  SPEC init: {len(trace)} depth attentions all exact means: {mean}")
     ok &= selftest_variants(hp)
+    ok &= selftest_mhc(hp)
     path = "/tmp/attnres_selftest.bin"  # (3) round-trip + size (asserted inside write_state)
     c, K = tiny(4), 3
     generate(path, c, K, "rand", 0.3, 11)
@@ -564,7 +682,8 @@ def main():
                     "seeds --seed, --seed+1, ... (random_case)")
     ap.add_argument("--count", type=int, default=60)
     ap.add_argument("--tol", type=float, default=1e-4)
-    ap.add_argument("--mode", choices=["none", "full", "block"], default="block")
+    ap.add_argument("--mode", choices=["none", "full", "block", "mhc"], default="block")
+    ap.add_argument("--streams", type=int, default=4, help="--mode mhc: streams m (2 .. 4)")
     for k, v in dict(S=4, B=2, T=7, V=13, d=16, L=2, H=4, G=2, F=32, K=3, seed=0).items():
         ap.add_argument("--" + k, type=int, default=v)
     ap.add_argument("--init", choices=["spec", "rand"], default="rand")
@@ -592,12 +711,12 @@ def main():
             c, K, init, ignore = random_case(seed)
             generate(os.path.join(a.random, f"random_{seed}.bin"), c, K, init, ignore, seed)
     elif a.out:
-        S = {"none": 0, "full": 1}.get(a.mode, a.S)
+        S = {"none": 0, "full": 1, "mhc": 0}.get(a.mode, a.S)
         if a.mode == "block" and S < 2:
             sys.exit("--mode block needs --S >= 2")
         c = cfg(a.B, a.T, a.V, a.d, a.L, a.H, a.G, a.F, S, score=a.depth_score,
                 key_norm=a.key_norm, query=a.depth_query, heads=a.depth_heads,
-                window=a.depth_window, mixing=a.mixing)
+                window=a.depth_window, mixing=a.mixing, streams=a.streams if a.mode == "mhc" else 0)
         generate(a.out, c, a.K, a.init, a.ignore, a.seed)
     else:
         ap.print_help()

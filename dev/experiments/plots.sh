@@ -13,7 +13,11 @@
 #                     and DenseFormer weights are not normalised, a window's rows, mixing)
 #   RUN/heatmap_h<k>.png  runs with K >= 2 depth heads: head k's weights (alpha.csv's
 #                     alpha_h<k> column), one chart per head
-# OUT defaults to the first RUN. Colour tells the mode (none, full, block); runs of one mode
+#   RUN/mhc.png       mHC-lite runs (--mode mhc), beside AttnRes's heatmap: at the last eval,
+#                     by sub-layer, the read weights a_pre and the write weights a_post of
+#                     each stream, the entries H[s][t] of the mixing matrix, and H's diagonal
+#                     mass (trace / m: 1 when every stream keeps to itself) (mhc.csv)
+# OUT defaults to the first RUN. Colour tells the mode (none, full, block, mhc); runs of one mode
 # differ by dash pattern; a run's label is its directory's name. With -g colour tells the
 # group instead: runs whose names differ only in a _seed<k> suffix (the rows of
 # dev/experiments/ablate.sh).
@@ -60,7 +64,9 @@ declare -A seen=() group_colour=()
 styles=()
 for run in "${runs[@]}"; do
     mode=$(meta "$run" mode)
-    case "$mode" in none) colour="#555555" ;; full) colour="#1f77b4" ;; *) colour="#d62728" ;; esac
+    case "$mode" in
+        none) colour="#555555" ;; full) colour="#1f77b4" ;; mhc) colour="#2ca02c" ;; *) colour="#d62728" ;;
+    esac
     key=$mode
     if [ "$by_group" = 1 ]; then
         key=$(basename "$run")
@@ -276,5 +282,75 @@ for run in "${runs[@]}"; do
             "$name, head $k of $heads (channels $((k * channels)) .. $(((k + 1) * channels - 1))): $what" \
             "$notes"$'\n'"head $k's own weights (alpha.csv's alpha_h$k); heatmap.png shows the mean over the $heads heads"
     done
+done
+# mHC-lite's coefficients at the last eval (mhc.csv: step,row,row_name,stream,a_pre,a_post,
+# h_0..h_<m-1>): $1 the run, $2 the PNG. Four panels, one row per sub-layer: a_pre and a_post
+# by stream, H's m x m entries side by side, and H's diagonal mass.
+mhc_chart() {
+    local run=$1 png=$2
+    awk -F, -v dir="$work" 'NR == 1 { m = NF - 6; next } { last = $1; line[NR] = $0 }
+    END {
+        for (i in line) {
+            split(line[i], v, ",")
+            if (v[1] != last) continue
+            l = v[2]; s = v[4]; name[l] = v[3]; if (l > n_rows) n_rows = l
+            print s, l, v[5] > (dir "/pre.dat")
+            print s, l, v[6] > (dir "/post.dat")
+            for (t = 0; t < m; t++) print s * m + t, l, v[7 + t] > (dir "/h.dat")
+            diagonal[l] += v[7 + s] / m
+        }
+        for (l = 0; l <= n_rows; l++) print l, diagonal[l] > (dir "/diagonal.dat")
+        tics = ""
+        for (l = 0; l <= n_rows; l++) tics = tics (l ? ", " : "") "\"" name[l] "\" " l
+        print "set ytics (" tics ")" > (dir "/mhc_ytics.gp")
+        tics = ""
+        for (i = 0; i < m * m; i++) tics = tics (i ? ", " : "") "\"" int(i / m) ">" i % m "\" " i
+        print "set xtics (" tics ") rotate by 90 right" > (dir "/mhc_htics.gp")
+        print "m = " m "; n_rows = " n_rows + 1 "; step = " last > (dir "/mhc_size.gp")
+    }' "$run/mhc.csv"
+    local height=$((240 + 22 * $(wc -l < "$work/diagonal.dat")))
+    gnuplot <<EOF
+load "$work/mhc_size.gp"
+set terminal pngcairo size 1700,$height font "DejaVu Sans,10" noenhanced
+set output "$png"
+set multiplot layout 1,4 title sprintf("$(basename "$run"): mHC-lite, %d streams, means over the tokens of an eval batch, step %d", m, step)
+set palette defined (0 "#ffffff", 0.3 "#c7e9c0", 1 "#00441b")
+unset colorbox
+set tics nomirror scale 0
+set yrange [n_rows - 0.5:-0.5]
+load "$work/mhc_ytics.gp"
+label(a) = abs(a) >= 0.005 ? sprintf("%.2f", a) : ""
+set xrange [-0.5:m - 0.5]
+set xtics 1
+set xlabel "stream s"
+set cbrange [0:1]
+set title "read weights a_pre: input = Σ a_pre[s] X_s"
+plot "$work/pre.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
+     "" using 1:2:(label(\$3)):(\$3 > 0.55 ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
+set cbrange [0:2]
+set title "write weights a_post: X_s gets a_post[s] f"
+plot "$work/post.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
+     "" using 1:2:(label(\$3)):(\$3 > 1.1 ? 0xffffff : 0) with labels tc rgb variable font ",8" notitle
+set cbrange [0:1]
+set xrange [-0.5:m * m - 0.5]
+load "$work/mhc_htics.gp"
+set xlabel "s>t: H[s][t], the share of stream s that flows into stream t"
+set title "mixing matrix H (rows and columns sum to 1)"
+plot "$work/h.dat" using 1:2:(0.5):(0.5):3 with boxxy fc palette fs solid notitle, \
+     "" using 1:2:(label(\$3)):(\$3 > 0.55 ? 0xffffff : 0) with labels tc rgb variable font ",6" notitle
+set xrange [0:1.05]
+set xtics 0.25 norotate
+set xlabel "trace(H) / m"
+set grid xtics lc rgb "#dddddd"
+set title "H's diagonal mass (1: every stream keeps to itself)"
+plot "$work/diagonal.dat" using 2:1 with linespoints pt 7 ps 0.6 lc rgb "#2ca02c" notitle
+unset multiplot
+EOF
+    rm -f "$work"/pre.dat "$work"/post.dat "$work"/h.dat "$work"/diagonal.dat
+    echo "wrote $png"
+}
+for run in "${runs[@]}"; do
+    [ -f "$run/mhc.csv" ] && [ "$(wc -l < "$run/mhc.csv")" -gt 1 ] || continue
+    mhc_chart "$run" "$run/mhc.png"
 done
 echo "wrote $out/loss.png $out/depth.png"

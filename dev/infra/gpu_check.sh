@@ -3,9 +3,10 @@
 # one go, for a machine that may have no network (nothing is installed; the build needs only
 # the CUDA toolkit and the tree). Prints a summary and exits 1 if anything failed.
 #
-#   1. the kernel and whole-model agreement tests on the GPU (build/test_cuda_gpu)
-#   2. ./train against ./train_cuda, loss by loss: a tiny model in every mode and in two runs
-#      of SPEC's variants (within 1e-4)
+#   1. the kernel and whole-model agreement tests on the GPU (build/test_cuda_gpu; mHC-lite's
+#      operators at the bench size and its whole model too)
+#   2. ./train against ./train_cuda, loss by loss: a tiny model in every mode (mHC-lite with
+#      4 streams and with 2) and in two runs of SPEC's variants (within 1e-4)
 #      and the bench model (within 2e-3, see below); the data-parallel NCCL path on one GPU
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
@@ -92,9 +93,11 @@ same_losses() {
 }
 tiny_flags=(--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24 --batch 8
             --steps 30 --warmup 5 --log-every 1 --eval-every 30 --eval-examples 32 --threads 4)
-# name:flags, the three modes and two runs of SPEC's variants (every attention switch at once;
-# the window with DenseFormer's mixing)
+# name:flags, the modes (mHC-lite with m = 4 streams, m! = 24 permutations, and with m = 2)
+# and two runs of SPEC's variants (every attention switch at once; the window with
+# DenseFormer's mixing)
 for run in "none:--mode none" "full:--mode full" "block:--mode block --block-size 2" \
+           "mhc:--mode mhc --streams 4" "mhc2:--mode mhc --streams 2" \
            "variants:--mode full --depth-score sigmoid --key-norm off --depth-query input --depth-heads 2" \
            "mixing:--mode full --depth-window 2 --mixing dense"; do
     name=${run%%:*} flags=${run#*:}
