@@ -131,3 +131,8 @@ void linear_backward(float* dinp, float* dweight, const float* dout, const float
     matmul_accumulate(dinp, dout, OUT, 1, weight, IN, 1, N, OUT, IN);
     matmul_accumulate(dweight, dout, 1, OUT, inp, IN, 1, OUT, N, IN);  // dout^T(i,p) = dout[p][i]
 }
+
+// out (N,M) += a (N,K) . b (K,M), both row-major as they are
+void matmul_add(float* out, const float* a, const float* b, size_t N, size_t K, size_t M) {
+    matmul_accumulate(out, a, K, 1, b, M, 1, N, K, M);
+}
