@@ -237,8 +237,10 @@ if [ -x build/train_mpi ]; then
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: none" mpi_matches_one_process --mode none
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: full" mpi_matches_one_process --mode full
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: block S=2" mpi_matches_one_process --mode block --block-size 2
+    single "Muon, shards cut between matrices: 2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical" mpi_matches_one_process --mode block --block-size 2 --optimizer muon
     single "checkpoint written by 2 processes resumes on 1, same losses" mpi_resume_across 2 1
     single "checkpoint written by 1 process resumes on 3, same losses" mpi_resume_across 1 3
+    single "Muon: checkpoint written by 2 processes resumes on 3 (other shards), same losses" mpi_resume_across 2 3 --optimizer muon
     single "ZeRO-1: the sharded moments gathered = one process's moments" mpi_moments_match
     single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
     single "one-line refusals: batch not dividing, different flags, --sample" mpi_refuses
