@@ -68,6 +68,9 @@ check_state_refuses() {
     cp tests/data/full_gqa_rand.bin "$dir/heads.bin" && set_slot "$dir/heads.bin" 16 3
     cp tests/data/full_sigmoid_rand.bin "$dir/combination.bin" && set_slot "$dir/combination.bin" 18 1
     cp tests/data/block_s2_mqa_rand.bin "$dir/window.bin" && set_slot "$dir/window.bin" 17 2
+    cp tests/data/none_muon_rand.bin "$dir/optimizer.bin" && set_slot "$dir/optimizer.bin" 20 2
+    cp tests/data/none_mha_rand.bin "$dir/momentum.bin" && set_slot "$dir/momentum.bin" 20 1 &&
+        printf '\x00\x00\x80\x3f' | dd of="$dir/momentum.bin" bs=1 seek=$((1024 + 4 * 7)) conv=notrunc 2>/dev/null
     head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
     cp tests/data/none_mha_rand.bin "$dir/magic.bin" && set_slot "$dir/magic.bin" 0 0
     echo "a text, shorter than a header" >"$dir/text.bin"
@@ -82,6 +85,8 @@ check_state_refuses() {
     refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
     refused "$dir/combination.bin" "invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
     refused "$dir/window.bin" "invalid shape or variant: --depth-window applies to mode full only"
+    refused "$dir/optimizer.bin" "header [20] = 2 with Muon's momentum 0.95 at float [7] is no optimiser (0 AdamW with 0, 1 Muon with [0, 1))"
+    refused "$dir/momentum.bin" "header [20] = 1 with Muon's momentum 1 at float [7] is no optimiser (0 AdamW with 0, 1 Muon with [0, 1))"
     refused "$dir/short.bin" "truncated (no complete 256-int header)"
     refused "$dir/magic.bin" "wrong magic number (not a reference state file)"
     refused "$dir/text.bin" "wrong magic number (not a reference state file)"
@@ -90,7 +95,7 @@ check_state_refuses() {
     refused /dev/zero "not a regular file (a device, pipe or socket)"
     return $ok
 }
-single "check_state refuses a bad state file (variant slots, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
+single "check_state refuses a bad state file (variant slots, optimiser slots, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
 
 # --out writes OUT.tmp and renames it over OUT: a pipe (or a device such as /dev/null) at OUT
 # is refused with exit 2, not replaced by a file
