@@ -216,6 +216,8 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode block --block-size 2 --depth-score sigmoid --depth-heads 2 --depth-query input
     single "train_cuda (emulated) matches train, full window 2 + static mixing" \
         train_cuda_emu_matches_train --mode full --depth-window 2 --mixing static
+    single "train_cuda (emulated) matches train, block S=2 --optimizer muon" \
+        train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
@@ -232,6 +234,8 @@ train_cuda_mpi_emu_matches_train() {
 if [ -x build/emu/train_cuda_mpi ]; then
     echo "== ./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full" train_cuda_mpi_emu_matches_train --mode full
+    single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full --optimizer muon" \
+        train_cuda_mpi_emu_matches_train --mode full --optimizer muon
 fi
 
 # data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
