@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "layers.h"
 
 #define NS_A 3.4445f
@@ -41,17 +42,23 @@ static float* scratch_floats(size_t count) {
 void newton_schulz(float* X, float* work, size_t rows, size_t cols) {
     size_t n = rows * cols, r2 = rows * rows;
     float *Y = work, *cY = Y + r2, *Z = cY + r2, *next = Z + r2;
+    float* current = X;  // X and next take turns
     for (int step = 0; step < NEWTON_SCHULZ_STEPS; step++) {
-        linear_forward(Y, X, X, rows, cols, rows);  // Y (rows,rows) = X X^T
+        linear_forward(Y, current, current, rows, cols, rows);  // Y (rows,rows) = X X^T
+        #pragma omp parallel for
         for (size_t i = 0; i < r2; i++) {
             cY[i] = NS_C * Y[i];
             Z[i] = NS_B * Y[i];
         }
-        matmul_add(Z, Y, cY, rows, rows, rows);     // Z = b Y + Y (c Y)
-        for (size_t i = 0; i < n; i++) next[i] = NS_A * X[i];
-        matmul_add(next, Z, X, rows, rows, cols);   // next = a X + Z X
-        for (size_t i = 0; i < n; i++) X[i] = next[i];
+        matmul_add(Z, Y, cY, rows, rows, rows);                 // Z = b Y + Y (c Y)
+        #pragma omp parallel for
+        for (size_t i = 0; i < n; i++) next[i] = NS_A * current[i];
+        matmul_add(next, Z, current, rows, rows, cols);         // next = a X + Z X
+        float* previous = current;
+        current = next;
+        next = previous;
     }
+    if (current != X) { memcpy(X, current, n * sizeof(float)); }
 }
 
 // W (rows,cols) with gradient G and momentum buffer M; A = rows, B = cols:
