@@ -38,11 +38,12 @@ __global__ void muon_momentum_kernel(float* X, float* momentum, const float* gra
     X[transposed ? j * rows + i : idx] = g + mu * m;
 }
 
-// *denominator = sqrt(sum of the NORM_PARTIALS partial sums, in double, in order) + 1e-7
+// *denominator = sqrt(sum of the NORM_PARTIALS partial sums, in order) + 1e-7 (in float: the
+// kernels use no double; the CPU sums in double)
 __global__ void muon_denominator_kernel(float* denominator, const float* partial) {
-    double sum = 0.0;
+    float sum = 0.0f;
     for (int b = 0; b < NORM_PARTIALS; b++) sum += partial[b];
-    *denominator = (float)sqrt(sum) + 1e-7f;
+    *denominator = sqrtf(sum) + 1e-7f;
 }
 
 // x /= *denominator; one thread per element
