@@ -12,18 +12,10 @@
 #define NS_B (-4.7750f)
 #define NS_C 2.0315f
 
-// Scratch for the step, kept between calls and grown as needed (cudaFree synchronises, so
-// no kernel still reads the old one); not the shared workspace, which the matmuls borrow.
-static float* scratch_floats_cuda(size_t count) {
-    static float* data = NULL;
-    static size_t capacity = 0;
-    if (count > capacity) {
-        if (data != NULL) cudaCheck(cudaFree(data));
-        data = cuda_malloc_floats(count);
-        capacity = count;
-    }
-    return data;
-}
+// Scratch for the step, kept between calls and grown as needed (cuda_grow_floats); not the
+// shared workspace, which the matmuls borrow.
+static float* scratch_data = NULL;
+static size_t scratch_capacity = 0;
 
 // M = mu M + G; N = G + mu M (the new M), written to X (X^T when transposed); one thread
 // per element of the matrix (rows,cols)
@@ -101,7 +93,8 @@ void muon_update_cuda(float* params, const float* grads, float* momentum, size_t
     size_t long_side = rows < cols ? cols : rows;
     int transposed = rows > cols;
     // X, the iteration's work (3 short^2 + n), the norm's partial sums and its denominator
-    float* X = scratch_floats_cuda(2 * n + 3 * short_side * short_side + NORM_PARTIALS + 1);
+    float* X = cuda_grow_floats(&scratch_data, &scratch_capacity,
+                                2 * n + 3 * short_side * short_side + NORM_PARTIALS + 1);
     float* work = X + n;
     float* partial = work + n + 3 * short_side * short_side;
     float* denominator = partial + NORM_PARTIALS;

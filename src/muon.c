@@ -9,32 +9,16 @@
 // maps every singular value s of X to p(s), and with X scaled to Frobenius norm 1 (so every
 // s <= 1) five steps bring every s not too close to 0 into about [0.68, 1.13].
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include "layers.h"
+#include "util.h"
 
 #define NS_A 3.4445f
 #define NS_B (-4.7750f)
 #define NS_C 2.0315f
 
-// Scratch for the iteration, kept between calls and grown as needed (as linear.c's panels):
-// not for concurrent calls.
-static float* scratch = NULL;
-static size_t scratch_count = 0;
-
-static float* scratch_floats(size_t count) {
-    if (count > scratch_count) {
-        free(scratch);
-        scratch = malloc(count * sizeof(float));
-        if (scratch == NULL) {
-            fprintf(stderr, "muon.c: out of memory allocating %zu floats\n", count);
-            exit(EXIT_FAILURE);
-        }
-        scratch_count = count;
-    }
-    return scratch;
-}
+// X and the iteration's work, kept between calls and grown as needed (util.h)
+static Scratch scratch;
 
 // X (rows,cols), rows <= cols, orthogonalised in place: five times
 //   Y = X X^T; Z = b Y + c Y Y; X = a X + Z X
@@ -70,7 +54,7 @@ void muon_update(float* params, const float* grads, float* momentum, size_t rows
     size_t n = rows * cols, short_side = rows < cols ? rows : cols;
     size_t long_side = rows < cols ? cols : rows;
     int transposed = rows > cols;
-    float* X = scratch_floats(2 * n + 3 * short_side * short_side);
+    float* X = scratch_floats(&scratch, 2 * n + 3 * short_side * short_side);
     float* work = X + n;
     double sum_sq = 0.0;  // in index order: the same bits for any thread count
     for (size_t i = 0; i < rows; i++)

@@ -375,7 +375,8 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
                              {"--weight-decay", "0"}, {"--grad-clip", "0"}, {"--beta1", "0.8"},
                              {"--beta2", "0.9"}, {"--eval-every", "3"}, {"--log-every", "3"},
                              {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")},
-                             {"--schedule", "wsd"}, {"--decay-frac", "0.3"}};
+                             {"--schedule", "wsd"}, {"--decay-frac", "0.3"},
+                             {"--optimizer", "muon"}, {"--muon-momentum", "0.9"}};
     for (const Args& flag : training) {
         Args args = {"--sample", "--checkpoint", path};
         args.insert(args.end(), flag.begin(), flag.end());

@@ -201,23 +201,14 @@ def loss_and_grads(p, x, y, c, hp):
     return logits.detach(), loss.detach(), {k: v.grad.detach() for k, v in q.items()}
 
 
-def adamw_replay(p, x, y, c, hp, K):
-    """K AdamW steps (SPEC 'Optimiser'), float64; returns the loss before each step."""
-    p = {k: v.clone() for k, v in p.items()}
-    m = {k: torch.zeros_like(v) for k, v in p.items()}
-    v2 = {k: torch.zeros_like(v) for k, v in p.items()}
+def adamw_step(p, m, v2, g, k, t, hp):
+    """SPEC's AdamW step t (from 1) on tensor k, in place in p, m, v2."""
     b1, b2, lr, eps = hp["beta1"], hp["beta2"], hp["lr"], hp["adam_eps"]
-    losses = []
-    for t in range(1, K + 1):
-        _, loss, g = loss_and_grads(p, x, y, c, hp)
-        losses.append(loss.item())
-        for k in p:
-            m[k] = b1 * m[k] + (1 - b1) * g[k]
-            v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
-            mhat, vhat = m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)
-            wd = hp["wd"] if k in DECAYED else 0.0
-            p[k] = p[k] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * p[k])
-    return losses
+    m[k] = b1 * m[k] + (1 - b1) * g[k]
+    v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
+    mhat, vhat = m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)
+    wd = hp["wd"] if k in DECAYED else 0.0
+    p[k] = p[k] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * p[k])
 
 
 def newton_schulz(X):
@@ -229,34 +220,36 @@ def newton_schulz(X):
     return X
 
 
-def muon_replay(p, x, y, c, hp, K):
-    """K steps of SPEC's Muon (every layer's slice of MUON_MATRICES) with AdamW on every other
-    tensor exactly as adamw_replay, float64; returns the loss before each step."""
+def muon_step(p, m, g, k, hp):
+    """SPEC's Muon step on every layer's slice of tensor k, in place in p and m (momentum)."""
+    mu, new = hp["mu"], p[k].clone()
+    for l in range(p[k].shape[0]):
+        m[k][l] = mu * m[k][l] + g[k][l]
+        N = g[k][l] + mu * m[k][l]
+        X = N / (N.norm() + 1e-7)
+        A, B = X.shape
+        X = newton_schulz(X.T).T if A > B else newton_schulz(X)
+        new[l] = p[k][l] - hp["lr"] * (hp["wd"] * p[k][l] + 0.2 * math.sqrt(max(A, B)) * X)
+    p[k] = new
+
+
+def replay(p, x, y, c, hp, K):
+    """K optimiser steps, float64: AdamW (SPEC 'Optimiser') on every tensor, or with
+    hp["optimizer"] == 1 Muon on MUON_MATRICES and AdamW on the rest (SPEC 'Optimisers and
+    schedules'); m is AdamW's first moment or Muon's momentum. Returns the loss before each."""
+    muon = hp.get("optimizer", 0) == 1
     p = {k: v.clone() for k, v in p.items()}
-    m = {k: torch.zeros_like(v) for k, v in p.items()}  # AdamW's m, or Muon's momentum
+    m = {k: torch.zeros_like(v) for k, v in p.items()}
     v2 = {k: torch.zeros_like(v) for k, v in p.items()}
-    b1, b2, lr, eps, mu = hp["beta1"], hp["beta2"], hp["lr"], hp["adam_eps"], hp["mu"]
     losses = []
     for t in range(1, K + 1):
         _, loss, g = loss_and_grads(p, x, y, c, hp)
         losses.append(loss.item())
         for k in p:
-            if k in MUON_MATRICES:
-                new = p[k].clone()
-                for l in range(p[k].shape[0]):
-                    m[k][l] = mu * m[k][l] + g[k][l]
-                    N = g[k][l] + mu * m[k][l]
-                    X = N / (N.norm() + 1e-7)
-                    A, B = X.shape
-                    X = newton_schulz(X.T).T if A > B else newton_schulz(X)
-                    new[l] = p[k][l] - lr * (hp["wd"] * p[k][l] + 0.2 * math.sqrt(max(A, B)) * X)
-                p[k] = new
-                continue
-            m[k] = b1 * m[k] + (1 - b1) * g[k]
-            v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
-            mhat, vhat = m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)
-            wd = hp["wd"] if k in DECAYED else 0.0
-            p[k] = p[k] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * p[k])
+            if muon and k in MUON_MATRICES:
+                muon_step(p, m, g, k, hp)
+            else:
+                adamw_step(p, m, v2, g, k, t, hp)
     return losses
 
 
@@ -271,7 +264,6 @@ def make_batch(c, seed, ignore):
 
 def compute(p, x, y, c, hp, K):
     logits, loss, grads = loss_and_grads(p, x, y, c, hp)
-    replay = muon_replay if hp.get("optimizer", 0) == 1 else adamw_replay
     return dict(logits=logits, loss=loss, grads=grads, losses=replay(p, x, y, c, hp, K))
 
 
