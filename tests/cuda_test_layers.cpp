@@ -1100,6 +1100,9 @@ TEST_CASE("matmul_add, Newton-Schulz and the Muon step on the GPU match the CPU"
     newton_schulz(X.data(), work.data(), a, b);
     Floats params = params0, momentum = momentum0;
     muon_update(params.data(), grads.data(), momentum.data(), rows, cols, lr, mu, weight_decay);
+    // no gradient, no momentum: N = 0, and only the 1e-7 keeps X = 0 / 0 from NaN
+    Floats zeros(n, 0.0f), decayed = params0, no_momentum = zeros;
+    muon_update(decayed.data(), zeros.data(), no_momentum.data(), rows, cols, lr, mu, weight_decay);
 
     Outputs cuda = run_cuda([&] {
         Device d;
@@ -1108,11 +1111,15 @@ TEST_CASE("matmul_add, Newton-Schulz and the Muon step on the GPU match the CPU"
         matmul_add_cuda(d_sum, d.upload(left), d.upload(right), a, a, b);
         newton_schulz_cuda(d_X, d_work, a, b);
         muon_update_cuda(d_params, d.upload(grads), d_momentum, rows, cols, lr, mu, weight_decay);
+        float* d_decayed = d.upload(params0);
+        muon_update_cuda(d_decayed, d.upload(zeros), d.upload(zeros), rows, cols, lr, mu, weight_decay);
         return Outputs{{"matmul_add", download(d_sum, a * b)}, {"newton_schulz", download(d_X, a * b)},
-                       {"params", download(d_params, n)}, {"momentum", download(d_momentum, n)}};
+                       {"params", download(d_params, n)}, {"momentum", download(d_momentum, n)},
+                       {"params after a zero gradient", download(d_decayed, n)}};
     });
     check(cuda[0], sum, Tolerance{1e-5, 1e-5});
     check(cuda[1], X, Tolerance{1e-4, 0});
     check(cuda[2], params, Tolerance{lr * 0.2f * std::sqrt((float)b) * 1e-4f, 1e-6});
     check(cuda[3], momentum, Tolerance{1e-6, 1e-6});
+    check(cuda[4], decayed, Tolerance{0, 1e-6});
 }

@@ -93,7 +93,9 @@ CUDA_TESTS = {
     "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*",
                           "the whole model on the GPU matches the CPU*"],
     "embedding.cu": ["embedding*"],
-    "linear.cu": ["linear*"],
+    # (and matmul_add_cuda, Newton-Schulz's product with a right operand as it is)
+    "linear.cu": ["linear*", "matmul_add, Newton-Schulz and the Muon step*"],
+    "muon.cu": ["matmul_add, Newton-Schulz and the Muon step*", "Muon steps of the whole model*"],
     "rmsnorm.cu": ["rmsnorm*"],
     "rope.cu": ["rope*", "the one-read-back training step*"],  # the latter: steps allocate nothing
     "swiglu.cu": ["swiglu*"],
