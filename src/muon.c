@@ -29,13 +29,11 @@ void newton_schulz(float* X, float* work, size_t rows, size_t cols) {
     float* current = X;  // X and next take turns
     for (int step = 0; step < NEWTON_SCHULZ_STEPS; step++) {
         linear_forward(Y, current, current, rows, cols, rows);  // Y (rows,rows) = X X^T
-        #pragma omp parallel for
         for (size_t i = 0; i < r2; i++) {
             cY[i] = NS_C * Y[i];
             Z[i] = NS_B * Y[i];
         }
         matmul_add(Z, Y, cY, rows, rows, rows);                 // Z = b Y + Y (c Y)
-        #pragma omp parallel for
         for (size_t i = 0; i < n; i++) next[i] = NS_A * current[i];
         matmul_add(next, Z, current, rows, rows, cols);         // next = a X + Z X
         float* previous = current;
