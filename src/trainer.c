@@ -121,6 +121,7 @@ void trainer_free(Trainer* t) {
     free(t->m_shard);
     free(t->v_shard);
 #endif
+    if (t->shard_bounds != NULL) { t->dist->shard_bounds = NULL; }
     free(t->shard_bounds);
 }
 

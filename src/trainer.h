@@ -20,7 +20,7 @@
 typedef struct {
     Model* host;
     void* device;       // the GPU builds: the ModelCuda that trains; NULL in ./train
-    const Dist* dist;
+    Dist* dist;         // with Muon's shards, its shard_bounds are this trainer's
     // Data parallel: ZeRO-1, with several processes; and always in the GPU build with MPI,
     // so that a run of one process there tests the NCCL path too. This rank owns the shard
     // [lo, hi) of the flat parameter buffer: the sum over the ranks of its gradients
