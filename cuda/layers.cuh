@@ -169,7 +169,7 @@ void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm);
 
 // ---- muon.cu -----------------------------------------------------------------------------
 void newton_schulz_cuda(float* X, float* work, size_t rows, size_t cols);
-void muon_update_cuda(float* params, const float* grads, float* momentum, size_t rows,
-                      size_t cols, float lr, float mu, float weight_decay);
+void muon_update_cuda(float* params, const float* grads, float* momentum, size_t count,
+                      size_t rows, size_t cols, float lr, float mu, float weight_decay);
 
 #endif

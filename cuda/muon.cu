@@ -87,8 +87,9 @@ void newton_schulz_cuda(float* X, float* work, size_t rows, size_t cols) {
     }
 }
 
-void muon_update_cuda(float* params, const float* grads, float* momentum, size_t rows,
-                      size_t cols, float lr, float mu, float weight_decay) {
+// one matrix (rows,cols): muon.c's muon_matrix
+static void muon_matrix_cuda(float* params, const float* grads, float* momentum, size_t rows,
+                             size_t cols, float lr, float mu, float weight_decay) {
     size_t n = rows * cols, short_side = rows < cols ? rows : cols;
     size_t long_side = rows < cols ? cols : rows;
     int transposed = rows > cols;
@@ -107,4 +108,14 @@ void muon_update_cuda(float* params, const float* grads, float* momentum, size_t
     newton_schulz_cuda(X, work, short_side, long_side);
     launch_kernel(muon_apply_kernel, blocks, MUON_THREADS, params, X, rows, cols, lr,
                   weight_decay, 0.2f * sqrtf((float)long_side), transposed);
+}
+
+// count matrices one after another, in order on the stream (each one's products fill the GPU)
+void muon_update_cuda(float* params, const float* grads, float* momentum, size_t count,
+                      size_t rows, size_t cols, float lr, float mu, float weight_decay) {
+    size_t n = rows * cols;
+    for (size_t k = 0; k < count; k++) {
+        muon_matrix_cuda(params + k * n, grads + k * n, momentum + k * n, rows, cols, lr, mu,
+                         weight_decay);
+    }
 }

@@ -223,11 +223,11 @@ void adamw_update(float* params, const float* grads, float* m, float* v, size_t 
 // X (rows,cols), rows <= cols, orthogonalised in place by five quintic Newton–Schulz steps
 // (every singular value into about [0.68, 1.13]); work holds 3 rows^2 + rows*cols floats.
 void newton_schulz(float* X, float* work, size_t rows, size_t cols);
-// One Muon step (SPEC "Optimisers and schedules") on the matrix params (rows,cols) with its
-// gradient and its momentum buffer: Nesterov momentum mu, Newton–Schulz, scale
-// 0.2 sqrt(max(rows,cols)), decoupled weight decay.
-void muon_update(float* params, const float* grads, float* momentum, size_t rows, size_t cols,
-                 float lr, float mu, float weight_decay);
+// One Muon step (SPEC "Optimisers and schedules") on each of `count` matrices (rows,cols)
+// stored one after another in params, with their gradients and momentum buffers: Nesterov
+// momentum mu, Newton–Schulz, scale 0.2 sqrt(max(rows,cols)), decoupled weight decay.
+void muon_update(float* params, const float* grads, float* momentum, size_t count, size_t rows,
+                 size_t cols, float lr, float mu, float weight_decay);
 
 #ifdef __cplusplus
 }

@@ -53,8 +53,9 @@ void linear_backward_naive(float* dinp, float* dweight, const float* dout, const
         }
 }
 
-// Packed panels live in one buffer that grows as needed and is kept between calls (util.h)
-static Scratch panels;
+// Packed panels live in one buffer that grows as needed and is kept between calls (util.h),
+// one per thread (muon.c runs matmuls on several threads at once)
+static _Thread_local Scratch panels;
 
 // panels (count/width rounded up, k, width): panels[t][p][w] = X(t*width + w, p), 0 past
 // count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile() reads contiguously.

@@ -709,17 +709,20 @@ void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads,
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         size_t end = offset + m->param_sizes[i], rows, cols;
         if (muon_matrix_shape(&m->dims, i, &rows, &cols)) {
-            for (size_t first = offset; first < end; first += rows * cols) {  // layer by layer
-                size_t last = first + rows * cols;
-                if (last <= lo || first >= hi) { continue; }  // another rank's matrix
-                if (first < lo || last > hi) {
+            size_t size = rows * cols, first = end, count = 0;  // the layers inside the shard
+            for (size_t start = offset; start < end; start += size) {
+                if (start + size <= lo || start >= hi) { continue; }  // another rank's matrix
+                if (start < lo || start + size > hi) {
                     fprintf(stderr, "error: the shard [%zu, %zu) cuts Muon's matrix %s at [%zu, "
-                            "%zu)\n", lo, hi, PARAM_INFO[i].name, first, last);
+                            "%zu)\n", lo, hi, PARAM_INFO[i].name, start, start + size);
                     exit(EXIT_FAILURE);
                 }
+                if (count++ == 0) { first = start; }
+            }
+            if (count > 0) {
                 m->kernels->muon_update(m->params_memory + first, grads + (first - lo),
-                                        m_shard + (first - lo), rows, cols, lr, muon_momentum,
-                                        weight_decay);
+                                        m_shard + (first - lo), count, rows, cols, lr,
+                                        muon_momentum, weight_decay);
             }
         } else {
             size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;

@@ -17,8 +17,9 @@
 #define NS_B (-4.7750f)
 #define NS_C 2.0315f
 
-// X and the iteration's work, kept between calls and grown as needed (util.h)
-static Scratch scratch;
+// X and the iteration's work, kept between calls and grown as needed (util.h), one per
+// thread: muon_update orthogonalises several matrices at once
+static _Thread_local Scratch scratch;
 
 // X (rows,cols), rows <= cols, orthogonalised in place: five times
 //   Y = X X^T; Z = b Y + c Y Y; X = a X + Z X
@@ -47,8 +48,8 @@ void newton_schulz(float* X, float* work, size_t rows, size_t cols) {
 //   M = mu M + G; N = G + mu M (Nesterov, with the new M); X = N / (|N|_F + 1e-7);
 //   X^T when A > B, so that the iteration runs on the short side; Newton–Schulz; back;
 //   W -= lr (weight_decay W + 0.2 sqrt(max(A,B)) X)
-void muon_update(float* params, const float* grads, float* momentum, size_t rows, size_t cols,
-                 float lr, float mu, float weight_decay) {
+static void muon_matrix(float* params, const float* grads, float* momentum, size_t rows,
+                        size_t cols, float lr, float mu, float weight_decay) {
     size_t n = rows * cols, short_side = rows < cols ? rows : cols;
     size_t long_side = rows < cols ? cols : rows;
     int transposed = rows > cols;
@@ -74,4 +75,19 @@ void muon_update(float* params, const float* grads, float* momentum, size_t rows
             float x = X[transposed ? j * rows + i : idx];
             params[idx] -= lr * (weight_decay * params[idx] + scale * x);
         }
+}
+
+// count matrices (rows,cols) one after another (a tensor's layers): each thread takes whole
+// matrices, its matmuls on one thread (a nested parallel region runs on the thread that
+// opens it), so that no product waits at a barrier for the other core; one matrix alone
+// gets every thread in its products. The bits are the same either way: every matmul output
+// is one chain of sums in a fixed order (linear.c).
+void muon_update(float* params, const float* grads, float* momentum, size_t count, size_t rows,
+                 size_t cols, float lr, float mu, float weight_decay) {
+    size_t n = rows * cols;
+    #pragma omp parallel for schedule(dynamic, 1) if (count > 1)
+    for (size_t k = 0; k < count; k++) {
+        muon_matrix(params + k * n, grads + k * n, momentum + k * n, rows, cols, lr, mu,
+                    weight_decay);
+    }
 }

@@ -1099,10 +1099,10 @@ TEST_CASE("the Muon step on the GPU matches the CPU, and so do its matmul_add an
     Floats X0 = X;
     newton_schulz(X.data(), work.data(), a, b);
     Floats params = params0, momentum = momentum0;
-    muon_update(params.data(), grads.data(), momentum.data(), rows, cols, lr, mu, weight_decay);
+    muon_update(params.data(), grads.data(), momentum.data(), 1, rows, cols, lr, mu, weight_decay);
     // no gradient, no momentum: N = 0, and only the 1e-7 keeps X = 0 / 0 from NaN
     Floats zeros(n, 0.0f), decayed = params0, no_momentum = zeros;
-    muon_update(decayed.data(), zeros.data(), no_momentum.data(), rows, cols, lr, mu, weight_decay);
+    muon_update(decayed.data(), zeros.data(), no_momentum.data(), 1, rows, cols, lr, mu, weight_decay);
 
     Outputs cuda = run_cuda([&] {
         Device d;
@@ -1110,9 +1110,9 @@ TEST_CASE("the Muon step on the GPU matches the CPU, and so do its matmul_add an
         float *d_params = d.upload(params0), *d_momentum = d.upload(momentum0);
         matmul_add_cuda(d_sum, d.upload(left), d.upload(right), a, a, b);
         newton_schulz_cuda(d_X, d_work, a, b);
-        muon_update_cuda(d_params, d.upload(grads), d_momentum, rows, cols, lr, mu, weight_decay);
+        muon_update_cuda(d_params, d.upload(grads), d_momentum, 1, rows, cols, lr, mu, weight_decay);
         float* d_decayed = d.upload(params0);
-        muon_update_cuda(d_decayed, d.upload(zeros), d.upload(zeros), rows, cols, lr, mu, weight_decay);
+        muon_update_cuda(d_decayed, d.upload(zeros), d.upload(zeros), 1, rows, cols, lr, mu, weight_decay);
         return Outputs{{"matmul_add", download(d_sum, a * b)}, {"newton_schulz", download(d_X, a * b)},
                        {"params", download(d_params, n)}, {"momentum", download(d_momentum, n)},
                        {"params after a zero gradient", download(d_decayed, n)}};

@@ -201,7 +201,7 @@ TEST_CASE("the Muon update's RMS is 0.2 sqrt(max(A,B)) times that of the orthogo
         size_t n = shape.rows * shape.cols, a = std::min(shape.rows, shape.cols);
         std::vector<float> grads = gaussian(n, 300 + n), momentum(n, 0.0f), params(n, 0.0f);
         const float lr = 0.01f;
-        muon_update(params.data(), grads.data(), momentum.data(), shape.rows, shape.cols, lr,
+        muon_update(params.data(), grads.data(), momentum.data(), 1, shape.rows, shape.cols, lr,
                     0.95f, 0.0f);
         double sum_sq = 0.0;
         for (float p : params) sum_sq += (double)p * p;
@@ -242,7 +242,7 @@ TEST_CASE("Muon's momentum, Nesterov direction, scale and decay match SPEC's ste
         const float lr = 0.02f, mu = 0.9f, weight_decay = 0.1f;
         for (int step = 0; step < 3; step++) {
             std::vector<float> grads = gaussian(n, 700 + n + (size_t)step);
-            muon_update(params.data(), grads.data(), momentum.data(), shape.rows, shape.cols, lr,
+            muon_update(params.data(), grads.data(), momentum.data(), 1, shape.rows, shape.cols, lr,
                         mu, weight_decay);
             muon_step_in_double(W, M, grads, shape.rows, shape.cols, lr, mu, weight_decay);
             std::string where = std::to_string(shape.rows) + "x" + std::to_string(shape.cols) +
@@ -253,20 +253,31 @@ TEST_CASE("Muon's momentum, Nesterov direction, scale and decay match SPEC's ste
     }
 }
 
-TEST_CASE("Muon's step gives the same bits on one thread and on two") {
+// Several matrices at once (a tensor's layers: each thread takes whole matrices, its matmuls
+// on one thread) give the bits of one call per matrix, on one thread or two; so does one
+// matrix, whose matmuls then take every thread.
+TEST_CASE("Muon's step gives the same bits on one thread and on two, one matrix or several at once") {
     Shape shape = {96, 40};
-    size_t n = shape.rows * shape.cols;
-    std::vector<float> grads = gaussian(n, 41);
-    std::vector<float> params[2], momentum[2];
-    for (int k = 0; k < 2; k++) {
-        ScopedThreads threads(k + 1);
-        params[k] = gaussian(n, 42);
-        momentum[k] = gaussian(n, 43);
-        muon_update(params[k].data(), grads.data(), momentum[k].data(), shape.rows, shape.cols,
-                    0.01f, 0.95f, 0.1f);
+    const size_t count = 3, n = shape.rows * shape.cols;
+    std::vector<float> grads = gaussian(count * n, 41);
+    std::vector<float> params[3], momentum[3];
+    for (int k = 0; k < 3; k++) {  // 1 thread, 2 threads, 2 threads one matrix per call
+        ScopedThreads threads(k == 0 ? 1 : 2);
+        params[k] = gaussian(count * n, 42);
+        momentum[k] = gaussian(count * n, 43);
+        if (k < 2) {
+            muon_update(params[k].data(), grads.data(), momentum[k].data(), count, shape.rows,
+                        shape.cols, 0.01f, 0.95f, 0.1f);
+        } else {
+            for (size_t j = 0; j < count; j++)
+                muon_update(params[k].data() + j * n, grads.data() + j * n,
+                            momentum[k].data() + j * n, 1, shape.rows, shape.cols, 0.01f, 0.95f, 0.1f);
+        }
     }
-    compare_exact("params", params[1].data(), params[0].data(), n);
-    compare_exact("momentum", momentum[1].data(), momentum[0].data(), n);
+    for (int k = 1; k < 3; k++) {
+        compare_exact("params, run " + std::to_string(k), params[k].data(), params[0].data(), count * n);
+        compare_exact("momentum, run " + std::to_string(k), momentum[k].data(), momentum[0].data(), count * n);
+    }
 }
 
 namespace {
@@ -375,7 +386,7 @@ TEST_CASE("Muon with a zero gradient and zero momentum only decays the matrix") 
     std::vector<double> expected(params.begin(), params.end());
     const float lr = 0.1f, weight_decay = 0.5f;
     for (size_t i = 0; i < n; i++) expected[i] -= (double)lr * weight_decay * params[i];
-    muon_update(params.data(), grads.data(), momentum.data(), shape.rows, shape.cols, lr, 0.95f,
+    muon_update(params.data(), grads.data(), momentum.data(), 1, shape.rows, shape.cols, lr, 0.95f,
                 weight_decay);
     compare_within("params", params.data(), expected.data(), n, Tolerance{0.0, 3e-7});
 }

@@ -12,7 +12,6 @@
 // overhead is the median over rounds of the paired ratio config / none of the same round,
 // printed with the range between its 25th and 75th percentiles; a variant's line adds the
 // median paired ratio to the mode it varies.
-#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -118,54 +117,42 @@ static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, in
 
 // Muon's extra time: one AdamW step (model_update) and one Muon step (model_update_shard_muon:
 // Newton–Schulz on every layer's 7 matrices, AdamW on the rest) of model m, on random
-// gradients, taking turns; then Newton–Schulz alone on one layer's matrices, its matmul
-// GFLOP/s (5 (4 a^2 b + 2 a^3) flops for an a x b matrix, a <= b) against linear_forward's on
-// the MLP's (B*T x d) . (d x F), the product bench_linear times first. Best of `rounds` each.
+// gradients, taking turns; then the Muon updates alone (muon_update on each of the 7
+// tensors, its L layers at once, as the step calls it), their Newton–Schulz GFLOP/s
+// (5 (4 a^2 b + 2 a^3) flops for an a x b matrix, a <= b) against linear_forward's on the MLP's
+// (B*T x d) . (d x F), the product bench_linear times first. Best of `rounds` each.
 static void time_optimizers(Model* m, size_t N, int rounds) {
     uint64_t state = 13;
     size_t P = m->num_params;
     for (size_t i = 0; i < P; i++) { m->grads_memory[i] = (float)rng_uniform(&state) - 0.5f; }
-    double best_adamw = 1e30, best_muon = 1e30;
+    double best_adamw = 1e30, best_muon = 1e30, best_matrices = 1e30, flops = 0.0;
     for (int r = 0; r < rounds + 1; r++) {  // round 0 warms up
         double t0 = now_seconds();
         model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
         double t1 = now_seconds();
         model_update_shard_muon(m, 0, P, m->grads_memory, m->m_memory, m->v_memory, 1e-4f, 0.9f,
                                 0.95f, 1e-8f, 0.1f, r + 1, 0.95f);
-        double t2 = now_seconds();
+        double t2 = now_seconds(), matrices = 0.0;
+        size_t offset = 0, rows, cols;
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            if (muon_matrix_shape(&m->dims, i, &rows, &cols)) {
+                double a = (double)(rows < cols ? rows : cols), b = (double)(rows < cols ? cols : rows);
+                if (r == 0) { flops += (double)m->dims.L * 5.0 * (4.0 * a * a * b + 2.0 * a * a * a); }
+                double t3 = now_seconds();
+                muon_update(m->params_memory + offset, m->grads_memory + offset,
+                            m->m_memory + offset, m->dims.L, rows, cols, 1e-4f, 0.95f, 0.1f);
+                matrices += now_seconds() - t3;
+            }
+            offset += m->param_sizes[i];
+        }
         if (r > 0 && t1 - t0 < best_adamw) { best_adamw = t1 - t0; }
         if (r > 0 && t2 - t1 < best_muon) { best_muon = t2 - t1; }
+        if (r > 0 && matrices < best_matrices) { best_matrices = matrices; }
     }
     printf("optimizer step alone (mode none, %zu parameters): AdamW %.2f ms, Muon %.2f ms: "
            "Muon adds %.2f ms a step (best of %d)\n", P, 1000.0 * best_adamw, 1000.0 * best_muon,
            1000.0 * (best_muon - best_adamw), rounds);
-    // one layer's matrices, each (short side, long side)
-    size_t d = m->dims.d, F = m->dims.F, q = m->dims.q_dim, kv = m->dims.kv_dim;
-    size_t shapes[7][2] = {{q < d ? q : d, q < d ? d : q}, {kv, d}, {kv, d}, {q < d ? q : d, q < d ? d : q},
-                           {d, F}, {d, F}, {d, F}};
-    double flops = 0.0, best_ns = 1e30;
-    size_t most = 0;
-    for (int k = 0; k < 7; k++) {
-        double a = (double)shapes[k][0], b = (double)shapes[k][1];
-        flops += 5.0 * (4.0 * a * a * b + 2.0 * a * a * a);
-        size_t need = 4 * shapes[k][0] * shapes[k][0] + 2 * shapes[k][0] * shapes[k][1];
-        if (need > most) { most = need; }
-    }
-    float* source = uniform_floats(most, &state);
-    float* X = mallocCheck(most * sizeof(float));
-    float* work = mallocCheck(most * sizeof(float));
-    for (int r = 0; r < rounds + 1; r++) {
-        double t = 0.0;
-        for (int k = 0; k < 7; k++) {  // each from the same input of Frobenius norm 1
-            size_t a = shapes[k][0], b = shapes[k][1];
-            float norm = (float)sqrt(sum_of_squares(source, a * b));
-            for (size_t i = 0; i < a * b; i++) { X[i] = source[i] / norm; }
-            double t0 = now_seconds();
-            newton_schulz(X, work, a, b);
-            t += now_seconds() - t0;
-        }
-        if (r > 0 && t < best_ns) { best_ns = t; }
-    }
+    size_t d = m->dims.d, F = m->dims.F;
     float* inp = uniform_floats(N * d, &state);
     float* weight = uniform_floats(F * d, &state);
     float* out = mallocCheck(N * F * sizeof(float));
@@ -176,14 +163,11 @@ static void time_optimizers(Model* m, size_t N, int rounds) {
         double t = now_seconds() - t0;
         if (r > 0 && t < best_linear) { best_linear = t; }
     }
-    double ns_rate = flops / best_ns * 1e-9, linear_rate = 2.0 * N * d * F / best_linear * 1e-9;
-    printf("Newton-Schulz alone, one layer's 7 matrices: %.2f ms, %.1f GFLOP/s; linear_forward "
-           "(%zu x %zu) . (%zu x %zu): %.1f GFLOP/s; Newton-Schulz at %.0f %% of the matmul rate "
-           "(best of %d)\n", 1000.0 * best_ns, ns_rate, N, d, d, F, linear_rate,
-           100.0 * ns_rate / linear_rate, rounds);
-    free(source);
-    free(X);
-    free(work);
+    double ns_rate = flops / best_matrices * 1e-9, linear_rate = 2.0 * N * d * F / best_linear * 1e-9;
+    printf("Muon's matrices alone (%zu x 7, %.1f GFLOP of Newton-Schulz): %.2f ms, %.1f GFLOP/s; "
+           "linear_forward (%zu x %zu) . (%zu x %zu): %.1f GFLOP/s; Newton-Schulz at %.0f %% of "
+           "the matmul rate (best of %d)\n", m->dims.L, flops * 1e-9, 1000.0 * best_matrices,
+           ns_rate, N, d, d, F, linear_rate, 100.0 * ns_rate / linear_rate, rounds);
     free(inp);
     free(weight);
     free(out);

@@ -2,7 +2,7 @@
 """mutants.py — a mutation study of the backward passes (`make mutants`).
 
 Do the gradient tests notice when one piece of a backward is missing? For every backward
-function in src/ (a name ending in _backward or _backward_naive, adamw_update, muon_update and
+function in src/ (a name ending in _backward or _backward_naive, adamw_update, muon_update, muon_matrix and
 newton_schulz) this script makes mutants, each
 the source with one piece taken out:
   - one term dropped from an accumulation (`+=`, `-=`), or from an assignment or a float
@@ -115,7 +115,7 @@ TEST_TIMEOUT_S = 120  # per test command: a mutant that hangs longer is killed
 # ---------------------------------------------------------------------------------------
 # Reading C: just enough to find statements and the terms of a sum.
 
-TARGET_FUNCTION = re.compile(r"\w+_backward(?:_naive)?|adamw_update|muon_update|newton_schulz")
+TARGET_FUNCTION = re.compile(r"\w+_backward(?:_naive)?|adamw_update|muon_update|muon_matrix|newton_schulz")
 # calls that are no part of the arithmetic: deleting one only leaks or skips an error report.
 # (Zeroing calls such as K->zero(a->dxn, ...) are mutated: the gradient buffers are reused
 # across sub-layers and steps, so a missing zeroing leaves stale gradient in them.)
