@@ -43,6 +43,7 @@ static Options defaults(void) {
     o.lr = 3e-3f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
     o.beta1 = 0.9f; o.beta2 = 0.95f; o.adam_eps = 1e-8f;
     o.schedule = "cosine"; o.decay_frac = 0.2f;
+    o.optimizer = "adamw"; o.muon_momentum = 0.95f;
     o.seed = 1337;
     o.checkpoint = NULL;
     o.resume = 0;
@@ -81,6 +82,8 @@ static int flag_table(Options* o, Flag* flags) {
         {"--decay-frac", OPT_FLOAT, &o->decay_frac, "wsd: the share of --steps that decays"},
         {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "the decay ends at lr * this"},
         {"--weight-decay", OPT_FLOAT, &o->weight_decay, "AdamW weight decay (matrices only)"},
+        {"--optimizer", OPT_STRING, &o->optimizer, "adamw | muon (Muon on the layers' matrices, AdamW on the rest)"},
+        {"--muon-momentum", OPT_FLOAT, &o->muon_momentum, "muon: Nesterov momentum mu, in [0, 1)"},
         {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)"},
         {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1"},
         {"--beta2", OPT_FLOAT, &o->beta2, "AdamW beta2"},
@@ -317,7 +320,7 @@ static void build_model(Run* r) {
     r->y = mallocCheck(eval_B * r->T * sizeof(int));
     r->work = mallocCheck(eval_B * r->T * sizeof(int));
     if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, decoder_rows(r, eval_B), r->T); }
-    trainer_init(&r->trainer, &r->model, &dist, r->B, r->T);
+    trainer_init(&r->trainer, &r->model, &dist, r->B, r->T, o->optimizer_kind, o->muon_momentum);
     // --stop-after interrupts the run early, as a crash would
     r->end_step = o->steps;
     if (o->stop_after > 0 && r->start_step + o->stop_after < o->steps) {
@@ -338,6 +341,11 @@ static void print_header(const Run* r) {
     char variant[128];
     variant_describe(c, variant, sizeof(variant));
     if (strcmp(variant, "no variant") != 0) { printf("depth-attention variant: %s\n", variant); }
+    if (o->optimizer_kind == OPTIMIZER_MUON) {
+        printf("optimizer: Muon (momentum %g) on the layers' matrices, AdamW on the rest%s\n",
+               (double)o->muon_momentum,
+               dist.world > 1 ? "; shards cut between the matrices" : "");
+    }
     if (dist.world > 1) {
         printf("data parallel: %d processes, %d rows of each batch apiece; ZeRO-1: each keeps "
                "the AdamW moments of 1/%d of the parameters (memory above is per process)\n",

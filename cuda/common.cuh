@@ -110,15 +110,19 @@ inline int cuda_sm_count() {
 // dead when the next call starts. It grows when a call needs more (cudaFree synchronises, so
 // no kernel still reads the old one) and never shrinks; model_build_cuda reserves the most a
 // training step needs, so that steps allocate nothing.
+// cuda_grow_floats: *data grown to count floats the same way, for any such buffer.
+inline float* cuda_grow_floats(float** data, size_t* capacity, size_t count) {
+    if (count > *capacity) {
+        if (*data != NULL) cudaCheck(cudaFree(*data));
+        *data = cuda_malloc_floats(count);
+        *capacity = count;
+    }
+    return *data;
+}
 inline float* cuda_workspace(size_t count) {
     static float* data = NULL;
     static size_t capacity = 0;
-    if (count > capacity) {
-        if (data != NULL) cudaCheck(cudaFree(data));
-        data = cuda_malloc_floats(count);
-        capacity = count;
-    }
-    return data;
+    return cuda_grow_floats(&data, &capacity, count);
 }
 
 // the number of blocks of `block_size` that cover `n`

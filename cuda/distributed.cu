@@ -57,7 +57,7 @@ void dist_reduce_scatter_cuda(const Dist* d, float* shard, const float* grads, s
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < d->world; r++) {  // shard r summed onto rank r
         size_t lo, hi;
-        dist_shard(n, r, d->world, &lo, &hi);
+        dist_shard_of(d, n, r, &lo, &hi);
         nccl_check(ncclReduce(grads + lo, r == d->rank ? shard : NULL, hi - lo, ncclFloat,
                               ncclSum, r, comm, cuda_stream),
                    "ncclReduce (the gradients)");
@@ -69,7 +69,7 @@ void dist_all_gather_cuda(const Dist* d, float* params, size_t n) {
     nccl_check(ncclGroupStart(), "ncclGroupStart");
     for (int r = 0; r < d->world; r++) {  // shard r from rank r, in place
         size_t lo, hi;
-        dist_shard(n, r, d->world, &lo, &hi);
+        dist_shard_of(d, n, r, &lo, &hi);
         nccl_check(ncclBroadcast(params + lo, params + lo, hi - lo, ncclFloat, r, comm,
                                  cuda_stream),
                    "ncclBroadcast (the parameters)");

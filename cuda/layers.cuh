@@ -30,6 +30,8 @@ void linear_forward_cuda(float* out, const float* inp, const float* weight,
                          size_t N, size_t IN, size_t OUT);
 void linear_backward_cuda(float* dinp, float* dweight, const float* dout, const float* inp,
                           const float* weight, size_t N, size_t IN, size_t OUT);
+// out (N,M) += a (N,K) . b (K,M), b as it is (Newton–Schulz, muon.cu)
+void matmul_add_cuda(float* out, const float* a, const float* b, size_t N, size_t K, size_t M);
 // on = 1: every product above runs through cuBLAS SGEMM (float32) instead of our kernel, the
 // reference to compare against (./train_cuda --cublas). Exits in builds without cuBLAS.
 void linear_use_cublas_cuda(int on);
@@ -188,5 +190,10 @@ float norm_from_partials(const float* host_partial);
 double sum_of_partials(const float* host_partial);
 // Clipping as src/trainer.c does it: when norm > max_norm, grads *= max_norm / norm.
 void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm);
+
+// ---- muon.cu -----------------------------------------------------------------------------
+void newton_schulz_cuda(float* X, float* work, size_t rows, size_t cols);
+void muon_update_cuda(float* params, const float* grads, float* momentum, size_t count,
+                      size_t rows, size_t cols, float lr, float mu, float weight_decay);
 
 #endif

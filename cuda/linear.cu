@@ -289,6 +289,11 @@ void linear_forward_cuda(float* out, const float* inp, const float* weight,
     matmul(out, inp, weight, N, OUT, IN, IN, 1, 1, IN, 0);
 }
 
+// out (N,M) += a (N,K) . b (K,M), both row-major as they are
+void matmul_add_cuda(float* out, const float* a, const float* b, size_t N, size_t K, size_t M) {
+    matmul(out, a, b, N, M, K, K, 1, M, 1, 1);
+}
+
 // forward was: out = inp . weight^T
 // dinp (N,IN) += dout (N,OUT) . weight (OUT,IN); dweight (OUT,IN) += dout^T . inp (N,IN)
 void linear_backward_cuda(float* dinp, float* dweight, const float* dout, const float* inp,

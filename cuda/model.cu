@@ -76,6 +76,7 @@ static const Kernels cuda_kernels = {
     .crossentropy_forward = crossentropy_forward_cuda,
     .crossentropy_backward = crossentropy_backward_cuda,
     .adamw_update = adamw_update_cuda,
+    .muon_update = muon_update_cuda,
     .alloc_zeroed = alloc_zeroed_cuda,
     .release = release_cuda,
     .zero = zero_cuda,

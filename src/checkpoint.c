@@ -46,7 +46,7 @@ enum { RUN_FLAG = 12, RUN_TASK = 13, RUN_LENGTH, RUN_SYMBOLS, RUN_SEQ_LEN, RUN_B
        RUN_STEPS, RUN_WARMUP, RUN_EVAL_EXAMPLES, RUN_SEED_LO, RUN_SEED_HI, RUN_TEXT_LO,
        RUN_TEXT_HI, RUN_LR, RUN_FINAL_LR_FRAC, RUN_WEIGHT_DECAY, RUN_GRAD_CLIP, RUN_BETA1,
        RUN_BETA2, RUN_ADAM_EPS, RUN_BEST_STEP, RUN_BEST_VAL, RUN_SCHEDULE, RUN_DECAY_FRAC,
-       RUN_TEXT_NAME = 64 };
+       RUN_OPTIMIZER, RUN_MUON_MOMENTUM, RUN_TEXT_NAME = 64 };
 
 static int float_bits(float x) { int i; memcpy(&i, &x, sizeof(i)); return i; }
 static float bits_float(int i) { float x; memcpy(&x, &i, sizeof(x)); return x; }
@@ -66,6 +66,8 @@ static void run_to_header(const RunRecord* r, int* h) {
     h[RUN_BEST_VAL] = float_bits(r->best_val_loss);
     h[RUN_SCHEDULE] = r->schedule;
     h[RUN_DECAY_FRAC] = float_bits(r->decay_frac);
+    h[RUN_OPTIMIZER] = r->optimizer;
+    h[RUN_MUON_MOMENTUM] = float_bits(r->muon_momentum);
     memcpy(h + RUN_TEXT_NAME, r->text_name, sizeof(r->text_name));
     h[RUN_FLAG] = 1;
 }
@@ -83,6 +85,8 @@ static void header_to_run(const int* h, RunRecord* r) {
     r->best_val_loss = bits_float(h[RUN_BEST_VAL]);
     r->schedule = h[RUN_SCHEDULE];  // 0 (cosine) in files older than the slot
     r->decay_frac = bits_float(h[RUN_DECAY_FRAC]);
+    r->optimizer = h[RUN_OPTIMIZER];  // 0 (adamw) in files older than the slot
+    r->muon_momentum = bits_float(h[RUN_MUON_MOMENTUM]);
     memcpy(r->text_name, h + RUN_TEXT_NAME, sizeof(r->text_name));
     r->text_name[sizeof(r->text_name) - 1] = '\0';
 }
@@ -247,6 +251,16 @@ static int run_record_problem(const RunRecord* r, char* reason, size_t len) {
     if (wsd ? !(r->decay_frac > 0.0f && r->decay_frac < 1.0f) : r->decay_frac != 0.0f) {
         snprintf(reason, len, "decay fraction %g with schedule %s", (double)r->decay_frac,
                  wsd ? "wsd" : "cosine");
+        return -1;
+    }
+    if (r->optimizer != 0 && r->optimizer != 1) {
+        snprintf(reason, len, "optimizer %d", r->optimizer);
+        return -1;
+    }
+    int muon = r->optimizer == 1;
+    if (muon ? !(r->muon_momentum >= 0.0f && r->muon_momentum < 1.0f) : r->muon_momentum != 0.0f) {
+        snprintf(reason, len, "Muon momentum %g with optimizer %s", (double)r->muon_momentum,
+                 muon ? "muon" : "adamw");
         return -1;
     }
     const char* names[] = {"length", "symbols", "seq_len", "batch", "steps", "warmup",

@@ -16,6 +16,15 @@ void dist_shard(size_t n, int rank, int world, size_t* lo, size_t* hi) {
     *hi = *lo + base + (r < extra ? 1 : 0);
 }
 
+void dist_shard_of(const Dist* d, size_t n, int rank, size_t* lo, size_t* hi) {
+    if (d->shard_bounds == NULL) {
+        dist_shard(n, rank, d->world, lo, hi);
+    } else {
+        *lo = d->shard_bounds[rank];
+        *hi = d->shard_bounds[rank + 1];
+    }
+}
+
 #ifdef ATTNRES_MPI
 
 // Every MPI call is checked; a failure ends the job with one line naming the call.
@@ -52,10 +61,10 @@ void dist_abort(int status) {
 }
 
 // counts[r] and displacements[r] of the shards, as MPI's int arguments
-static void shard_counts(size_t n, int world, int* counts, int* displacements) {
-    for (int r = 0; r < world; r++) {
+static void shard_counts(const Dist* d, size_t n, int* counts, int* displacements) {
+    for (int r = 0; r < d->world; r++) {
         size_t lo, hi;
-        dist_shard(n, r, world, &lo, &hi);
+        dist_shard_of(d, n, r, &lo, &hi);
         if (hi > 2147483647u) {
             fprintf(stderr, "error: %zu parameters are too many for MPI's int counts\n", n);
             MPI_Abort(MPI_COMM_WORLD, 1);
@@ -67,7 +76,7 @@ static void shard_counts(size_t n, int world, int* counts, int* displacements) {
 
 void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t n) {
     int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
-    shard_counts(n, d->world, counts, counts + d->world);
+    shard_counts(d, n, counts, counts + d->world);
     mpi_check(MPI_Reduce_scatter(grads, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
               "MPI_Reduce_scatter (the gradients)");
     free(counts);
@@ -75,7 +84,7 @@ void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t
 
 void dist_all_gather(const Dist* d, float* params, size_t n) {
     int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
-    shard_counts(n, d->world, counts, counts + d->world);
+    shard_counts(d, n, counts, counts + d->world);
     mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params, counts,
                              counts + d->world, MPI_FLOAT, MPI_COMM_WORLD),
               "MPI_Allgatherv (the parameters)");
@@ -84,7 +93,7 @@ void dist_all_gather(const Dist* d, float* params, size_t n) {
 
 void dist_gather(const Dist* d, float* full, const float* shard, size_t n) {
     int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
-    shard_counts(n, d->world, counts, counts + d->world);
+    shard_counts(d, n, counts, counts + d->world);
     mpi_check(MPI_Gatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->world,
                           MPI_FLOAT, 0, MPI_COMM_WORLD),
               "MPI_Gatherv (the AdamW moments)");

@@ -25,6 +25,9 @@ typedef struct {
     int world;       // the number of processes
     int local_rank;  // its place among the processes of its machine (which GPU it takes)
     int local_size;  // how many processes share its machine
+    // the shards' bounds when not the even split: rank r owns [shard_bounds[r],
+    // shard_bounds[r+1]) (world + 1 entries; Muon's, model_muon_shard_bounds); NULL: even
+    const size_t* shard_bounds;
 } Dist;
 
 // Starts MPI (mpirun's processes) or, without it, one process of rank 0.
@@ -35,6 +38,9 @@ void dist_abort(int status);
 
 // The shard [*lo, *hi) of n that `rank` owns: n/world each, the first n%world one more.
 void dist_shard(size_t n, int rank, int world, size_t* lo, size_t* hi);
+// The shard [*lo, *hi) of n that `rank` owns in d's job: d->shard_bounds', or dist_shard's.
+// Every collective below cuts n this way.
+void dist_shard_of(const Dist* d, size_t n, int rank, size_t* lo, size_t* hi);
 // grads (n floats, this rank's) summed over the ranks; this rank's shard of the sum is
 // written to shard (hi - lo floats). grads is left as it was.
 void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t n);

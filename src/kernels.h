@@ -86,6 +86,8 @@ typedef struct {
     void (*adamw_update)(float* params, const float* grads, float* m, float* v, size_t n,
                          float lr, float beta1, float beta2, float eps, float weight_decay,
                          int t);
+    void (*muon_update)(float* params, const float* grads, float* momentum, size_t count,
+                        size_t rows, size_t cols, float lr, float mu, float weight_decay);
     // memory: n floats, zeroed (exits with a one-line error when there is not enough); free
     float* (*alloc_zeroed)(size_t n);
     void (*release)(void* p);

@@ -48,6 +48,8 @@ void linear_forward_naive(float* out, const float* inp, const float* weight,
                           size_t N, size_t IN, size_t OUT);
 void linear_backward_naive(float* dinp, float* dweight, const float* dout, const float* inp,
                            const float* weight, size_t N, size_t IN, size_t OUT);
+// out (N,M) += a (N,K) . b (K,M), b as it is (not transposed): Muon's Newton–Schulz (muon.c)
+void matmul_add(float* out, const float* a, const float* b, size_t N, size_t K, size_t M);
 
 // ---- rope.c ------------------------------------------------------------------------------
 // Rotary position embedding on (B,T,n_heads*head_size): position t = row index within T;
@@ -253,6 +255,17 @@ void crossentropy_backward(float* dlogits, const float* probs, const int* target
 // One AdamW step (PyTorch semantics) on n parameters; t counts from 1.
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t);
+
+// ---- muon.c ------------------------------------------------------------------------------
+#define NEWTON_SCHULZ_STEPS 5
+// X (rows,cols), rows <= cols, orthogonalised in place by five quintic Newton–Schulz steps
+// (every singular value into about [0.68, 1.13]); work holds 3 rows^2 + rows*cols floats.
+void newton_schulz(float* X, float* work, size_t rows, size_t cols);
+// One Muon step (SPEC "Optimisers and schedules") on each of `count` matrices (rows,cols)
+// stored one after another in params, with their gradients and momentum buffers: Nesterov
+// momentum mu, Newton–Schulz, scale 0.2 sqrt(max(rows,cols)), decoupled weight decay.
+void muon_update(float* params, const float* grads, float* momentum, size_t count, size_t rows,
+                 size_t cols, float lr, float mu, float weight_decay);
 
 #ifdef __cplusplus
 }

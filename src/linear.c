@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include "layers.h"
 #include "matmul_tile.h"
+#include "util.h"
 
 // out (N,OUT) = inp (N,IN) . weight^T: out[n][o] = sum_i inp[n][i] * weight[o][i]
 void linear_forward_naive(float* out, const float* inp, const float* weight,
@@ -52,23 +53,9 @@ void linear_backward_naive(float* dinp, float* dweight, const float* dout, const
         }
 }
 
-// Packed panels live in one buffer that grows as needed and is kept between calls: a fresh
-// malloc each call page-faults, which costs as much as the packing. Not for concurrent calls.
-static float* scratch = NULL;
-static size_t scratch_count = 0;
-
-static float* scratch_floats(size_t count) {
-    if (count > scratch_count) {
-        free(scratch);
-        scratch = malloc(count * sizeof(float));
-        if (scratch == NULL) {
-            fprintf(stderr, "linear.c: out of memory allocating %zu floats\n", count);
-            exit(EXIT_FAILURE);
-        }
-        scratch_count = count;
-    }
-    return scratch;
-}
+// Packed panels live in one buffer that grows as needed and is kept between calls (util.h),
+// one per thread (muon.c runs matmuls on several threads at once)
+static _Thread_local Scratch panels;
 
 // panels (count/width rounded up, k, width): panels[t][p][w] = X(t*width + w, p), 0 past
 // count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile() reads contiguously.
@@ -93,7 +80,7 @@ static void matmul_accumulate(float* C, const float* A, size_t a_row, size_t a_c
     // b_panels (col_tiles,k,TILE_COLS), b_panels[t][p][jj] = B(p, t*TILE_COLS + jj);
     // a_panels (row_tiles,k,TILE_ROWS) likewise, only if A's rows are not contiguous.
     int pack_a = a_col != 1;
-    float* b_panels = scratch_floats(k * (col_tiles * TILE_COLS + pack_a * row_tiles * TILE_ROWS));
+    float* b_panels = scratch_floats(&panels, k * (col_tiles * TILE_COLS + pack_a * row_tiles * TILE_ROWS));
     pack_panels(b_panels, B, b_col, b_row, m, k, TILE_COLS);
     size_t a_tile = TILE_ROWS * a_row;  // from one row tile of A to the next
     if (pack_a) {
@@ -130,4 +117,9 @@ void linear_backward(float* dinp, float* dweight, const float* dout, const float
                      const float* weight, size_t N, size_t IN, size_t OUT) {
     matmul_accumulate(dinp, dout, OUT, 1, weight, IN, 1, N, OUT, IN);
     matmul_accumulate(dweight, dout, 1, OUT, inp, IN, 1, OUT, N, IN);  // dout^T(i,p) = dout[p][i]
+}
+
+// out (N,M) += a (N,K) . b (K,M), both row-major as they are
+void matmul_add(float* out, const float* a, const float* b, size_t N, size_t K, size_t M) {
+    matmul_accumulate(out, a, K, 1, b, M, 1, N, K, M);
 }

@@ -805,6 +805,74 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
     }
 }
 
+int muon_matrix_shape(const ModelDims* dims, int tensor, size_t* rows, size_t* cols) {
+    size_t shapes[][2] = {{dims->q_dim, dims->d}, {dims->kv_dim, dims->d},
+                          {dims->kv_dim, dims->d}, {dims->d, dims->q_dim},
+                          {dims->F, dims->d}, {dims->F, dims->d}, {dims->d, dims->F}};
+    int tensors[] = {PARAM_wq, PARAM_wk, PARAM_wv, PARAM_wo, PARAM_wg, PARAM_wu, PARAM_wd};
+    for (int k = 0; k < 7; k++) {
+        if (tensors[k] == tensor) {
+            *rows = shapes[k][0];
+            *cols = shapes[k][1];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+                             float* v_shard, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int t, float muon_momentum) {
+    size_t offset = 0;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        size_t end = offset + m->param_sizes[i], rows, cols;
+        if (muon_matrix_shape(&m->dims, i, &rows, &cols)) {
+            size_t size = rows * cols, first = end, count = 0;  // the layers inside the shard
+            for (size_t start = offset; start < end; start += size) {
+                if (start + size <= lo || start >= hi) { continue; }  // another rank's matrix
+                if (start < lo || start + size > hi) {
+                    fprintf(stderr, "error: the shard [%zu, %zu) cuts Muon's matrix %s at [%zu, "
+                            "%zu)\n", lo, hi, PARAM_INFO[i].name, start, start + size);
+                    exit(EXIT_FAILURE);
+                }
+                if (count++ == 0) { first = start; }
+            }
+            if (count > 0) {
+                m->kernels->muon_update(m->params_memory + first, grads + (first - lo),
+                                        m_shard + (first - lo), count, rows, cols, lr,
+                                        muon_momentum, weight_decay);
+            }
+        } else {
+            size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
+            if (first < last) {
+                m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
+                                         m_shard + (first - lo), v_shard + (first - lo),
+                                         last - first, lr, beta1, beta2, eps,
+                                         PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
+            }
+        }
+        offset = end;
+    }
+}
+
+void model_muon_shard_bounds(const Model* m, int world, size_t* bounds) {
+    size_t n = m->num_params, p = (size_t)world, base = n / p, extra = n % p;
+    for (size_t r = 0; r <= p; r++) {
+        size_t cut = r * base + (r < extra ? r : extra);  // the even split's
+        size_t offset = 0, rows, cols;
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            size_t end = offset + m->param_sizes[i];
+            if (cut > offset && cut < end && muon_matrix_shape(&m->dims, i, &rows, &cols)) {
+                size_t first = offset + (cut - offset) / (rows * cols) * (rows * cols);
+                size_t last = first + rows * cols;
+                if (first != cut) { cut = cut - first <= last - cut ? first : last; }
+            }
+            offset = end;
+        }
+        bounds[r] = cut;
+    }
+}
+
 const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t* heads,
                                size_t* rows) {
     if (m->dims.S == 0 || l < 0 || l > (int)m->dims.n_sub) { return NULL; }
@@ -881,6 +949,7 @@ const Kernels cpu_kernels = {
     .crossentropy_forward = crossentropy_forward,
     .crossentropy_backward = crossentropy_backward,
     .adamw_update = adamw_update,
+    .muon_update = muon_update,
     .alloc_zeroed = host_alloc_zeroed,
     .release = host_release,
     .zero = host_zero,

@@ -253,6 +253,21 @@ void model_update(Model* m, float lr, float beta1, float beta2, float eps,
 void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
                         float* v_shard, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t);
+// Muon (SPEC "Optimisers and schedules") on the shard [lo, hi): every per-layer matrix of
+// wq, wk, wv, wo, wg, wu, wd (muon_matrix_shape) by muon_update with momentum muon_momentum,
+// its momentum buffer m_shard at the matrix's place (v_shard stays untouched there); every
+// other tensor by AdamW as model_update_shard does. Each Muon matrix must lie wholly inside
+// or outside the shard (model_muon_shard_bounds); one cut is an error that exits.
+void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+                             float* v_shard, float lr, float beta1, float beta2, float eps,
+                             float weight_decay, int t, float muon_momentum);
+// 1 when parameter tensor `tensor` (ParamIndex) is one Muon updates, with the shape
+// (rows, cols) of one layer's slice; else 0.
+int muon_matrix_shape(const ModelDims* dims, int tensor, size_t* rows, size_t* cols);
+// The shards of `world` ranks for Muon: rank r owns [bounds[r], bounds[r+1]) (world + 1
+// entries), the even split of dist_shard with each cut that falls inside a Muon matrix moved
+// to that matrix's nearer end, so that every matrix is orthogonalised whole by one rank.
+void model_muon_shard_bounds(const Model* m, int world, size_t* bounds);
 
 // What the last forward left, for diagnostics (CPU model): the depth-attention weights of
 // sub-layer l (l = 2L: the output aggregation; NULL in none mode), (rows, n_sources, heads)

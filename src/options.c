@@ -119,6 +119,16 @@ int options_check(Options* o, char* err, size_t err_len) {
     if (!(o->decay_frac > 0.0f && o->decay_frac < 1.0f)) {
         FAIL("--decay-frac must be in (0, 1), got %g", (double)o->decay_frac);
     }
+    if (strcmp(o->optimizer, "adamw") == 0) {
+        o->optimizer_kind = OPTIMIZER_ADAMW;
+    } else if (strcmp(o->optimizer, "muon") == 0) {
+        o->optimizer_kind = OPTIMIZER_MUON;
+    } else {
+        FAIL("unknown --optimizer '%s' (valid: adamw, muon)", o->optimizer);
+    }
+    if (!(o->muon_momentum >= 0.0f && o->muon_momentum < 1.0f)) {
+        FAIL("--muon-momentum must be in [0, 1), got %g", (double)o->muon_momentum);
+    }
     if (strcmp(o->mode, "none") == 0) {
         o->model.block_size = 0;
     } else if (strcmp(o->mode, "full") == 0) {
@@ -174,6 +184,10 @@ int options_check(Options* o, char* err, size_t err_len) {
     }
     if (option_given(o, "--decay-frac") && o->schedule_kind != SCHEDULE_WSD) {
         FAIL("--decay-frac is for --schedule wsd (this run has --schedule %s)", o->schedule);
+    }
+    if (option_given(o, "--muon-momentum") && o->optimizer_kind != OPTIMIZER_MUON) {
+        FAIL("--muon-momentum is for --optimizer muon (this run has --optimizer %s)",
+             o->optimizer);
     }
     int text = strcmp(o->task, "text") == 0;
     const char* text_only[] = {"--text"}, *task_only[] = {"--length", "--symbols"};

@@ -11,6 +11,9 @@
 
 // the learning-rate schedules, numbered as the run record stores them (checkpoint.h)
 enum { SCHEDULE_COSINE = 0, SCHEDULE_WSD = 1 };
+// the optimisers, numbered as the run record and the state files store them
+#define OPTIMIZER_ADAMW 0
+#define OPTIMIZER_MUON 1
 
 typedef struct {
     ModelConfig model;       // vocab_size is set by the data
@@ -26,6 +29,9 @@ typedef struct {
     const char* schedule;    // cosine | wsd (options_check sets schedule_kind)
     int schedule_kind;       // SCHEDULE_COSINE or SCHEDULE_WSD
     float decay_frac;        // wsd: the share of --steps that decays, in (0, 1)
+    const char* optimizer;   // adamw | muon (options_check sets optimizer_kind)
+    int optimizer_kind;      // OPTIMIZER_ADAMW or OPTIMIZER_MUON
+    float muon_momentum;     // Muon's mu, in [0, 1)
     unsigned long long seed;
     const char* checkpoint;
     int resume;

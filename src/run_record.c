@@ -32,6 +32,8 @@ RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, floa
     run.adam_eps = o->adam_eps;
     run.schedule = o->schedule_kind;
     run.decay_frac = o->schedule_kind == SCHEDULE_WSD ? o->decay_frac : 0.0f;
+    run.optimizer = o->optimizer_kind;
+    run.muon_momentum = o->optimizer_kind == OPTIMIZER_MUON ? o->muon_momentum : 0.0f;
     if (text) {
         const char* slash = strrchr(o->text_path, '/');
         snprintf(run.text_name, sizeof(run.text_name), "%s", slash ? slash + 1 : o->text_path);
@@ -78,6 +80,15 @@ int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* w
     if (was->schedule != now->schedule) {
         FAIL("checkpoint %s was trained with --schedule %s, this run has --schedule %s (%s)",
              path, schedules[was->schedule], schedules[now->schedule], fix);
+    }
+    const char* optimizers[] = {"adamw", "muon"};  // checkpoint_read_run checked the value
+    if (was->optimizer != now->optimizer) {
+        FAIL("checkpoint %s was trained with --optimizer %s, this run has --optimizer %s (%s)",
+             path, optimizers[was->optimizer], optimizers[now->optimizer], fix);
+    }
+    if (was->muon_momentum != now->muon_momentum) {
+        FAIL("checkpoint %s was trained with --muon-momentum %g, this run has --muon-momentum "
+             "%g (%s)", path, (double)was->muon_momentum, (double)now->muon_momentum, fix);
     }
     const char* float_flags[] = {"--lr", "--final-lr-frac", "--weight-decay", "--grad-clip",
                                  "--beta1", "--beta2", "--decay-frac"};

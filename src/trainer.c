@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "options.h"
 #include "trainer.h"
 #include "util.h"
 #ifdef ATTNRES_CUDA
@@ -61,10 +62,13 @@ static Model* trained_model(Trainer* t) {
 #endif
 }
 
-void trainer_init(Trainer* t, Model* host, const Dist* dist, size_t B, size_t T) {
+void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int optimizer,
+                  float muon_momentum) {
     memset(t, 0, sizeof(*t));
     t->host = host;
     t->dist = dist;
+    t->optimizer = optimizer;
+    t->muon_momentum = muon_momentum;
     t->sharded = ALWAYS_SHARDED || dist->world > 1;
 #ifdef ATTNRES_CUDA
     t->device = mallocCheck(sizeof(ModelCuda));
@@ -75,7 +79,12 @@ void trainer_init(Trainer* t, Model* host, const Dist* dist, size_t B, size_t T)
     (void)T;
 #endif
     if (!t->sharded) { return; }
-    dist_shard(host->num_params, dist->rank, dist->world, &t->lo, &t->hi);
+    if (optimizer == OPTIMIZER_MUON) {  // a matrix is orthogonalised whole, by one rank
+        t->shard_bounds = mallocCheck(((size_t)dist->world + 1) * sizeof(size_t));
+        model_muon_shard_bounds(host, dist->world, t->shard_bounds);
+        dist->shard_bounds = t->shard_bounds;
+    }
+    dist_shard_of(dist, host->num_params, dist->rank, &t->lo, &t->hi);
     size_t count = t->hi - t->lo;
 #ifdef ATTNRES_CUDA
     t->grad_shard = dist_shard_alloc_cuda(NULL, count);
@@ -112,6 +121,8 @@ void trainer_free(Trainer* t) {
     free(t->m_shard);
     free(t->v_shard);
 #endif
+    if (t->shard_bounds != NULL) { t->dist->shard_bounds = NULL; }
+    free(t->shard_bounds);
 }
 
 // Sharded, each rank's loss is its rows' share of the global mean (their sum over the global
@@ -187,7 +198,12 @@ void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
     float* g = update_gradient(t, &lo, &hi);
     float* m = t->sharded ? t->m_shard : trained->m_memory;
     float* v = t->sharded ? t->v_shard : trained->v_memory;
-    model_update_shard(trained, lo, hi, g, m, v, lr, beta1, beta2, eps, weight_decay, adam_t);
+    if (t->optimizer == OPTIMIZER_MUON) {
+        model_update_shard_muon(trained, lo, hi, g, m, v, lr, beta1, beta2, eps, weight_decay,
+                                adam_t, t->muon_momentum);
+    } else {
+        model_update_shard(trained, lo, hi, g, m, v, lr, beta1, beta2, eps, weight_decay, adam_t);
+    }
     if (!t->sharded) { return; }
     double start = now_seconds();
 #ifdef ATTNRES_CUDA

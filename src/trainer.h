@@ -20,7 +20,7 @@
 typedef struct {
     Model* host;
     void* device;       // the GPU builds: the ModelCuda that trains; NULL in ./train
-    const Dist* dist;
+    Dist* dist;         // with Muon's shards, its shard_bounds are this trainer's
     // Data parallel: ZeRO-1, with several processes; and always in the GPU build with MPI,
     // so that a run of one process there tests the NCCL path too. This rank owns the shard
     // [lo, hi) of the flat parameter buffer: the sum over the ranks of its gradients
@@ -31,6 +31,9 @@ typedef struct {
     size_t lo, hi;
     float *grad_shard, *m_shard, *v_shard;
     double comm_seconds;  // time spent in the collectives of the steps (waiting included)
+    int optimizer;        // OPTIMIZER_ADAMW or OPTIMIZER_MUON (options.h)
+    float muon_momentum;  // Muon's mu
+    size_t* shard_bounds; // Muon with several ranks: the shards, cut between its matrices
 } Trainer;
 
 // 1 in the GPU builds (./train_cuda, ./train_cuda_mpi), 0 in the CPU ones
@@ -40,8 +43,11 @@ int trainer_on_gpu(void);
 int trainer_open_device(const Dist* dist, int cublas, char* err, size_t err_len);
 void trainer_close_device(void);
 
-// host holds the initial (or resumed) parameters and moments; B, T is this rank's batch
-void trainer_init(Trainer* t, Model* host, const Dist* dist, size_t B, size_t T);
+// host holds the initial (or resumed) parameters and moments; B, T is this rank's batch;
+// optimizer is OPTIMIZER_ADAMW or OPTIMIZER_MUON (options.h, with momentum muon_momentum).
+// Sharded with Muon, dist's shards are set to model_muon_shard_bounds' (dist->shard_bounds).
+void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int optimizer,
+                  float muon_momentum);
 void trainer_free(Trainer* t);
 
 // The step. x, y (B,T) are this rank's rows of the global batch, which has n_targets
@@ -54,7 +60,8 @@ void trainer_backward(Trainer* t);
 float trainer_loss_and_norm(Trainer* t, float* norm);
 // the gradient scaled to norm max_norm when it is larger (max_norm 0: off)
 void trainer_clip(Trainer* t, float norm, float max_norm);
-// AdamW step adam_t (from 1); with several ranks, every rank then has the whole parameters
+// The optimiser's step adam_t (from 1): AdamW on every tensor, or Muon on the layers'
+// matrices and AdamW on the rest; with several ranks, every rank then has the whole parameters
 void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
                     float weight_decay, int adam_t);
 

@@ -149,4 +149,21 @@ static inline double sum_of_squares(const float* x, size_t n) {
 #define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 #define callocCheck(count, size) calloc_check(count, size, __FILE__, __LINE__)
 
+// Scratch floats kept between calls and grown (contents dropped) when a call needs more: a
+// fresh malloc each call page-faults, which costs as much as the work (linear.c's packed
+// panels, muon.c's Newton–Schulz). Not for concurrent calls.
+typedef struct {
+    float* data;
+    size_t count;
+} Scratch;
+
+static inline float* scratch_floats(Scratch* s, size_t count) {
+    if (count > s->count) {
+        free(s->data);
+        s->data = (float*)mallocCheck(count * sizeof(float));
+        s->count = count;
+    }
+    return s->data;
+}
+
 #endif

@@ -26,6 +26,7 @@
 //   crossentropy      1e-6   1e-5   softmax over V; the count is exact
 //   adamw             1e-7   1e-5   elementwise, same formula
 //   global norm       0      1e-5   float partial sums against one sum in double
+//   muon              1e-4   0      X after Newton–Schulz (its slope amplifies rounding ~500x)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -1267,4 +1268,59 @@ TEST_CASE("global gradient norm and clipping on the GPU match a double-precision
     CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-5));
     check(cuda[0], clipped, Tolerance{0, 1e-5});
     compare_exact("grads under the limit", cuda[1].values.data(), unchanged.data(), n);
+}
+
+// ---- muon ----------------------------------------------------------------------------------
+// Newton–Schulz is a fixed polynomial: its slope at a small singular value is up to
+// 3.4445^5 ~ 490, so the other order of the matmuls' sums (and the GPU's FMAs) moves X by
+// up to ~500 float ulps in the directions of small singular values; |X| <= ~1.2.
+TEST_CASE("the Muon step on the GPU matches the CPU, and so do its matmul_add and Newton-Schulz") {
+    size_t rows = 0, cols = 0;
+    SUBCASE("20 x 48, wide") { rows = 20; cols = 48; }
+    SUBCASE("48 x 20, tall: transposed") { rows = 48; cols = 20; }
+    SUBCASE("16 x 16") { rows = 16; cols = 16; }
+    if (ON_GPU) {
+        SUBCASE("GPU: 256 x 704 (wg of d=256)") { rows = 256; cols = 704; }
+        SUBCASE("GPU: 704 x 256 (wd^T's shape: transposed)") { rows = 704; cols = 256; }
+        SUBCASE("GPU: 1024 x 1024") { rows = 1024; cols = 1024; }
+    }
+    size_t n = rows * cols, a = std::min(rows, cols), b = std::max(rows, cols);
+    Rng rng(31);
+    Floats left = rng.uniform_vector(a * a, -1, 1), right = rng.uniform_vector(a * b, -1, 1);
+    Floats sum0 = rng.uniform_vector(a * b, -1, 1);
+    Floats params0 = rng.uniform_vector(n, -0.1f, 0.1f), grads = rng.uniform_vector(n, -1, 1);
+    Floats momentum0 = rng.uniform_vector(n, -1, 1);
+    const float lr = 0.02f, mu = 0.95f, weight_decay = 0.1f;
+
+    Floats sum = sum0, X = right, work(3 * a * a + a * b);
+    matmul_add(sum.data(), left.data(), right.data(), a, a, b);
+    double norm = 0.0;
+    for (float x : X) norm += (double)x * x;
+    for (float& x : X) x = (float)(x / std::sqrt(norm));
+    Floats X0 = X;
+    newton_schulz(X.data(), work.data(), a, b);
+    Floats params = params0, momentum = momentum0;
+    muon_update(params.data(), grads.data(), momentum.data(), 1, rows, cols, lr, mu, weight_decay);
+    // no gradient, no momentum: N = 0, and only the 1e-7 keeps X = 0 / 0 from NaN
+    Floats zeros(n, 0.0f), decayed = params0, no_momentum = zeros;
+    muon_update(decayed.data(), zeros.data(), no_momentum.data(), 1, rows, cols, lr, mu, weight_decay);
+
+    Outputs cuda = run_cuda([&] {
+        Device d;
+        float *d_sum = d.upload(sum0), *d_X = d.upload(X0), *d_work = d.zeros(work.size());
+        float *d_params = d.upload(params0), *d_momentum = d.upload(momentum0);
+        matmul_add_cuda(d_sum, d.upload(left), d.upload(right), a, a, b);
+        newton_schulz_cuda(d_X, d_work, a, b);
+        muon_update_cuda(d_params, d.upload(grads), d_momentum, 1, rows, cols, lr, mu, weight_decay);
+        float* d_decayed = d.upload(params0);
+        muon_update_cuda(d_decayed, d.upload(zeros), d.upload(zeros), 1, rows, cols, lr, mu, weight_decay);
+        return Outputs{{"matmul_add", download(d_sum, a * b)}, {"newton_schulz", download(d_X, a * b)},
+                       {"params", download(d_params, n)}, {"momentum", download(d_momentum, n)},
+                       {"params after a zero gradient", download(d_decayed, n)}};
+    });
+    check(cuda[0], sum, Tolerance{1e-5, 1e-5});
+    check(cuda[1], X, Tolerance{1e-4, 0});
+    check(cuda[2], params, Tolerance{lr * 0.2f * std::sqrt((float)b) * 1e-4f, 1e-6});
+    check(cuda[3], momentum, Tolerance{1e-6, 1e-6});
+    check(cuda[4], decayed, Tolerance{0, 1e-6});
 }

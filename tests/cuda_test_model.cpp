@@ -517,3 +517,38 @@ TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradien
     model_free(&cpu);
 }
 #endif
+
+// --optimizer muon on the GPU's model (trainer_update calls model_update_shard_muon with the
+// CUDA table): three steps on the same random gradients as the CPU model, which takes the
+// same steps; Muon's matrices through muon_update_cuda, the rest through adamw_update_cuda.
+TEST_CASE("Muon steps of the whole model on the GPU match the CPU's") {
+    ModelConfig c = {11, 16, 2, 4, 2, 24, 2};
+    Model cpu;
+    model_build(&cpu, &c, 1, 1);
+    randomise_params(&cpu, 77);
+    ModelCuda gpu;
+    model_build_cuda(&gpu, &c, 1, 1);
+    model_to_device_cuda(&gpu, &cpu);
+    size_t P = cpu.num_params;
+    Rng rng(78);
+    for (int t = 1; t <= 3; t++) {
+        Floats grads = rng.uniform_vector(P, -1, 1);
+        std::copy(grads.begin(), grads.end(), cpu.grads_memory);
+        cudaCheck(cudaMemcpy(gpu.model.grads_memory, grads.data(), P * sizeof(float),
+                             cudaMemcpyHostToDevice));
+        model_update_shard_muon(&cpu, 0, P, cpu.grads_memory, cpu.m_memory, cpu.v_memory, 0.02f,
+                                0.9f, 0.95f, 1e-8f, 0.1f, t, 0.95f);
+        model_update_shard_muon(&gpu.model, 0, P, gpu.model.grads_memory, gpu.model.m_memory,
+                                gpu.model.v_memory, 0.02f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.95f);
+    }
+    Model back;
+    model_build(&back, &c, 1, 1);
+    model_to_host_cuda(&back, &gpu);
+    compare_within("params after 3 Muon steps", back.params_memory, cpu.params_memory, P,
+                   Tolerance{1e-5, 1e-5});
+    compare_within("m after 3 Muon steps", back.m_memory, cpu.m_memory, P, Tolerance{1e-6, 1e-5});
+    compare_within("v after 3 Muon steps", back.v_memory, cpu.v_memory, P, Tolerance{1e-7, 1e-5});
+    model_free(&back);
+    model_free_cuda(&gpu);
+    model_free(&cpu);
+}

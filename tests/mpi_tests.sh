@@ -42,11 +42,12 @@ mpi_matches_one_process() {
 }
 
 # interrupted at step 25 on P processes, resumed on P' to step 50: the losses of steps
-# 26..50 are those of an uninterrupted run on one process
+# 26..50 are those of an uninterrupted run on one process (further flags: for every run)
 mpi_resume_across() {
     local from=$1 to=$2 dir=$TEST_DIR
-    local run=(build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2)
-    ./train "${MPI_FLAGS[@]}" --mode block --block-size 2 --diagnostics "$dir/whole" >/dev/null &&
+    shift 2
+    local run=(build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2 "$@")
+    ./train "${MPI_FLAGS[@]}" --mode block --block-size 2 "$@" --diagnostics "$dir/whole" >/dev/null &&
         mpi_run "$from" "${run[@]}" --checkpoint "$dir/ck" --stop-after 25 --diagnostics "$dir/cut" >/dev/null &&
         mpi_run "$to" "${run[@]}" --checkpoint "$dir/ck" --resume --diagnostics "$dir/cut" >/dev/null &&
         mpi_same_losses "$dir/cut" "$dir/whole" 1e-5

@@ -71,6 +71,9 @@ check_state_refuses() {
     cp tests/data/block_s2_mqa_rand.bin "$dir/window.bin" && set_slot "$dir/window.bin" 17 2
     cp tests/data/mhc_m2_gqa_rand.bin "$dir/streams.bin" && set_slot "$dir/streams.bin" 19 5
     cp tests/data/block_s2_mqa_rand.bin "$dir/streams_block.bin" && set_slot "$dir/streams_block.bin" 19 2
+    cp tests/data/none_muon_rand.bin "$dir/optimizer.bin" && set_slot "$dir/optimizer.bin" 20 2
+    cp tests/data/none_mha_rand.bin "$dir/momentum.bin" && set_slot "$dir/momentum.bin" 20 1 &&
+        printf '\x00\x00\x80\x3f' | dd of="$dir/momentum.bin" bs=1 seek=$((1024 + 4 * 7)) conv=notrunc 2>/dev/null
     head -c 1000 tests/data/none_mha_rand.bin >"$dir/short.bin"
     cp tests/data/none_mha_rand.bin "$dir/magic.bin" && set_slot "$dir/magic.bin" 0 0
     echo "a text, shorter than a header" >"$dir/text.bin"
@@ -87,6 +90,8 @@ check_state_refuses() {
     refused "$dir/window.bin" "invalid shape or variant: --depth-window applies to mode full only"
     refused "$dir/streams.bin" "invalid shape or variant: --streams must be 2 .. 4 (got 5)"
     refused "$dir/streams_block.bin" "invalid shape or variant: --streams is for --mode mhc, not an AttnRes mode (block size 2)"
+    refused "$dir/optimizer.bin" "header [20] = 2 with Muon's momentum 0.95 at float [7] is no optimiser (0 AdamW with 0, 1 Muon with [0, 1))"
+    refused "$dir/momentum.bin" "header [20] = 1 with Muon's momentum 1 at float [7] is no optimiser (0 AdamW with 0, 1 Muon with [0, 1))"
     refused "$dir/short.bin" "truncated (no complete 256-int header)"
     refused "$dir/magic.bin" "wrong magic number (not a reference state file)"
     refused "$dir/text.bin" "wrong magic number (not a reference state file)"
@@ -95,7 +100,7 @@ check_state_refuses() {
     refused /dev/zero "not a regular file (a device, pipe or socket)"
     return $ok
 }
-single "check_state refuses a bad state file (variant slots, streams slot, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
+single "check_state refuses a bad state file (variant slots, streams slot, optimiser slots, truncated, wrong magic, a text, a directory, /dev/zero): exit 2" check_state_refuses
 
 # --out writes OUT.tmp and renames it over OUT: a pipe (or a device such as /dev/null) at OUT
 # is refused with exit 2, not replaced by a file
@@ -218,6 +223,8 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode full --depth-window 2 --mixing static
     single "train_cuda (emulated) matches train, mhc 3 streams" \
         train_cuda_emu_matches_train --mode mhc --streams 3
+    single "train_cuda (emulated) matches train, block S=2 --optimizer muon" \
+        train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
@@ -234,6 +241,8 @@ train_cuda_mpi_emu_matches_train() {
 if [ -x build/emu/train_cuda_mpi ]; then
     echo "== ./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full" train_cuda_mpi_emu_matches_train --mode full
+    single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full --optimizer muon" \
+        train_cuda_mpi_emu_matches_train --mode full --optimizer muon
 fi
 
 # data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
@@ -244,8 +253,10 @@ if [ -x build/train_mpi ]; then
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: none" mpi_matches_one_process --mode none
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: full" mpi_matches_one_process --mode full
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: block S=2" mpi_matches_one_process --mode block --block-size 2
+    single "Muon, shards cut between matrices: 2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical" mpi_matches_one_process --mode block --block-size 2 --optimizer muon
     single "checkpoint written by 2 processes resumes on 1, same losses" mpi_resume_across 2 1
     single "checkpoint written by 1 process resumes on 3, same losses" mpi_resume_across 1 3
+    single "Muon: checkpoint written by 2 processes resumes on 3 (other shards), same losses" mpi_resume_across 2 3 --optimizer muon
     single "ZeRO-1: the sharded moments gathered = one process's moments" mpi_moments_match
     single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
     single "one-line refusals: batch not dividing, different flags, --sample" mpi_refuses

@@ -214,7 +214,8 @@ Args tiny(Args extra = {}) {
 const char* const FLAGS[] = {"--d", "--L", "--H", "--G", "--F", "--mode", "--streams", "--block-size", "--task",
                              "--text", "--length", "--symbols", "--eval-examples", "--batch",
                              "--seq-len", "--steps", "--lr", "--warmup", "--final-lr-frac",
-                             "--schedule", "--decay-frac", "--weight-decay", "--grad-clip", "--beta1",
+                             "--schedule", "--decay-frac", "--weight-decay", "--optimizer",
+                             "--muon-momentum", "--grad-clip", "--beta1",
                              "--beta2", "--seed",
                              "--threads", "--eval-every", "--log-every", "--checkpoint", "--resume",
                              "--diagnostics"};
@@ -310,6 +311,12 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--mode", "mhc", "--depth-score", "sigmoid"}, {"--depth-score sigmoid", "mode mhc"}},
         {{"--mode", "mhc", "--mixing", "static"}, {"--mixing", "mode mhc"}},
         {{"--mode", "mhc", "--block-size", "2"}, {"--block-size", "--mode block", "mhc"}},
+        // the optimisers
+        {{"--optimizer", "sgd"}, {"--optimizer", "sgd", "adamw, muon"}},
+        {{"--optimizer", "muon", "--muon-momentum", "1"}, {"--muon-momentum", "[0, 1)", "1"}},
+        {{"--optimizer", "muon", "--muon-momentum", "-0.1"}, {"--muon-momentum", "[0, 1)", "-0.1"}},
+        {{"--optimizer", "muon", "--muon-momentum", "abc"}, {"--muon-momentum", "number", "abc"}},
+        {{"--muon-momentum", "0.9"}, {"--muon-momentum", "--optimizer muon", "adamw"}},
     };
     for (const Case& k : cases) check_error(run_train(dir, k.args), k.words);
 }
@@ -376,7 +383,8 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
                              {"--weight-decay", "0"}, {"--grad-clip", "0"}, {"--beta1", "0.8"},
                              {"--beta2", "0.9"}, {"--eval-every", "3"}, {"--log-every", "3"},
                              {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")},
-                             {"--schedule", "wsd"}, {"--decay-frac", "0.3"}};
+                             {"--schedule", "wsd"}, {"--decay-frac", "0.3"},
+                             {"--optimizer", "muon"}, {"--muon-momentum", "0.9"}};
     for (const Args& flag : training) {
         Args args = {"--sample", "--checkpoint", path};
         args.insert(args.end(), flag.begin(), flag.end());
@@ -610,8 +618,9 @@ TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming t
 }
 
 TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sample end cleanly") {
-    // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..35]
-    // the run record, the schedule at [34..35]; [64] the text file's name; [128..133] the
+    // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..37]
+    // the run record, the schedule at [34..35], the optimiser at [36..37]; [64] the text
+    // file's name; [128..133] the
     // variant) set to a negative, a small and a huge value: the file is refused with one error
     // line or read as a plausible one, never a crash (a task past the task table was one,
     // found by fuzzing)
@@ -620,7 +629,7 @@ TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sa
     check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", good})));
     const std::string bytes = read_text(good);
     std::vector<int> slots;
-    for (int i = 2; i <= 35; i++) slots.push_back(i);
+    for (int i = 2; i <= 37; i++) slots.push_back(i);
     for (int i : {64, 128, 129, 130, 131, 132, 133}) slots.push_back(i);
     std::string path = dir.file("slot.ckpt");
     for (int slot : slots) {
@@ -792,6 +801,44 @@ static void check_interrupted_run_resumes_exactly(const Args& schedule) {
 
 TEST_CASE("a run interrupted at step 10 and resumed prints what the uninterrupted run prints") {
     check_interrupted_run_resumes_exactly({});  // warmup, then cosine decay over --steps 20
+}
+
+TEST_CASE("a --optimizer muon run interrupted and resumed prints what the uninterrupted run prints") {
+    // the momentum buffers (the checkpoint's m at the matrices) carry the run on, bit for bit
+    check_interrupted_run_resumes_exactly({"--optimizer", "muon", "--muon-momentum", "0.9"});
+}
+
+TEST_CASE("--resume refuses another --optimizer or --muon-momentum than the checkpoint's, naming the flag") {
+    TempDir dir;
+    std::string muon = dir.file("muon.ckpt"), adamw = dir.file("adamw.ckpt");
+    Args common = {"--steps", "4", "--eval-every", "2", "--stop-after", "2"};
+    Args muon_args = common, adamw_args = common;
+    muon_args.insert(muon_args.end(), {"--checkpoint", muon, "--optimizer", "muon"});
+    adamw_args.insert(adamw_args.end(), {"--checkpoint", adamw});
+    check_success(run_train(dir, tiny(muon_args)));
+    check_success(run_train(dir, tiny(adamw_args)));
+    std::string bytes = read_text(muon);
+    int slots[2];
+    std::memcpy(slots, &bytes[36 * sizeof(int)], sizeof slots);
+    CHECK(slots[0] == 1);
+    float momentum;
+    std::memcpy(&momentum, &slots[1], sizeof momentum);
+    CHECK(momentum == 0.95f);
+    bytes = read_text(adamw);
+    std::memcpy(slots, &bytes[36 * sizeof(int)], sizeof slots);
+    CHECK(slots[0] == 0);  // a default run writes zeros there, as files before the slots hold
+    CHECK(slots[1] == 0);
+    auto resume = [&](const std::string& path, Args extra) {
+        Args a = {"--steps", "4", "--eval-every", "2", "--checkpoint", path, "--resume"};
+        a.insert(a.end(), extra.begin(), extra.end());
+        return run_train(dir, tiny(a));
+    };
+    check_error(resume(muon, {}), {muon, "--optimizer muon", "--optimizer adamw"});
+    check_error(resume(muon, {"--optimizer", "adamw"}), {muon, "--optimizer muon", "--optimizer adamw"});
+    check_error(resume(adamw, {"--optimizer", "muon"}), {adamw, "--optimizer adamw", "--optimizer muon"});
+    check_error(resume(muon, {"--optimizer", "muon", "--muon-momentum", "0.9"}),
+                {muon, "--muon-momentum 0.95", "--muon-momentum 0.9"});
+    check_success(resume(muon, {"--optimizer", "muon"}));  // its own flags resume, to the end
 }
 
 TEST_CASE("a NaN loss stops training with one error line, and the last checkpoint still loads") {

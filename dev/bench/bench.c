@@ -2,7 +2,8 @@
 // AdamW) in each residual mode on one fixed mid-size config, and the AttnRes overhead; then
 // the same for each of SPEC's variants (the paper's ablation rows); then each config's memory
 // (activations and training state); then the depth attention alone as full mode calls it,
-// and the causal attention alone as one layer calls it.
+// the causal attention alone as one layer calls it, and the optimiser step alone, AdamW
+// against Muon, with Newton–Schulz's matmul rate.
 //
 // ./bench [--rounds N] [--threads N] [--modes]     (--modes: the modes only (the three, and
 //                                                   mHC-lite with 4 and 2 streams), no variants)
@@ -116,6 +117,64 @@ static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, in
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { free(buffers[i]); }
 }
 
+// Muon's extra time: one AdamW step (model_update) and one Muon step (model_update_shard_muon:
+// Newton–Schulz on every layer's 7 matrices, AdamW on the rest) of model m, on random
+// gradients, taking turns; then the Muon updates alone (muon_update on each of the 7
+// tensors, its L layers at once, as the step calls it), their Newton–Schulz GFLOP/s
+// (5 (4 a^2 b + 2 a^3) flops for an a x b matrix, a <= b) against linear_forward's on the MLP's
+// (B*T x d) . (d x F), the product bench_linear times first. Best of `rounds` each.
+static void time_optimizers(Model* m, size_t N, int rounds) {
+    uint64_t state = 13;
+    size_t P = m->num_params;
+    for (size_t i = 0; i < P; i++) { m->grads_memory[i] = (float)rng_uniform(&state) - 0.5f; }
+    double best_adamw = 1e30, best_muon = 1e30, best_matrices = 1e30, flops = 0.0;
+    for (int r = 0; r < rounds + 1; r++) {  // round 0 warms up
+        double t0 = now_seconds();
+        model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
+        double t1 = now_seconds();
+        model_update_shard_muon(m, 0, P, m->grads_memory, m->m_memory, m->v_memory, 1e-4f, 0.9f,
+                                0.95f, 1e-8f, 0.1f, r + 1, 0.95f);
+        double t2 = now_seconds(), matrices = 0.0;
+        size_t offset = 0, rows, cols;
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            if (muon_matrix_shape(&m->dims, i, &rows, &cols)) {
+                double a = (double)(rows < cols ? rows : cols), b = (double)(rows < cols ? cols : rows);
+                if (r == 0) { flops += (double)m->dims.L * 5.0 * (4.0 * a * a * b + 2.0 * a * a * a); }
+                double t3 = now_seconds();
+                muon_update(m->params_memory + offset, m->grads_memory + offset,
+                            m->m_memory + offset, m->dims.L, rows, cols, 1e-4f, 0.95f, 0.1f);
+                matrices += now_seconds() - t3;
+            }
+            offset += m->param_sizes[i];
+        }
+        if (r > 0 && t1 - t0 < best_adamw) { best_adamw = t1 - t0; }
+        if (r > 0 && t2 - t1 < best_muon) { best_muon = t2 - t1; }
+        if (r > 0 && matrices < best_matrices) { best_matrices = matrices; }
+    }
+    printf("optimizer step alone (mode none, %zu parameters): AdamW %.2f ms, Muon %.2f ms: "
+           "Muon adds %.2f ms a step (best of %d)\n", P, 1000.0 * best_adamw, 1000.0 * best_muon,
+           1000.0 * (best_muon - best_adamw), rounds);
+    size_t d = m->dims.d, F = m->dims.F;
+    float* inp = uniform_floats(N * d, &state);
+    float* weight = uniform_floats(F * d, &state);
+    float* out = mallocCheck(N * F * sizeof(float));
+    double best_linear = 1e30;
+    for (int r = 0; r < rounds + 1; r++) {
+        double t0 = now_seconds();
+        linear_forward(out, inp, weight, N, d, F);
+        double t = now_seconds() - t0;
+        if (r > 0 && t < best_linear) { best_linear = t; }
+    }
+    double ns_rate = flops / best_matrices * 1e-9, linear_rate = 2.0 * N * d * F / best_linear * 1e-9;
+    printf("Muon's matrices alone (%zu x 7, %.1f GFLOP of Newton-Schulz): %.2f ms, %.1f GFLOP/s; "
+           "linear_forward (%zu x %zu) . (%zu x %zu): %.1f GFLOP/s; Newton-Schulz at %.0f %% of "
+           "the matmul rate (best of %d)\n", m->dims.L, flops * 1e-9, 1000.0 * best_matrices,
+           ns_rate, N, d, d, F, linear_rate, 100.0 * ns_rate / linear_rate, rounds);
+    free(inp);
+    free(weight);
+    free(out);
+}
+
 typedef struct {
     Model* models;  // one per config
     int *x, *y;         // the batch
@@ -169,6 +228,7 @@ int main(int argc, char** argv) {
     time_depth_attention(2 * (size_t)full.n_layers + 1, B * T, (size_t)full.d_model, rounds);
     time_attention(B, T, (size_t)full.n_heads, (size_t)full.n_kv_heads,
                    (size_t)(full.d_model / full.n_heads), rounds);
+    time_optimizers(&models[0], B * T, rounds);
     for (int i = 0; i < n_configs; i++) {
         free(ms[i]);
         model_free(&models[i]);

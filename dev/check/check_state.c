@@ -2,9 +2,10 @@
 //
 // ./check_state FILE [--out OUT]
 // Loads a reference state file (format: docs/parity.md), runs the C forward
-// and backward on its parameters and batch, replays the file's K AdamW steps on the same
-// batch, and prints one line for each output tensor — the logits, the loss, every parameter
-// gradient, the K AdamW losses — with
+// and backward on its parameters and batch, replays the file's K optimiser steps (AdamW, or
+// Muon with header [20] = 1 and its momentum at float [7]) on the same batch, and prints one
+// line for each output tensor — the logits, the loss, every parameter gradient, the K
+// replayed losses — with
 //   max_rel = max_i |c_i - r_i| / scale      the C result's error against the tensor's
 //                                            scale, max(max_i |c_i|, max_i |r_i|)
 //   spread  = how far the C result itself moves when every parameter is nudged by one ulp,
@@ -23,6 +24,7 @@
 #include "checkpoint.h"  // checkpoint_temp_path
 #include "layers.h"
 #include "model.h"
+#include "options.h"  // OPTIMIZER_MUON
 #include "rng.h"
 #include "util.h"
 
@@ -130,6 +132,13 @@ static void load_state(StateFile* s, const char* path) {
     if (s->hyper[0] != RMSNORM_EPS || s->hyper[1] != (float)ROPE_BASE) {
         bad_file(path, "RMSNorm eps or RoPE base differ from this build's (1e-6, 10000)");
     }
+    // [20] the optimiser, 0 AdamW (mu at float [7] is 0) or 1 Muon (mu in [0, 1))
+    float mu = s->hyper[7];
+    if (h[20] == OPTIMIZER_MUON ? !(mu >= 0.0f && mu < 1.0f) : h[20] != 0 || mu != 0.0f) {
+        snprintf(msg, sizeof(msg), "header [20] = %d with Muon's momentum %g at float [7] is "
+                 "no optimiser (0 AdamW with 0, 1 Muon with [0, 1))", h[20], (double)mu);
+        bad_file(path, msg);
+    }
     s->params = mallocCheck(P * sizeof(float));
     s->x = mallocCheck(BT * sizeof(int));
     s->y = mallocCheck(BT * sizeof(int));
@@ -191,13 +200,17 @@ static size_t segments(const StateFile* s, const Model* m, Segment* seg) {
         count++;
         offset += m->param_sizes[i];
     }
-    if (s->K > 0) { seg[count++] = (Segment){"adamw_losses", offset, s->K}; }
+    if (s->K > 0) {
+        const char* name = s->header[20] == OPTIMIZER_MUON ? "muon_losses" : "adamw_losses";
+        seg[count] = (Segment){"", offset, s->K};
+        snprintf(seg[count++].name, sizeof(seg[0].name), "%s", name);
+    }
     return count;
 }
 
 // Everything the C code computes from `params` on the file's batch, in the file's layout
 // (StateFile.results): the logits, loss and gradients at params, then the loss before each
-// of K AdamW steps that start at params with zero moments (the first equals the loss).
+// of K optimiser steps that start at params with zero moments (the first equals the loss).
 static void run_c(Model* m, const StateFile* s, const float* params, float* results) {
     size_t P = s->num_params, BTV = s->B * s->T * s->V;
     float* logits = results;
@@ -211,14 +224,19 @@ static void run_c(Model* m, const StateFile* s, const float* params, float* resu
     model_backward(m);
     memcpy(grads, m->grads_memory, P * sizeof(float));
 
-    const float* hp = s->hyper;  // lr, beta1, beta2, Adam eps, weight decay at [2..6]
+    const float* hp = s->hyper;  // lr, beta1, beta2, Adam eps, weight decay at [2..6]; mu [7]
     memset(m->m_memory, 0, P * sizeof(float));
     memset(m->v_memory, 0, P * sizeof(float));
     for (size_t k = 0; k < s->K; k++) {
         losses[k] = model_forward(m, s->x, s->y, s->B, s->T);
         model_zero_grad(m);
         model_backward(m);
-        model_update(m, hp[2], hp[3], hp[4], hp[5], hp[6], (int)k + 1);
+        if (s->header[20] == OPTIMIZER_MUON) {  // Muon's momentum mu at [7]
+            model_update_shard_muon(m, 0, P, m->grads_memory, m->m_memory, m->v_memory, hp[2],
+                                    hp[3], hp[4], hp[5], hp[6], (int)k + 1, hp[7]);
+        } else {
+            model_update(m, hp[2], hp[3], hp[4], hp[5], hp[6], (int)k + 1);
+        }
     }
 }
 
@@ -324,6 +342,10 @@ int main(int argc, char** argv) {
     model_build(&m, &c, ref.B, ref.T);
     printf("%s: B=%zu T=%zu V=%zu d=%d L=%d H=%d G=%d F=%d S=%d K=%zu\n", path, ref.B, ref.T, ref.V,
            c.d_model, c.n_layers, c.n_heads, c.n_kv_heads, c.ffn_hidden, c.block_size, ref.K);
+    if (ref.header[20] == OPTIMIZER_MUON) {
+        printf("  the K steps: Muon (momentum %g) on the layers' matrices, AdamW on the rest\n",
+               (double)ref.hyper[7]);
+    }
     printf("  tol = max(%.0e, %.0f x spread); spread: the largest change of the C result over %d "
            "reruns with every parameter nudged by one ulp\n", TOL_FLOOR, TOL_FACTOR, N_NUDGES);
 

@@ -2,7 +2,8 @@
 """mutants.py — a mutation study of the backward passes (`make mutants`).
 
 Do the gradient tests notice when one piece of a backward is missing? For every backward
-function in src/ (a name ending in _backward or _backward_naive, and adamw_update) this script makes mutants, each
+function in src/ (a name ending in _backward or _backward_naive, adamw_update, muon_update, muon_matrix and
+newton_schulz) this script makes mutants, each
 the source with one piece taken out:
   - one term dropped from an accumulation (`+=`, `-=`), or from an assignment or a float
     initialisation whose right-hand side is a sum of several terms (`m[i] = beta1 * m[i]
@@ -64,6 +65,8 @@ TESTS = {
     # zero; a second backward on the same model (the bit-identical test) sees a missing zeroing
     "mhc.c": ["*mHC-lite*", "the permutation table*"],
     "model.c": ["whole-model gradients*", "forward and backward are bit-identical*"],
+    # Muon's step and its Newton-Schulz iteration, against SPEC's step in double
+    "muon.c": ["*Newton-Schulz*", "*Muon*"],
     "rmsnorm.c": ["rmsnorm*", ACCUMULATES],
     "rope.c": ["rope*", ACCUMULATES],
     "swiglu.c": ["swiglu*", ACCUMULATES],
@@ -91,8 +94,10 @@ CUDA_TESTS = {
     "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*",
                           "the whole model on the GPU matches the CPU*"],
     "embedding.cu": ["embedding*"],
-    "linear.cu": ["linear*"],
+    # (and matmul_add_cuda, Newton-Schulz's product with a right operand as it is)
+    "linear.cu": ["linear*", "the Muon step on the GPU*"],
     "mhc.cu": ["mHC-lite's operators*", "mHC-lite on the GPU: with every stream equal*"],
+    "muon.cu": ["the Muon step on the GPU*", "Muon steps of the whole model*"],
     "rmsnorm.cu": ["rmsnorm*"],
     "rope.cu": ["rope*", "the one-read-back training step*"],  # the latter: steps allocate nothing
     "swiglu.cu": ["swiglu*"],
@@ -112,7 +117,7 @@ TEST_TIMEOUT_S = 120  # per test command: a mutant that hangs longer is killed
 # ---------------------------------------------------------------------------------------
 # Reading C: just enough to find statements and the terms of a sum.
 
-TARGET_FUNCTION = re.compile(r"\w+_backward(?:_naive)?|adamw_update")
+TARGET_FUNCTION = re.compile(r"\w+_backward(?:_naive)?|adamw_update|muon_update|muon_matrix|newton_schulz")
 # calls that are no part of the arithmetic: deleting one only leaks or skips an error report.
 # (Zeroing calls such as K->zero(a->dxn, ...) are mutated: the gradient buffers are reused
 # across sub-layers and steps, so a missing zeroing leaves stale gradient in them.)

@@ -6,7 +6,7 @@ Usage (needs /usr/bin/python3, which has torch):
   dev/check/reference.py --out F --mode block --S 4 --B 2 --T 7 ...   write one custom file
       (SPEC's variants: --depth-score sigmoid, --key-norm off, --depth-query input,
        --depth-heads K, --depth-window W, --mixing static|dense; mHC-lite: --mode mhc
-       --streams m)
+       --streams m; the replayed steps' optimiser: --optimizer muon [--muon-momentum 0.95])
   dev/check/reference.py --random DIR [--count 60] [--seed 0]   write COUNT files with random configs
   dev/check/reference.py --check F [--tol 1e-4]      recompute a state file, print differences
   dev/check/reference.py --selftest                  finite differences, sanity and round-trip
@@ -17,16 +17,17 @@ widened, so the file holds exactly the parameters that were used.
 State file (little-endian), in this order:
   int32[256]   header: [0] magic 20261125, [1] version 1, [2] B, [3] T, [4] V, [5] d,
                [6] L, [7] H, [8] G, [9] F, [10] S (0 none, 1 full, >=2 block size in
-               sub-layers), [11] 0, [12] K (AdamW steps replayed), [13..18] SPEC's
+               sub-layers), [11] 0, [12] K (optimiser steps replayed), [13..18] SPEC's
                depth-attention variants (all 0: the default model), [19] mHC-lite's
-               streams m (0: not mhc; then [10] = 0); rest 0
+               streams m (0: not mhc; then [10] = 0), [20] the optimiser of the K steps
+               (0 AdamW, 1 Muon); rest 0
   float32[64]  [0] RMSNorm eps, [1] RoPE base, [2] lr, [3] beta1, [4] beta2, [5] Adam eps,
-               [6] weight decay; rest 0
+               [6] weight decay, [7] Muon's momentum mu (0 with AdamW); rest 0
   float32      parameters, canonical SPEC order, each flattened row-major
   int32[B*T]   x (tokens), then int32[B*T] y (targets, -1 = ignored)
   float32      logits [B*T*V], then the loss (one value)
   float32      gradients of the loss, same layout as the parameters
-  float32[K]   loss before each of K AdamW steps on the same batch (first = loss above)
+  float32[K]   loss before each of K optimiser steps on the same batch (first = loss above)
 Size: 1024 + 256 + 4*(P + 2*B*T + B*T*V + 1 + P + K) bytes, P = parameter count.
 """
 import argparse, itertools, math, os, sys
@@ -37,6 +38,11 @@ import torch.nn.functional as Fn
 MAGIC, VERSION = 20261125, 1
 DECAYED = {"wte", "wq", "wk", "wv", "wo", "wg", "wu", "wd", "lm_head"}
 DEFAULT_HP = dict(eps=1e-6, base=10000.0, lr=1e-3, beta1=0.9, beta2=0.95, adam_eps=1e-8, wd=0.1)
+# SPEC "Optimisers and schedules": Muon updates each layer's slice of these, AdamW the rest
+MUON_MATRICES = ("wq", "wk", "wv", "wo", "wg", "wu", "wd")
+# Muon's state files take steps large enough to move the gradient between them: with
+# lr = 1e-3, N's direction hardly depends on mu and another mu would pass unnoticed
+MUON_HP = dict(DEFAULT_HP, lr=0.02, optimizer=1, mu=0.95)
 
 
 # SPEC "Variants": the switches of the depth-attention operator, their header slots and
@@ -263,22 +269,55 @@ def loss_and_grads(p, x, y, c, hp):
     return logits.detach(), loss.detach(), {k: v.grad.detach() for k, v in q.items()}
 
 
-def adamw_replay(p, x, y, c, hp, K):
-    """K AdamW steps (SPEC 'Optimiser'), float64; returns the loss before each step."""
+def adamw_step(p, m, v2, g, k, t, hp):
+    """SPEC's AdamW step t (from 1) on tensor k, in place in p, m, v2."""
+    b1, b2, lr, eps = hp["beta1"], hp["beta2"], hp["lr"], hp["adam_eps"]
+    m[k] = b1 * m[k] + (1 - b1) * g[k]
+    v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
+    mhat, vhat = m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)
+    wd = hp["wd"] if k in DECAYED else 0.0
+    p[k] = p[k] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * p[k])
+
+
+def newton_schulz(X):
+    """Five quintic Newton-Schulz steps on X (rows <= cols), float64."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    for _ in range(5):
+        Y = X @ X.T
+        X = a * X + (b * Y + c * Y @ Y) @ X
+    return X
+
+
+def muon_step(p, m, g, k, hp):
+    """SPEC's Muon step on every layer's slice of tensor k, in place in p and m (momentum)."""
+    mu, new = hp["mu"], p[k].clone()
+    for l in range(p[k].shape[0]):
+        m[k][l] = mu * m[k][l] + g[k][l]
+        N = g[k][l] + mu * m[k][l]
+        X = N / (N.norm() + 1e-7)
+        A, B = X.shape
+        X = newton_schulz(X.T).T if A > B else newton_schulz(X)
+        new[l] = p[k][l] - hp["lr"] * (hp["wd"] * p[k][l] + 0.2 * math.sqrt(max(A, B)) * X)
+    p[k] = new
+
+
+def replay(p, x, y, c, hp, K):
+    """K optimiser steps, float64: AdamW (SPEC 'Optimiser') on every tensor, or with
+    hp["optimizer"] == 1 Muon on MUON_MATRICES and AdamW on the rest (SPEC 'Optimisers and
+    schedules'); m is AdamW's first moment or Muon's momentum. Returns the loss before each."""
+    muon = hp.get("optimizer", 0) == 1
     p = {k: v.clone() for k, v in p.items()}
     m = {k: torch.zeros_like(v) for k, v in p.items()}
     v2 = {k: torch.zeros_like(v) for k, v in p.items()}
-    b1, b2, lr, eps = hp["beta1"], hp["beta2"], hp["lr"], hp["adam_eps"]
     losses = []
     for t in range(1, K + 1):
         _, loss, g = loss_and_grads(p, x, y, c, hp)
         losses.append(loss.item())
         for k in p:
-            m[k] = b1 * m[k] + (1 - b1) * g[k]
-            v2[k] = b2 * v2[k] + (1 - b2) * g[k] ** 2
-            mhat, vhat = m[k] / (1 - b1 ** t), v2[k] / (1 - b2 ** t)
-            wd = hp["wd"] if k in DECAYED else 0.0
-            p[k] = p[k] - lr * (mhat / (torch.sqrt(vhat) + eps) + wd * p[k])
+            if muon and k in MUON_MATRICES:
+                muon_step(p, m, g, k, hp)
+            else:
+                adamw_step(p, m, v2, g, k, t, hp)
     return losses
 
 
@@ -293,7 +332,7 @@ def make_batch(c, seed, ignore):
 
 def compute(p, x, y, c, hp, K):
     logits, loss, grads = loss_and_grads(p, x, y, c, hp)
-    return dict(logits=logits, loss=loss, grads=grads, losses=adamw_replay(p, x, y, c, hp, K))
+    return dict(logits=logits, loss=loss, grads=grads, losses=replay(p, x, y, c, hp, K))
 
 
 def file_size(c, K):
@@ -321,6 +360,7 @@ def write_state(path, c, hp, K, p, x, y, r):
     hdr[STREAMS_SLOT] = c["streams"]
     fl = np.zeros(64, "<f4")
     fl[:7] = [hp[k] for k in ("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd")]
+    hdr[20], fl[7] = hp.get("optimizer", 0), hp.get("mu", 0.0)
     f32 = lambda t: np.asarray(t.detach().numpy() if torch.is_tensor(t) else t).astype("<f4")
     parts = [hdr, fl] + [f32(p[n]) for n, _ in shapes(c)]
     parts += [x.numpy().astype("<i4"), y.numpy().astype("<i4"), f32(r["logits"]),
@@ -354,6 +394,10 @@ def read_state(path):
     K = int(hdr[12])
     hp = dict(zip(("eps", "base", "lr", "beta1", "beta2", "adam_eps", "wd"),
                   (float(v) for v in fl[:7])))
+    if int(hdr[20]) not in (0, 1) or not (0 <= fl[7] < 1 if hdr[20] == 1 else fl[7] == 0):
+        sys.exit(f"{path}: header [20] = {hdr[20]} with float [7] = {fl[7]} is no optimiser")
+    if hdr[20] == 1:
+        hp.update(optimizer=1, mu=float(fl[7]))
     off = 1280
     if len(buf) != file_size(c, K):
         sys.exit(f"{path}: size {len(buf)} != expected {file_size(c, K)}")
@@ -383,7 +427,8 @@ def check(path, tol):
     print(f"{path}: {c} K={K} hp={hp}")
     rows = [("logits", got["logits"], ref["logits"]), ("loss", got["loss"], ref["loss"])]
     rows += [("d" + n, got["grads"][n], ref["grads"][n]) for n, _ in shapes(c)]
-    rows += [("adamw_losses", got["losses"], torch.tensor(ref["losses"]))]
+    replayed = "muon_losses" if hp.get("optimizer", 0) == 1 else "adamw_losses"
+    rows += [(replayed, got["losses"], torch.tensor(ref["losses"]))]
     worst = 0.0
     for name, a, b in rows:
         a, b = torch.as_tensor(a).double(), torch.as_tensor(b).double()
@@ -483,6 +528,15 @@ ALL = {
     "mhc_m2_gqa_rand": (cfg(T=7, V=13, H=4, G=2, F=24, streams=2), 3, "rand", 0.2, 27),
     "mhc_m3_mha_rand": (cfg(T=6, V=11, L=3, H=2, G=2, F=24, streams=3), 3, "rand", 0.2, 28),
     "mhc_m4_spec": (cfg(T=7, V=13, H=4, G=1, F=24, streams=4), 4, "spec", 0.2, 29),
+}
+
+
+# Muon's K steps (header [20] = 1, float [7] = mu), AdamW on every other tensor:
+# name: (config, K, init, ignored-target fraction, seed)
+MUON_CASES = {
+    "none_muon_rand": (cfg(T=7, V=11, H=4, G=2, F=24, S=0), 4, "rand", 0.25, 31),
+    "block_s2_muon_rand": (cfg(T=7, V=13, L=3, H=4, G=1, F=40, S=2), 4, "rand", 0.2, 32),
+    "full_muon_spec": (cfg(T=6, V=13, H=4, G=2, F=24, S=1), 4, "spec", 0.2, 33),
 }
 
 
@@ -695,6 +749,9 @@ def main():
     ap.add_argument("--depth-window", type=int, default=0)
     ap.add_argument("--mixing", choices=VARIANTS["mixing"][1], default="attention")
     ap.add_argument("--ignore", type=float, default=0.2, help="fraction of targets set to -1")
+    ap.add_argument("--optimizer", choices=["adamw", "muon"], default="adamw",
+                    help="the optimiser of the K replayed steps")
+    ap.add_argument("--muon-momentum", type=float, default=0.95)
     a = ap.parse_args()
     if a.selftest:
         sys.exit(0 if selftest() else 1)
@@ -704,7 +761,10 @@ def main():
         os.makedirs(a.all, exist_ok=True)
         for name, (c, K, init, ignore, seed) in ALL.items():
             generate(os.path.join(a.all, name + ".bin"), c, K, init, ignore, seed)
-        print("total", sum(os.path.getsize(os.path.join(a.all, n + ".bin")) for n in ALL), "bytes")
+        for name, (c, K, init, ignore, seed) in MUON_CASES.items():
+            generate(os.path.join(a.all, name + ".bin"), c, K, init, ignore, seed, MUON_HP)
+        names = list(ALL) + list(MUON_CASES)
+        print("total", sum(os.path.getsize(os.path.join(a.all, n + ".bin")) for n in names), "bytes")
     elif a.random:
         os.makedirs(a.random, exist_ok=True)
         for seed in range(a.seed, a.seed + a.count):
@@ -717,7 +777,8 @@ def main():
         c = cfg(a.B, a.T, a.V, a.d, a.L, a.H, a.G, a.F, S, score=a.depth_score,
                 key_norm=a.key_norm, query=a.depth_query, heads=a.depth_heads,
                 window=a.depth_window, mixing=a.mixing, streams=a.streams if a.mode == "mhc" else 0)
-        generate(a.out, c, a.K, a.init, a.ignore, a.seed)
+        hp = DEFAULT_HP if a.optimizer == "adamw" else dict(MUON_HP, mu=a.muon_momentum)
+        generate(a.out, c, a.K, a.init, a.ignore, a.seed, hp)
     else:
         ap.print_help()
 

@@ -93,13 +93,14 @@ same_losses() {
 }
 tiny_flags=(--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24 --batch 8
             --steps 30 --warmup 5 --log-every 1 --eval-every 30 --eval-examples 32 --threads 4)
-# name:flags, the modes (mHC-lite with m = 4 streams, m! = 24 permutations, and with m = 2)
-# and two runs of SPEC's variants (every attention switch at once; the window with
-# DenseFormer's mixing)
+# name:flags, the modes (mHC-lite with m = 4 streams, m! = 24 permutations, and with m = 2),
+# two runs of SPEC's variants (every attention switch at once; the window with DenseFormer's
+# mixing) and Muon (muon.cu's Newton-Schulz and step)
 for run in "none:--mode none" "full:--mode full" "block:--mode block --block-size 2" \
            "mhc:--mode mhc --streams 4" "mhc2:--mode mhc --streams 2" \
            "variants:--mode full --depth-score sigmoid --key-norm off --depth-query input --depth-heads 2" \
-           "mixing:--mode full --depth-window 2 --mixing dense"; do
+           "mixing:--mode full --depth-window 2 --mixing dense" \
+           "muon:--mode block --block-size 2 --optimizer muon"; do
     name=${run%%:*} flags=${run#*:}
     # shellcheck disable=SC2086  # flags: words on purpose
     ./train "${tiny_flags[@]}" $flags --diagnostics "$out/cpu_$name" >>"$out/losses.log" 2>&1
