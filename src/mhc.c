@@ -72,10 +72,10 @@ void mhc_expand_backward(float* dx0, const float* dX, size_t N, size_t d, size_t
 void mhc_reduce_forward(float* out, const float* X, size_t N, size_t d, size_t m) {
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
-        for (size_t c = 0; c < d; c++) {
-            float sum = 0.0f;
-            for (size_t s = 0; s < m; s++) { sum += X[(n * m + s) * d + c]; }
-            out[n * d + c] = sum;
+        float* o = out + n * d;  // stream by stream, c contiguous
+        for (size_t c = 0; c < d; c++) { o[c] = X[n * m * d + c]; }
+        for (size_t s = 1; s < m; s++) {
+            for (size_t c = 0; c < d; c++) { o[c] += X[(n * m + s) * d + c]; }
         }
     }
 }
@@ -126,11 +126,10 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
             for (size_t i = 0; i < m; i++) { H[i * m + (size_t)perms[r * m + i]] += pi[r]; }
         }
         const float* x = X + n * m * d;
-        float* un = u + n * d;
-        for (size_t c = 0; c < d; c++) {
-            float sum_u = 0.0f;
-            for (size_t s = 0; s < m; s++) { sum_u += a_pre[s] * x[s * d + c]; }
-            un[c] = sum_u;
+        float* un = u + n * d;  // stream by stream, so that the loop over c runs contiguously
+        for (size_t c = 0; c < d; c++) { un[c] = a_pre[0] * x[c]; }
+        for (size_t s = 1; s < m; s++) {
+            for (size_t c = 0; c < d; c++) { un[c] += a_pre[s] * x[s * d + c]; }
         }
     }
 }
@@ -228,12 +227,11 @@ void mhc_output_forward(float* Xnext, const float* X, const float* f, const floa
         const float* H = a_post + m;
         const float* x = X + n * m * d;
         const float* fn = f + n * d;
-        float* out = Xnext + n * m * d;
-        for (size_t t = 0; t < m; t++) {
-            for (size_t c = 0; c < d; c++) {
-                float sum = a_post[t] * fn[c];
-                for (size_t s = 0; s < m; s++) { sum += H[s * m + t] * x[s * d + c]; }
-                out[t * d + c] = sum;
+        for (size_t t = 0; t < m; t++) {  // stream by stream: the loops over c run contiguously
+            float* out = Xnext + (n * m + t) * d;
+            for (size_t c = 0; c < d; c++) { out[c] = a_post[t] * fn[c]; }
+            for (size_t s = 0; s < m; s++) {
+                for (size_t c = 0; c < d; c++) { out[c] += H[s * m + t] * x[s * d + c]; }
             }
         }
     }
@@ -261,16 +259,10 @@ void mhc_output_backward(float* dX, float* df, float* dmix, const float* dXnext,
             da_post[t] = dot(fn, dnext + t * d, d);
             for (size_t s = 0; s < m; s++) { dH[s * m + t] = dot(x + s * d, dnext + t * d, d); }
         }
-        for (size_t c = 0; c < d; c++) {
-            float sum = 0.0f;
-            for (size_t t = 0; t < m; t++) { sum += a_post[t] * dnext[t * d + c]; }
-            dfn[c] += sum;
-        }
-        for (size_t s = 0; s < m; s++) {
-            for (size_t c = 0; c < d; c++) {
-                float sum = 0.0f;
-                for (size_t t = 0; t < m; t++) { sum += H[s * m + t] * dnext[t * d + c]; }
-                dx[s * d + c] += sum;
+        for (size_t t = 0; t < m; t++) {  // term by term into the gradients, c contiguous
+            for (size_t c = 0; c < d; c++) { dfn[c] += a_post[t] * dnext[t * d + c]; }
+            for (size_t s = 0; s < m; s++) {
+                for (size_t c = 0; c < d; c++) { dx[s * d + c] += H[s * m + t] * dnext[t * d + c]; }
             }
         }
     }
