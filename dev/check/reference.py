@@ -537,6 +537,7 @@ MUON_CASES = {
     "none_muon_rand": (cfg(T=7, V=11, H=4, G=2, F=24, S=0), 4, "rand", 0.25, 31),
     "block_s2_muon_rand": (cfg(T=7, V=13, L=3, H=4, G=1, F=40, S=2), 4, "rand", 0.2, 32),
     "full_muon_spec": (cfg(T=6, V=13, H=4, G=2, F=24, S=1), 4, "spec", 0.2, 33),
+    "mhc_m3_muon_rand": (cfg(T=7, V=13, H=4, G=2, F=24, streams=3), 4, "rand", 0.2, 34),
 }
 
 
