@@ -38,14 +38,15 @@ SEEDS=${SEEDS:-"1 2"}
 MODES=${MODES:-"none block full mhc"}
 case "$OPT" in muon|adamw) ;; *) echo "error: OPT=$OPT (valid: muon, adamw)" >&2; exit 1 ;; esac
 # Sizes: L = 8 layers (16 sub-layers, so block mode's S = 2 gives the paper's 8 blocks) and
-# the width growing; F ≈ 2.75 d. The steps grow with the parameters (tokens ∝ N, as in the
-# paper's Table 2) within the time budget; 1024 tokens a step.
+# the width growing; F ≈ 2.75 d. The steps grow with the parameters (about 2.6 tokens a
+# parameter at every size, as the paper's Table 2 grows tokens with N) within the time
+# budget; 1024 tokens a step.
 case "$DEVICE" in
     cpu)
-        SIZES=${SIZES:-"d32 32 8 4 2 88 300
-d48 48 8 4 2 128 680
-d64 64 8 4 2 176 1200
-d96 96 8 4 2 264 2700"}
+        SIZES=${SIZES:-"d32 32 8 4 2 88 280
+d48 48 8 4 2 128 600
+d64 64 8 4 2 176 1020
+d96 96 8 4 2 264 2230"}
         SHAPE=${SHAPE:-"--seq-len 64 --batch 16"} ;;
     cuda)
         TRAIN=${TRAIN_CUDA:-./train_cuda} JOBS=1 THREADS=${THREADS:-4}
