@@ -171,8 +171,12 @@ dev/infra/ensure_deps.sh gnuplot >/dev/null
     echo "set logscale xy; set xlabel 'training compute C (FLOPs)'; set ylabel 'validation loss'"
     echo "set title 'loss = A · C^{-α} per residual mode ($OPT + wsd, seeds $SEEDS)'"
     echo "set key top right; set datafile separator ','"
+    # the losses' range, a labelled tic every 0.1 (0.2 past a range of 1.5) on the log axis
     awk -F, 'NR > 1 { lo = (lo == "" || $7 < lo) ? $7 : lo; hi = ($7 > hi) ? $7 : hi }
-             END { printf "set yrange [%g:%g]; set ytics auto; set mytics 5\n", lo * 0.97, hi * 1.03 }' "$out/runs.csv"
+             END { step = (hi - lo > 1.5) ? 0.2 : 0.1; tics = ""
+                   for (y = int(lo / step) * step; y <= hi + step; y += step)
+                       tics = tics (tics == "" ? "" : ", ") sprintf("\"%.1f\" %g", y, y)
+                   printf "set yrange [%g:%g]; set ytics (%s)\n", lo * 0.97, hi * 1.03, tics }' "$out/runs.csv"
     plot="plot"
     i=1
     while IFS=, read -r mode A alpha rest; do
