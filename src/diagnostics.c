@@ -205,7 +205,7 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
     size_t N = m->B * m->T, d = z->d, V = z->V, F = z->F, q_dim = z->q_dim, kv_dim = z->kv_dim;
     int L2 = dg->n_sub;
     for (int l = 0; l <= L2; l++) {
-        dg->input_rms[l] = tensor_rms(model_sublayer_input(m, l), N * d);
+        dg->input_rms[l] = tensor_rms(model_sublayer_input(m, l), N * model_sublayer_input_width(m, l));
         if (l < L2) { dg->output_rms[l] = tensor_rms(model_sublayer_output(m, l), N * d); }
     }
 

@@ -884,7 +884,12 @@ const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t*
 
 const float* model_sublayer_input(const Model* m, int l) {
     if (l < 0 || l > (int)m->dims.n_sub) { return NULL; }
-    return l == (int)m->dims.n_sub ? m->acts.out : m->acts.sub[l].h;
+    if (l < (int)m->dims.n_sub) { return m->acts.sub[l].h; }
+    return m->dims.m > 0 ? m->acts.sub[l].streams : m->acts.out;
+}
+
+size_t model_sublayer_input_width(const Model* m, int l) {
+    return (l == (int)m->dims.n_sub && m->dims.m > 0) ? m->dims.m * m->dims.d : m->dims.d;
 }
 
 const float* model_sublayer_output(const Model* m, int l) {

@@ -276,10 +276,13 @@ void model_muon_shard_bounds(const Model* m, int world, size_t* bounds);
 // B*T, or 1 with --mixing (one weight per source, the same at every position); heads is K
 // (1 with --mixing). Sigmoid and DenseFormer weights are not normalised.
 // The input h_l (B*T, d) fed to sub-layer l (l = 2L: the final hidden state `out`, before
-// the final rmsnorm); the output f_l (B*T, d) of sub-layer l < 2L.
+// the final rmsnorm; in mhc mode the m streams after the last sub-layer, (B*T, m*d), which
+// the head normalises one by one); model_sublayer_input_width: its floats a row (d, or m*d
+// at l = 2L in mhc). The output f_l (B*T, d) of sub-layer l < 2L.
 const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t* heads,
                                size_t* rows);
 const float* model_sublayer_input(const Model* m, int l);
+size_t model_sublayer_input_width(const Model* m, int l);
 const float* model_sublayer_output(const Model* m, int l);
 
 // ---- the pieces the cached decoder (inference.c) shares with the forward ----------------

@@ -54,6 +54,7 @@ std::vector<std::string> read_lines(const std::string& path) {
 }
 
 std::string mode_name(const ModelConfig& c) {
+    if (c.streams > 0) return "mhc m=" + std::to_string(c.streams);
     return c.block_size == 0 ? "none" : c.block_size == 1 ? "full" : "block S=" + std::to_string(c.block_size);
 }
 
@@ -229,7 +230,10 @@ TEST_CASE("tensor_rms is sqrt(mean(x^2)) of known tensors") {
 
 TEST_CASE("input RMS is that of each sub-layer's input; output RMS that of each f_l (none: h_{l+1} - h_l)") {
     const size_t B = 2, T = 5, N = B * T;
-    for (ModelConfig c : tiny_configs()) {
+    std::vector<ModelConfig> configs = tiny_configs();
+    configs.push_back(ModelConfig{9, 8, 2, 2, 1, 12, 0});
+    configs.back().streams = 3;  // mhc: the last row is the 3 streams the head reads
+    for (ModelConfig c : configs) {
         INFO("mode ", mode_name(c));
         ScopedModel scoped(c, B, T);
         Model& m = scoped.m;
@@ -249,12 +253,20 @@ TEST_CASE("input RMS is that of each sub-layer's input; output RMS that of each 
         for (int l = 0; l <= L2; l++) {
             const float* h = model_sublayer_input(&m, l);
             REQUIRE(h != nullptr);
-            CHECK(dg.input_rms[l] == doctest::Approx(std::sqrt(squares(h, N * d) / (double)(N * d))).epsilon(1e-6));
+            // mhc's final hidden state: its 3 streams after the last sub-layer, each
+            // normalised by the head
+            bool streams = l == L2 && c.streams > 0;
+            size_t width = streams ? (size_t)c.streams * d : d;
+            CHECK(model_sublayer_input_width(&m, l) == width);
+            if (streams) CHECK(h == m.acts.sub[L2].streams);
+            CHECK(dg.input_rms[l] > 0.0f);
+            CHECK(dg.input_rms[l] == doctest::Approx(std::sqrt(squares(h, N * width) / (double)(N * width))).epsilon(1e-6));
         }
-        // h_0 is the embedding in every mode (a single source has weight 1)
+        // h_0 is the embedding in every mode but mhc (a single source has weight 1; mhc reads
+        // sum_s a_pre[s] x0)
         double x0_squares = 0.0;
         for (size_t i = 0; i < N; i++) x0_squares += squares(m.params.wte + (size_t)tokens[i] * d, d);
-        CHECK(dg.input_rms[0] == doctest::Approx(std::sqrt(x0_squares / (double)(N * d))).epsilon(1e-6));
+        if (c.streams == 0) CHECK(dg.input_rms[0] == doctest::Approx(std::sqrt(x0_squares / (double)(N * d))).epsilon(1e-6));
         CHECK(model_sublayer_output(&m, L2) == nullptr);
         for (int l = 0; l < L2; l++) {
             INFO("sub-layer ", l);
@@ -262,7 +274,7 @@ TEST_CASE("input RMS is that of each sub-layer's input; output RMS that of each 
             REQUIRE(f_l != nullptr);
             CHECK(dg.output_rms[l] > 0.0f);
             CHECK(dg.output_rms[l] == doctest::Approx(std::sqrt(squares(f_l, N * d) / (double)(N * d))).epsilon(1e-6));
-            if (c.block_size != 0) continue;
+            if (c.block_size != 0 || c.streams != 0) continue;
             const float* h = model_sublayer_input(&m, l);
             const float* next = model_sublayer_input(&m, l + 1);
             Vec f(N * d);
