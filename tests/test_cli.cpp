@@ -1219,10 +1219,14 @@ TEST_CASE("the scaling fit recovers A and α of a power law and a mode's compute
     const double pflop_s_day = 8.64e19, alpha = 0.1;
     std::ostringstream csv;
     csv << "mode,size,seed,params,tokens,flops,val_loss\n";
-    for (const char* mode : {"none", "fast"}) {
+    // and a third mode on a steeper law, 3·C^−0.12: its multiplier at the largest C (1e13)
+    // is (2 / (3·1e13^−0.12))^(1/0.1) / 1e13, which mixes the two modes' A and α
+    for (const char* mode : {"none", "fast", "steep"}) {
         for (int size = 0; size < 4; size++) {
             double C = 1e10 * std::pow(10.0, size);
-            double loss = 2.0 * std::pow((std::string(mode) == "fast" ? 1.5 : 1.0) * C, -alpha);
+            double loss = std::string(mode) == "steep"
+                              ? 3.0 * std::pow(C, -0.12)
+                              : 2.0 * std::pow((std::string(mode) == "fast" ? 1.5 : 1.0) * C, -alpha);
             for (int seed = 1; seed <= 2; seed++)
                 csv << mode << ",s" << size << "," << seed << ",1000,2000," << C << ","
                     << std::setprecision(12) << loss * std::exp(seed == 1 ? 0.002 : -0.002) << "\n";
@@ -1239,12 +1243,18 @@ TEST_CASE("the scaling fit recovers A and α of a power law and a mode's compute
     // 2·(1e13)^−0.1 and 2·(1.5e13)^−0.1; sd of x·e^±0.002: x·0.002·sqrt(2)
     CHECK_MESSAGE(contains(fit.out, "| s3 | 1e+03 | 2e+03 | 1e+13 | 0.1002 ± 0.0003 | 0.0963 ± 0.0003 |"), fit.out);
     std::vector<std::string> fits = lines_of(read_text(dir.file("fits.csv")));
-    REQUIRE(fits.size() == 3);
+    REQUIRE(fits.size() == 4);
     CHECK(fits[2].rfind("fast,", 0) == 0);
     double lo = 0, hi = 0, multiplier = 0;
     REQUIRE(std::sscanf(fits[2].c_str(), "fast,%*g,%*g,%lg,%lg,%lg", &multiplier, &lo, &hi) == 3);
     CHECK(multiplier == doctest::Approx(1.5).epsilon(1e-4));
     CHECK(lo < 1.5); CHECK(hi > 1.5); CHECK(hi < 1.6); CHECK(lo > 1.4);  // the seeds' spread
+    double steep_A = 0, steep_alpha = 0;
+    REQUIRE(std::sscanf(fits[3].c_str(), "steep,%lg,%lg,%lg", &steep_A, &steep_alpha, &multiplier) == 3);
+    CHECK(steep_A == doctest::Approx(3.0 * std::pow(pflop_s_day, -0.12)).epsilon(1e-4));
+    CHECK(steep_alpha == doctest::Approx(0.12).epsilon(1e-4));
+    double steep_multiplier = std::pow(2.0 / (3.0 * std::pow(1e13, -0.12)), 1.0 / alpha) / 1e13;
+    CHECK(multiplier == doctest::Approx(steep_multiplier).epsilon(1e-4));
 
     write_text(dir.file("bad.csv"), "mode,size,seed,params,tokens,flops,val_loss\nnone,s0,1,10,20,abc,2\n");
     Run bad = run_program(dir, "build/scaling_fit", {dir.file("bad.csv")});
