@@ -784,6 +784,18 @@ void model_update(Model* m, float lr, float beta1, float beta2, float eps,
                        beta1, beta2, eps, weight_decay, t);
 }
 
+// AdamW on the part of [offset, end) of the flat buffer that lies in the shard [lo, hi)
+static void adamw_in_shard(Model* m, size_t offset, size_t end, size_t lo, size_t hi,
+                           const float* grads, float* m_shard, float* v_shard, float lr,
+                           float beta1, float beta2, float eps, float weight_decay, int t) {
+    size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
+    if (first < last) {
+        m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
+                                 m_shard + (first - lo), v_shard + (first - lo), last - first,
+                                 lr, beta1, beta2, eps, weight_decay, t);
+    }
+}
+
 void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
                         float* v_shard, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t) {
@@ -794,13 +806,8 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
         int decayed = PARAM_INFO[i].decayed;
         size_t end = offset;
         for (; i < N_PARAM_TENSORS && PARAM_INFO[i].decayed == decayed; i++) { end += m->param_sizes[i]; }
-        size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
-        if (first < last) {  // the part of the run inside the shard
-            m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
-                                     m_shard + (first - lo), v_shard + (first - lo),
-                                     last - first, lr, beta1, beta2, eps,
-                                     decayed ? weight_decay : 0.0f, t);
-        }
+        adamw_in_shard(m, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2, eps,
+                       decayed ? weight_decay : 0.0f, t);
         offset = end;
     }
 }
@@ -843,13 +850,8 @@ void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads,
                                         muon_momentum, weight_decay);
             }
         } else {
-            size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
-            if (first < last) {
-                m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
-                                         m_shard + (first - lo), v_shard + (first - lo),
-                                         last - first, lr, beta1, beta2, eps,
-                                         PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
-            }
+            adamw_in_shard(m, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2,
+                           eps, PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
         }
         offset = end;
     }
