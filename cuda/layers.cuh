@@ -147,7 +147,10 @@ void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* d
 // mHC-lite, as layers.h's mhc.c functions: streams X (N, m*d), a row's coefficients (and
 // their gradients) one vector of MHC_MIX_WIDTH(m) floats in mix (dmix). mhc_input_forward_cuda
 // and its backward run rmsnorm.cu's and linear.cu's calls for the stream norm and the
-// projection, so they borrow the workspace as those do (rmsnorm over N rows of m*d).
+// projection, so they borrow the workspace as those do (rmsnorm over N rows of m*d);
+// mhc_input_backward_cuda also borrows mhc_workspace_floats_cuda(N, m) floats for the sums of
+// dbeta and dsigma over the rows.
+size_t mhc_workspace_floats_cuda(size_t N, size_t m);
 void mhc_expand_forward_cuda(float* X, const float* x0, size_t N, size_t d, size_t m);
 void mhc_expand_backward_cuda(float* dx0, const float* dX, size_t N, size_t d, size_t m);
 void mhc_reduce_forward_cuda(float* out, const float* X, size_t N, size_t d, size_t m);

@@ -12,11 +12,12 @@
 // The norm and the projection e = z Phi^T are rmsnorm.cu's and linear.cu's (the same calls
 // as on the CPU). The rest is small per row: one block of MHC_BLOCK threads per row where a
 // row needs sums over d (warps take the dot products) or shares its coefficients (shared
-// memory), one thread per element elsewhere. The sums over streams, over permutations and
-// over rows (dbias, dsigma) run in the CPU's order, so they differ from the CPU's only by
-// expf and fused multiply-adds; the dot products over d are warp sums, another order; and
-// each dpi_r adds its m terms in increasing order (permutation_gradient), where the CPU adds
-// them in double.
+// memory), one thread per element elsewhere. The sums over streams and over permutations
+// run in the CPU's order, so they differ from the CPU's only by expf and fused multiply-adds;
+// the dot products over d are warp sums, another order; the sums over rows (dbias, dsigma)
+// go in two fixed-order steps (parts of ROWS_PER_PART rows, then the parts), as the weight
+// gradients of rmsnorm.cu do; and each dpi_r adds its m terms in increasing order
+// (permutation_gradient), where the CPU adds them in double.
 #include <math.h>
 
 #include "common.cuh"
@@ -166,18 +167,23 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
 // forward was: u = sum_s a_pre[s] X_s, the coefficients from X through z and e. Per row:
 //   value path:  dX_s += a_pre[s] du;  da_pre[s] = du . X_s
 //   dpi_r = sum_s dH[s][perm_r[s]]  (dH, da_post: in dmix, from mhc_output_backward)
-//   the pre-activations' gradients dp (into de, unscaled):
+//   the pre-activations' gradients dp:
 //     a_pre: da_pre a_pre (1 - a_pre);  pi: pi_r (dpi_r - sum_j pi_j dpi_j)
 //                                           = pi_r sum_j pi_j (dpi_r - dpi_j);
 //     a_post: da_post a_post (1 - a_post / 2)
+//   p_k = sigma_g e_k + beta_k: de_k = sigma_g dp_k, and the row's terms of dbeta (dp_rows
+//   (N, E): dp itself) and of dsigma (scale_terms (N, 3): sum_{k in g} dp_k e_k, k in order),
+//   which the caller sums over the rows
 // One block per row: a warp per stream for da_pre, a thread per column of the streams, a
-// thread per permutation, then a thread per projected value.
-__global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de, const float* du,
-                                               const float* X, const float* mix,
-                                               Permutations perms, size_t d, size_t m,
-                                               size_t R) {
+// thread per permutation, a thread per projected value, then a thread per scale g.
+__global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de, float* dp_rows,
+                                               float* scale_terms, const float* du,
+                                               const float* X, const float* mix, const float* e,
+                                               const float* scale, Permutations perms, size_t d,
+                                               size_t m, size_t R) {
     __shared__ float da_pre[MHC_MAX_STREAMS];
     __shared__ float dpi[MHC_MAX_PERMUTATIONS];
+    __shared__ float dp_row[MHC_MAX_MIX_WIDTH];
     size_t n = blockIdx.x, E = 2 * m + R, W = E + m * m;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
@@ -214,37 +220,39 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
         } else {
             dp = da_post[k - m - R] * a_post[k - m - R] * (1.0f - 0.5f * a_post[k - m - R]);
         }
-        de[n * E + k] = dp;
+        dp_row[k] = dp_rows[n * E + k] = dp;
+        de[n * E + k] = dp * scale[scale_group(k, m, R)];
     }
-}
-
-// p_k = sigma_g e_k + beta_k: dbeta_k += sum over rows of dp_k (a thread per k), dsigma_g +=
-// sum over rows of sum_{k in g} dp_k e_k (a thread per group), rows in order as on the CPU.
-// One block.
-__global__ void mhc_input_backward_params_kernel(float* dbias, float* dscale, const float* de,
-                                                 const float* e, size_t N, size_t m, size_t R) {
-    size_t E = 2 * m + R;
-    for (size_t k = threadIdx.x; k < E; k += blockDim.x) {
-        float acc = dbias[k];
-        for (size_t n = 0; n < N; n++) acc += de[n * E + k];
-        dbias[k] = acc;
-    }
+    __syncthreads();
+    // 4. the row's terms of dsigma, one thread per scale g: sum_{k in g} dp_k e_k
     for (size_t g = threadIdx.x; g < 3; g += blockDim.x) {
         size_t first = g == 0 ? 0 : g == 1 ? m : m + R, end = g == 0 ? m : g == 1 ? m + R : E;
-        float acc = dscale[g];
-        for (size_t n = 0; n < N; n++) {
-            for (size_t k = first; k < end; k++) acc += de[n * E + k] * e[n * E + k];
-        }
-        dscale[g] = acc;
+        float sum = 0.0f;
+        for (size_t k = first; k < end; k++) sum += dp_row[k] * e[n * E + k];
+        scale_terms[n * 3 + g] = sum;
     }
 }
 
-// de_k = sigma_g dp_k, in place; one thread per element of de (N, E)
-__global__ void mhc_scale_kernel(float* de, const float* scale, size_t N, size_t m, size_t R) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    size_t E = 2 * m + R;
-    if (idx >= N * E) return;
-    de[idx] *= scale[scale_group(idx % E, m, R)];
+// The first step of out_c += sum over the N rows of x (N, C) (common.cuh's column sums):
+// partial[part][c] = the sum of x over the ROWS_PER_PART rows of the part, in order; one
+// thread per (column, part), PART_CHUNK rows loaded at once. (dbeta and dsigma: one thread per
+// column walking all N rows would leave the GPU idle for the length of the walk.)
+__global__ void column_part_sums_kernel(float* partial, const float* x, size_t N, size_t C) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    size_t first = (size_t)blockIdx.y * ROWS_PER_PART;
+    size_t last = first + ROWS_PER_PART < N ? first + ROWS_PER_PART : N;
+    float sum = 0.0f;
+    for (size_t n0 = first; n0 < last; n0 += PART_CHUNK) {
+        float v[PART_CHUNK];
+#pragma unroll
+        for (int k = 0; k < PART_CHUNK; k++)
+            if (n0 + k < last) v[k] = x[(n0 + k) * C + c];
+#pragma unroll
+        for (int k = 0; k < PART_CHUNK; k++)
+            if (n0 + k < last) sum += v[k];
+    }
+    partial[blockIdx.y * C + c] = sum;
 }
 
 // Xnext_t = sum_s H[s][t] X_s + a_post[t] f (in order of s); one thread per element of Xnext
@@ -302,6 +310,20 @@ __global__ void mhc_output_backward_kernel(float* dX, float* df, float* dmix, co
 // ---- the layers.cuh functions --------------------------------------------------------------
 static const size_t ELEMENT_BLOCK = 256;  // threads per block of the one-thread-per-element kernels
 
+// out_c += sum over the N rows of x (N, C) in two steps, through partial (parts of
+// ROWS_PER_PART rows, C): C is at most 2m + m! = 32 here, a warp
+static void add_column_sums(float* out, float* partial, const float* x, size_t N, size_t C) {
+    unsigned int parts = ceil_div(N, ROWS_PER_PART);
+    launch_kernel(column_part_sums_kernel, dim3(ceil_div(C, WARP_SIZE), parts), WARP_SIZE,
+                  partial, x, N, C);
+    add_column_partials_cuda(out, partial, parts, C);
+}
+
+size_t mhc_workspace_floats_cuda(size_t N, size_t m) {
+    size_t E = 2 * m + mhc_permutation_table(NULL, m);
+    return (N + ceil_div(N, ROWS_PER_PART)) * (E + 3);
+}
+
 void mhc_expand_forward_cuda(float* X, const float* x0, size_t N, size_t d, size_t m) {
     launch_kernel(mhc_expand_forward_kernel, ceil_div(N * m * d, ELEMENT_BLOCK), ELEMENT_BLOCK,
                   X, x0, N, d, m);
@@ -342,11 +364,17 @@ void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float
     size_t R;
     Permutations perms = permutations(m, &R);
     size_t E = 2 * m + R;
-    launch_kernel(mhc_input_backward_rows_kernel, (unsigned int)N, MHC_BLOCK, dX, dmix, de, du, X,
-                  mix, perms, d, m, R);
-    launch_kernel(mhc_input_backward_params_kernel, 1, WARP_SIZE, dbias, dscale, de, e, N, m, R);
-    launch_kernel(mhc_scale_kernel, ceil_div(N * E, ELEMENT_BLOCK), ELEMENT_BLOCK, de, scale, N, m,
-                  R);
+    // the workspace: the rows' dp (N, E) and dsigma terms (N, 3), then their sums over parts
+    // of rows, (parts, E) and (parts, 3)
+    size_t parts = ceil_div(N, ROWS_PER_PART);
+    float* dp_rows = cuda_workspace(mhc_workspace_floats_cuda(N, m));
+    float* scale_terms = dp_rows + N * E;
+    float* bias_partial = scale_terms + N * 3;
+    float* scale_partial = bias_partial + parts * E;
+    launch_kernel(mhc_input_backward_rows_kernel, (unsigned int)N, MHC_BLOCK, dX, dmix, de,
+                  dp_rows, scale_terms, du, X, mix, e, scale, perms, d, m, R);
+    add_column_sums(dbias, bias_partial, dp_rows, N, E);
+    add_column_sums(dscale, scale_partial, scale_terms, N, 3);
     cudaCheck(cudaMemsetAsync(dz, 0, N * m * d * sizeof(float), cuda_stream));
     linear_backward_cuda(dz, dproj, de, z, proj, N, m * d, E);
     rmsnorm_backward_cuda(dX, dnorm_weight, dz, X, norm_weight, rstd, N, m * d);

@@ -132,6 +132,7 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
                       depth_attention_workspace_floats_cuda(most_sources, N, z->d),
                       depth_variants_workspace_floats_cuda(most_sources, N, z->d, z->K),
                       parts * z->d * (z->m > 0 ? z->m : 1),         // rmsnorm (mhc: m*d wide)
+                      z->m > 0 ? mhc_workspace_floats_cuda(N, z->m) : 0,
                       linear_workspace_floats_cuda(), 64};          // matmul, global norm
     size_t most = 0;
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;
