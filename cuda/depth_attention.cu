@@ -3,6 +3,10 @@
 // gain g (`norm_weight`): k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s),
 // out = sum_i alpha_i V_i. alpha and key_rstd are (N,n_sources). The first, one-thread-per-row
 // version of these kernels is kept and timed beside them in dev/bench/bench_depth.cu.
+// The same kernels run SPEC's one-head variants (DepthSwitches, depth_sources.cuh; the layers
+// of depth_variants.cu call them): the key norm off (norm_weight NULL: rstd_i = 1, g = 1),
+// sigmoid scores, a query with a row part (q = w + u_n) and the mixings (the scores replaced by
+// one weight per source for every row); each switch is the same for the whole grid.
 #include <math.h>
 
 #include "common.cuh"
@@ -61,15 +65,30 @@ __device__ __forceinline__ void load_columns(float v[DEPTH_COLS], const float* v
     }
 }
 
-// wg[k] = query[c] * norm_weight[c], the key's weights w g, at a column group's columns (0 past C)
-__device__ __forceinline__ void load_key_weights(float wg[DEPTH_COLS], const float* query,
-                                                 const float* norm_weight, size_t group,
-                                                 size_t C) {
+// q[k] = the query q_c = w_c (+ u_c, the row's part query_row, when not NULL) at a column
+// group's columns; 0 past C, and everywhere without a query (the mixings: query NULL)
+__device__ __forceinline__ void load_query(float q[DEPTH_COLS], const float* query,
+                                           const float* query_row, size_t group, size_t C) {
 #pragma unroll
     for (int k = 0; k < DEPTH_COLS; k++) {
         size_t c = group + k * ROW_THREADS;
-        wg[k] = c < C ? query[c] * norm_weight[c] : 0.0f;
+        q[k] = c >= C || query == NULL ? 0.0f
+               : query_row != NULL     ? query[c] + query_row[c]
+                                       : query[c];
     }
+}
+
+// wg[k] = q_c g_c, the vector a key is dotted with (load_query's q; g = norm_weight, 1 when
+// NULL: no key norm), at a column group's columns (0 past C)
+__device__ __forceinline__ void load_key_weights(float wg[DEPTH_COLS], const float* query,
+                                                 const float* query_row,
+                                                 const float* norm_weight, size_t group,
+                                                 size_t C) {
+    float g[DEPTH_COLS];
+    load_query(wg, query, query_row, group, C);
+    load_columns(g, norm_weight, group, C);
+#pragma unroll
+    for (int k = 0; k < DEPTH_COLS; k++) wg[k] *= g[k];
 }
 
 // v[k] = load_chunk of the sources (or their gradients) first .. at row `row`, column
@@ -88,16 +107,17 @@ __device__ __forceinline__ void load_group_chunk(float v[DEPTH_COLS][SOURCE_CHUN
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
-// sum_c w_c g_c V_ic. Each of the row's threads sums its columns, each warp sums its lanes
+// sum_c q_c g_c V_ic (load_key_weights; query_rows (N,C) the query's row parts, or NULL). Each of the row's threads sums its columns, each warp sums its lanes
 // (warp_sum), and lane 0 of the row's warp `warp` writes warp_first[warp][i] and
 // warp_second[warp][i]; the caller, after a barrier, adds the ROW_WARPS warps' sums in order
 // of warp (sum_row_warps).
 __device__ __forceinline__ void row_source_sums(
     float (*warp_first)[DEPTH_ATTENTION_MAX_SOURCES],
     float (*warp_second)[DEPTH_ATTENTION_MAX_SOURCES], const float* x_row,
-    const SourceList& sources, const float* query, const float* norm_weight, size_t n_sources,
-    size_t row, size_t C, unsigned int t) {
+    const SourceList& sources, const float* query, const float* query_rows,
+    const float* norm_weight, size_t n_sources, size_t row, size_t C, unsigned int t) {
     unsigned int warp = t / WARP_SIZE, lane = t % WARP_SIZE;
+    const float* query_row = query_rows != NULL ? query_rows + row * C : NULL;
     for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
         float sum_first[SOURCE_CHUNK], sum_second[SOURCE_CHUNK];
 #pragma unroll
@@ -106,7 +126,7 @@ __device__ __forceinline__ void row_source_sums(
             // the group's loads first: v[k][j] = V_{first + j} at column group + k ROW_THREADS
             // (x is only read with x_row)
             float v[DEPTH_COLS][SOURCE_CHUNK], x[DEPTH_COLS], wg[DEPTH_COLS];
-            load_key_weights(wg, query, norm_weight, group, C);
+            load_key_weights(wg, query, query_row, norm_weight, group, C);
             load_columns(x, x_row, group, C);
             load_group_chunk(v, sources, first, n_sources, row, group, C);
 #pragma unroll
@@ -177,12 +197,16 @@ __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float 
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), the gain weight NULL
 // for all ones (rmsnorm.cu's forward, with a row's ROW_THREADS threads in place of one warp).
+// The switches (sw): without the key norm (norm_weight NULL) rstd_i = 1 and g = 1; with
+// sw.query_rows the query is w + u_n; with sw.sigmoid alpha_i = sigmoid(s_i); with sw.weights
+// (the mixings) alpha = sw.weights for every row, no scores, and alpha and key_rstd are not
+// written (alpha is the weights' own buffer).
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,
                                                size_t N, size_t C, float* xn, float* out_rstd,
-                                               const float* weight) {
+                                               const float* weight, DepthSwitches sw) {
     __shared__ float warp_sq[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_dot[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float score[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -191,23 +215,33 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
+    bool scored = sw.weights == NULL;  // the same for the whole grid
     // 1. per source, sum V^2 and (w * g) . V
-    if (live)
-        row_source_sums(warp_sq[r], warp_dot[r], NULL, sources, query, norm_weight, n_sources,
-                        row, C, t);
+    if (live && scored)
+        row_source_sums(warp_sq[r], warp_dot[r], NULL, sources, query, sw.query_rows,
+                        norm_weight, n_sources, row, C, t);
     __syncthreads();
     // 2. the scores, thread i of the row for source i
-    if (live) {
+    if (live && scored) {
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            float rstd = 1.0f / sqrtf(sum_row_warps(warp_sq[r], i) / (float)C + RMSNORM_EPS);
+            float rstd = norm_weight == NULL
+                             ? 1.0f
+                             : 1.0f / sqrtf(sum_row_warps(warp_sq[r], i) / (float)C + RMSNORM_EPS);
             key_rstd[row * n_sources + i] = rstd;
             score[r][i] = sum_row_warps(warp_dot[r], i) * rstd;
         }
     }
     __syncthreads();
-    // 3. the softmax: every thread of the row reads the scores in the same order, thread i
-    //    writes alpha_i
-    if (live) {
+    // 3. the weights: the softmax (every thread of the row reads the scores in the same order),
+    //    the sigmoid, or the mixing's; thread i writes alpha_i
+    if (live && !scored) {
+        for (size_t i = t; i < n_sources; i += ROW_THREADS) row_alpha[r][i] = sw.weights[i];
+    } else if (live && sw.sigmoid) {
+        for (size_t i = t; i < n_sources; i += ROW_THREADS) {
+            row_alpha[r][i] = 1.0f / (1.0f + expf(-score[r][i]));
+            alpha[row * n_sources + i] = row_alpha[r][i];
+        }
+    } else if (live) {
         float max_score = -INFINITY;
         for (size_t i = 0; i < n_sources; i++) max_score = fmaxf(max_score, score[r][i]);
         float sum = 0.0f;
@@ -277,6 +311,11 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 // (saved out_rstd, gain weight) takes dxn back (step 0, rmsnorm.c's backward); and with
 // dweight_parts not NULL also the block's part of the gain's gradient,
 // dweight_parts[block][c] = sum over its rows of dxn_c out_c out_rstd.
+// The switches (sw), as in the forward: without the key norm rstd_i = 1, g = 1 and no
+// correction term; sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i); with a row part of the
+// query (q = w + u_n), dq_n = g acc_n per row into sw.dquery_rows (+=) and dg = sum_n q_n acc_n,
+// the block's part in gain_parts; the mixings: no key path (ds = 0, acc = 0), and the
+// block's part of dweight_i = sum_n dalpha_ni in weight_parts[block][i].
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      float* dout, const float* alpha,
@@ -286,7 +325,8 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      size_t N, size_t C, int distinct,
                                                      float* dweight_parts, const float* dxn,
                                                      const float* out, const float* out_rstd,
-                                                     const float* weight) {
+                                                     const float* weight, DepthSwitches sw,
+                                                     float* gain_parts, float* weight_parts) {
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_wg[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dalpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -296,11 +336,13 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_acc[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
     __shared__ float row_dweight[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
+    __shared__ float row_gain[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
     __shared__ float row_dot[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
     float* dy = dout + row * C;
+    const float* query_row = sw.query_rows != NULL ? sw.query_rows + row * C : NULL;
     // 0. (fused with the norm) dout_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j
     //    out_j) / C out_c; each thread writes its columns c = t, t + ROW_THREADS, ..., the same it
     //    reads in steps 1 and 3, so no barrier stands between them; a column group's reads
@@ -335,15 +377,16 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     }
     // 1. per source, dout . V_i and (w * g) . V_i
     if (live)
-        row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, norm_weight, n_sources,
-                        row, C, t);
+        row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, sw.query_rows, norm_weight,
+                        n_sources, row, C, t);
     __syncthreads();
-    // 2. the softmax's backward: dalpha first, then every thread of the row sums
-    //    alpha_j dalpha_j in the same order, and thread i gives source i its coefficients
+    // 2. the scores' backward: dalpha first, then every thread of the row sums
+    //    alpha_j dalpha_j in the same order (softmax), and thread i gives source i its
+    //    coefficients
     if (live) {
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
             dalpha[r][i] = sum_row_warps(warp_dy[r], i);
-            value_scale[r][i] = alpha[row * n_sources + i];
+            value_scale[r][i] = sw.weights != NULL ? sw.weights[i] : alpha[row * n_sources + i];
         }
     }
     __syncthreads();
@@ -351,24 +394,38 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
         float alpha_dot_dalpha = 0.0f;
         for (size_t j = 0; j < n_sources; j++) alpha_dot_dalpha += value_scale[r][j] * dalpha[r][j];
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            float ds = value_scale[r][i] * (dalpha[r][i] - alpha_dot_dalpha);
-            float rstd = key_rstd[row * n_sources + i];
+            float a = value_scale[r][i];
+            float ds = sw.weights != NULL ? 0.0f
+                       : sw.sigmoid       ? dalpha[r][i] * a * (1.0f - a)
+                                          : a * (dalpha[r][i] - alpha_dot_dalpha);
+            float rstd = norm_weight != NULL ? key_rstd[row * n_sources + i] : 1.0f;
             key_scale[r][i] = ds * rstd;
-            correction[r][i] = ds * rstd * rstd * rstd * sum_row_warps(warp_wg[r], i) / (float)C;
+            correction[r][i] = norm_weight != NULL ? ds * rstd * rstd * rstd *
+                                                         sum_row_warps(warp_wg[r], i) / (float)C
+                                                   : 0.0f;
+        }
+    }
+    // the mixings: the block's part of dweight, its rows in order
+    if (weight_parts != NULL && r == 0) {
+        for (size_t i = t; i < n_sources; i += ROW_THREADS) {
+            float sum = 0.0f;
+            for (int q = 0; q < DEPTH_ROWS && blockIdx.x * DEPTH_ROWS + q < N; q++)
+                sum += dalpha[q][i];
+            weight_parts[blockIdx.x * n_sources + i] = sum;
         }
     }
     __syncthreads();
     // 3. the sources' gradients, a column group and a chunk of sources at a time: read the
     //    values and gradients of them all, then write the gradients; then the block's part of
-    //    acc, its rows in order
+    //    acc (and of dg with the query's row part), its rows in order
     for (size_t first_c = 0; first_c < C; first_c += GROUP_STRIDE) {
         size_t group = first_c + t;  // this thread's columns: group + k ROW_THREADS
-        float acc[DEPTH_COLS];
+        float acc[DEPTH_COLS], gain[DEPTH_COLS];  // gain: q_c acc_c, with gain_parts
 #pragma unroll
-        for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
+        for (int k = 0; k < DEPTH_COLS; k++) acc[k] = gain[k] = 0.0f;
         if (live) {
             float wg[DEPTH_COLS], dy_c[DEPTH_COLS];
-            load_key_weights(wg, query, norm_weight, group, C);
+            load_key_weights(wg, query, query_row, norm_weight, group, C);
             load_columns(dy_c, dy, group, C);
             for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
                 float v[DEPTH_COLS][SOURCE_CHUNK], dv[DEPTH_COLS][SOURCE_CHUNK];
@@ -392,11 +449,28 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                     }
                 }
             }
+            if (query_row != NULL) {  // dq_n = g acc_n
+                float g[DEPTH_COLS];
+                load_columns(g, norm_weight, group, C);
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) {
+                    size_t c = group + k * ROW_THREADS;
+                    if (c >= C) break;
+                    sw.dquery_rows[row * C + c] += g[k] * acc[k];
+                }
+            }
+            if (gain_parts != NULL) {
+                float q[DEPTH_COLS];
+                load_query(q, query, query_row, group, C);
+#pragma unroll
+                for (int k = 0; k < DEPTH_COLS; k++) gain[k] = q[k] * acc[k];
+            }
         }
 #pragma unroll
         for (int k = 0; k < DEPTH_COLS; k++) {
             size_t c = group + k * ROW_THREADS;
-            row_acc[r][k][t] = acc[k];  // 0 past N or C
+            row_acc[r][k][t] = acc[k];  // 0 past N or C (and in the mixings)
+            row_gain[r][k][t] = gain[k];
             if (dweight_parts != NULL)
                 row_dweight[r][k][t] = live && c < C
                                         ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
@@ -409,80 +483,127 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                 size_t c = group + k * ROW_THREADS;
                 if (c >= C) break;
                 float sum = 0.0f;
-                for (int q = 0; q < DEPTH_ROWS; q++) sum += row_acc[q][k][t];
+                for (int p = 0; p < DEPTH_ROWS; p++) sum += row_acc[p][k][t];
                 acc_parts[blockIdx.x * C + c] = sum;
+                if (gain_parts != NULL) {
+                    float gain_sum = 0.0f;
+                    for (int p = 0; p < DEPTH_ROWS; p++) gain_sum += row_gain[p][k][t];
+                    gain_parts[blockIdx.x * C + c] = gain_sum;
+                }
                 if (dweight_parts != NULL) {
                     float dweight_sum = 0.0f;
-                    for (int q = 0; q < DEPTH_ROWS; q++) dweight_sum += row_dweight[q][k][t];
+                    for (int p = 0; p < DEPTH_ROWS; p++) dweight_sum += row_dweight[p][k][t];
                     dweight_parts[blockIdx.x * C + c] = dweight_sum;
                 }
             }
         }
-        __syncthreads();  // row_acc and row_dweight are written again by the next columns
+        __syncthreads();  // row_acc, row_gain and row_dweight are written again by the next columns
     }
 }
 
-// The column sum of acc_parts (parts,C), then the two gradients: acc_c = sum_p
-// acc_parts[p][c], dquery_c += g_c acc_c, dnorm_weight_c += w_c acc_c. One launch: a block
-// of SUM_GROUPS x SUM_COLUMNS threads takes SUM_COLUMNS columns; thread (group r, column c)
-// sums the parts r, r + SUM_GROUPS, r + 2 SUM_GROUPS, ... in order (a warp reads 32
-// neighbouring columns of a part: 128 contiguous bytes), then group 0 adds the SUM_GROUPS
-// sums in order of r. Fixed orders throughout, so the result repeats bit for bit. With
-// dweight_parts not NULL the same sum of those parts is added to dweight (the fused norm's
-// gain's gradient).
+// The column sums of the parts the rows kernel wrote (parts,C), then the parameters'
+// gradients: acc_c = sum_p acc_parts[p][c]; dquery_c += g_c acc_c (g = 1 without the key
+// norm; no dquery in the mixings); dnorm_weight_c += w_c acc_c, or, with the query's row part,
+// the sum of gain_parts (sum_n q_nc acc_nc); dweight_c += the sum of dweight_parts (the fused
+// norm's gain), when not NULL. One launch: a block of SUM_GROUPS x SUM_COLUMNS threads takes
+// SUM_COLUMNS columns; thread (group r, column c) sums the parts r, r + SUM_GROUPS,
+// r + 2 SUM_GROUPS, ... in order (a warp reads 32 neighbouring columns of a part: 128
+// contiguous bytes), then group 0 adds the SUM_GROUPS sums in order of r. Fixed orders
+// throughout, so the result repeats bit for bit.
 #define SUM_COLUMNS 32
 #define SUM_GROUPS 32
 __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dnorm_weight,
-                                                        const float* acc_parts,
+                                                        float* dweight, const float* acc_parts,
+                                                        const float* gain_parts,
+                                                        const float* dweight_parts,
                                                         const float* query,
                                                         const float* norm_weight, size_t parts,
-                                                        size_t C, float* dweight,
-                                                        const float* dweight_parts) {
-    __shared__ float group_sum[SUM_GROUPS][SUM_COLUMNS];
-    __shared__ float group_dweight[SUM_GROUPS][SUM_COLUMNS];
+                                                        size_t C) {
+    // per column: the sums of acc_parts, gain_parts and dweight_parts (0 for a NULL one)
+    __shared__ float group_sum[3][SUM_GROUPS][SUM_COLUMNS];
+    const float* part_sums[3] = {acc_parts, gain_parts, dweight_parts};
     unsigned int column = threadIdx.x % SUM_COLUMNS, group = threadIdx.x / SUM_COLUMNS;
     size_t c = (size_t)blockIdx.x * SUM_COLUMNS + column;
-    float sum = 0.0f, dweight_sum = 0.0f;
+    float sum[3] = {0.0f, 0.0f, 0.0f};
     if (c < C) {
         // PART_CHUNK of the thread's parts loaded at once (common.cuh), then added in order
         for (size_t first = group; first < parts; first += PART_CHUNK * SUM_GROUPS) {
-            float a[PART_CHUNK], dweight_part[PART_CHUNK];
+            float a[3][PART_CHUNK];
 #pragma unroll
-            for (int k = 0; k < PART_CHUNK; k++) {
-                size_t p = first + k * SUM_GROUPS;
-                a[k] = p < parts ? acc_parts[p * C + c] : 0.0f;
-                dweight_part[k] =
-                    p < parts && dweight_parts != NULL ? dweight_parts[p * C + c] : 0.0f;
+            for (int s = 0; s < 3; s++) {
+#pragma unroll
+                for (int k = 0; k < PART_CHUNK; k++) {
+                    size_t p = first + k * SUM_GROUPS;
+                    a[s][k] = p < parts && part_sums[s] != NULL ? part_sums[s][p * C + c] : 0.0f;
+                }
             }
 #pragma unroll
             for (int k = 0; k < PART_CHUNK; k++) {
                 if (first + k * SUM_GROUPS >= parts) break;
-                sum += a[k];
-                dweight_sum += dweight_part[k];  // 0 without dweight_parts
+#pragma unroll
+                for (int s = 0; s < 3; s++) sum[s] += a[s][k];
             }
         }
     }
-    group_sum[group][column] = sum;
-    group_dweight[group][column] = dweight_sum;
+#pragma unroll
+    for (int s = 0; s < 3; s++) group_sum[s][group][column] = sum[s];
     __syncthreads();
     if (group == 0 && c < C) {
-        float acc = 0.0f, dweight_total = 0.0f;
+        float total[3] = {0.0f, 0.0f, 0.0f};
         for (int r = 0; r < SUM_GROUPS; r++) {
-            acc += group_sum[r][column];
-            dweight_total += group_dweight[r][column];
+#pragma unroll
+            for (int s = 0; s < 3; s++) total[s] += group_sum[s][r][column];
         }
-        dquery[c] += norm_weight[c] * acc;
-        dnorm_weight[c] += query[c] * acc;
-        if (dweight_parts != NULL) dweight[c] += dweight_total;
+        if (dquery != NULL) dquery[c] += (norm_weight != NULL ? norm_weight[c] : 1.0f) * total[0];
+        if (dnorm_weight != NULL)
+            dnorm_weight[c] += gain_parts != NULL ? total[1] : query[c] * total[0];
+        if (dweight_parts != NULL) dweight[c] += total[2];
     }
+}
+
+// The mixings' coefficients (forward: weights = softmax(coefficients) when normalise, else
+// the coefficients): dweight_i = the sum of weight_parts[p][i] over the parts, in order of
+// p; then static: dc_i += weight_i (dweight_i - sum_j weight_j dweight_j); dense: dc_i +=
+// dweight_i. One block, a thread per source, PART_CHUNK parts loaded at once.
+__global__ void depth_mixing_coefficients_kernel(float* dcoefficients, const float* weight_parts,
+                                                 const float* weights, size_t parts,
+                                                 size_t n_sources, int normalise) {
+    __shared__ float dweight[DEPTH_ATTENTION_MAX_SOURCES];
+    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x) {
+        float sum = 0.0f;
+        for (size_t first = 0; first < parts; first += PART_CHUNK) {
+            float part[PART_CHUNK];
+#pragma unroll
+            for (int k = 0; k < PART_CHUNK; k++)
+                if (first + k < parts) part[k] = weight_parts[(first + k) * n_sources + i];
+#pragma unroll
+            for (int k = 0; k < PART_CHUNK; k++)
+                if (first + k < parts) sum += part[k];
+        }
+        dweight[i] = sum;
+    }
+    __syncthreads();
+    float weighted = 0.0f;  // sum_j weight_j dweight_j, every thread in the same order
+    for (size_t j = 0; j < n_sources; j++) weighted += weights[j] * dweight[j];
+    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x)
+        dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
+}
+
+void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
+                                           float* key_rstd, const float* const* sources,
+                                           const float* query, const float* norm_weight,
+                                           const float* weight, DepthSwitches sw,
+                                           size_t n_sources, size_t N, size_t C) {
+    launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
+                  alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
+                  n_sources, N, C, xn, rstd, weight, sw);
 }
 
 void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
-                  alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
-                  n_sources, N, C, (float*)NULL, (float*)NULL, (const float*)NULL);
+    depth_attention_switched_forward_cuda(NULL, NULL, out, alpha, key_rstd, sources, query,
+                                          norm_weight, NULL, DepthSwitches{}, n_sources, N, C);
 }
 
 void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
@@ -490,37 +611,46 @@ void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, fl
                                           const float* query, const float* norm_weight,
                                           const float* weight, size_t n_sources, size_t N,
                                           size_t C) {
-    launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
-                  alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
-                  n_sources, N, C, xn, rstd, weight);
+    depth_attention_switched_forward_cuda(xn, rstd, out, alpha, key_rstd, sources, query,
+                                          norm_weight, weight, DepthSwitches{}, n_sources, N, C);
 }
 
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
-    (void)n_sources;
-    return 2 * (size_t)ceil_div(N, DEPTH_ROWS) * C;  // acc_parts, dweight_parts
+    // acc_parts, gain_parts, dweight_parts, weight_parts
+    return (size_t)ceil_div(N, DEPTH_ROWS) * (3 * C + n_sources);
 }
 
-// Both backwards: the rows kernel (given dxn, the norm's backward first, into dout: then the
-// caller's scratch), then the column sums. The workspace holds acc_parts (N / DEPTH_ROWS, C),
-// then dweight_parts as many.
-static void depth_attention_backward_launch(float* const* dsources, float* dquery,
+// Every backward: the rows kernel (given dxn, the norm's backward first, into dout: then the
+// caller's scratch), then the column sums (or, in the mixings, the coefficients' gradient and,
+// given dweight, the column sums for it alone). The workspace holds acc_parts
+// (N / DEPTH_ROWS, C), then gain_parts and dweight_parts as many, then weight_parts
+// (N / DEPTH_ROWS, n_sources).
+void depth_attention_switched_backward_cuda(float* const* dsources, float* dquery,
                                             float* dnorm_weight, float* dweight, float* dout,
                                             const float* dxn, const float* out,
                                             const float* rstd, const float* weight,
                                             const float* alpha, const float* key_rstd,
                                             const float* const* sources, const float* query,
-                                            const float* norm_weight, size_t n_sources,
-                                            size_t N, size_t C) {
+                                            const float* norm_weight, DepthSwitches sw,
+                                            size_t n_sources, size_t N, size_t C) {
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
-    float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + parts * C : NULL;
+    float* gain_parts = sw.query_rows != NULL && dnorm_weight != NULL ? acc_parts + parts * C : NULL;
+    float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + 2 * parts * C : NULL;
+    float* weight_parts = sw.weights != NULL ? acc_parts + 3 * parts * C : NULL;
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
                   grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
-                  distinct_grads(dsources, n_sources), dweight_parts, dxn, out, rstd, weight);
+                  distinct_grads(dsources, n_sources), dweight_parts, dxn, out, rstd, weight, sw,
+                  gain_parts, weight_parts);
+    if (sw.weights != NULL)
+        launch_kernel(depth_mixing_coefficients_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES,
+                      sw.dcoefficients, (const float*)weight_parts, sw.weights, parts, n_sources,
+                      sw.normalise);
+    if (sw.weights != NULL && dweight_parts == NULL) return;  // nothing left to sum
     launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
-                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, (const float*)acc_parts,
-                  query, norm_weight, parts, C, dweight, (const float*)dweight_parts);
+                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, dweight, (const float*)acc_parts, (const float*)gain_parts,
+                  (const float*)dweight_parts, query, norm_weight, parts, C);
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -528,9 +658,9 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     // without dxn the rows kernel only reads dout
-    depth_attention_backward_launch(dsources, dquery, dnorm_weight, NULL, (float*)dout, NULL,
-                                    NULL, NULL, NULL, alpha, key_rstd, sources, query,
-                                    norm_weight, n_sources, N, C);
+    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, NULL, (float*)dout,
+                                           NULL, NULL, NULL, NULL, alpha, key_rstd, sources,
+                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
 }
 
 void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
@@ -541,7 +671,7 @@ void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery
                                            const float* key_rstd, const float* const* sources,
                                            const float* query, const float* norm_weight,
                                            size_t n_sources, size_t N, size_t C) {
-    depth_attention_backward_launch(dsources, dquery, dnorm_weight, dweight, dout_scratch, dxn,
-                                    out, rstd, weight, alpha, key_rstd, sources, query,
-                                    norm_weight, n_sources, N, C);
+    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dout_scratch,
+                                           dxn, out, rstd, weight, alpha, key_rstd, sources,
+                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
 }

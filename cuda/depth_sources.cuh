@@ -66,4 +66,36 @@ inline int distinct_grads(float* const* dsources, size_t n_sources) {
     return 1;
 }
 
+// SPEC's one-head variants, which depth_attention.cu's kernels run beside the default
+// operator (depth_variants.cu's layers call them; the key norm off is norm_weight NULL).
+// DepthSwitches{} is the default operator.
+struct DepthSwitches {
+    int sigmoid;              // alpha_i = sigmoid(s_i), no normaliser (--depth-score sigmoid)
+    const float* query_rows;  // (N,C) the query's row part u_n: q = w + u_n (--depth-query
+                              // input), or NULL
+    float* dquery_rows;       // (N,C) its gradient, += (the backward, with query_rows)
+    const float* weights;     // (n_sources) the mixings: one weight per source for every row
+                              // in place of the scores, or NULL
+    float* dcoefficients;     // (n_sources) the mixings' coefficients' gradient, += (backward)
+    int normalise;            // the weights are softmax(coefficients) (static mixing), else
+                              // the coefficients themselves (DenseFormer)
+};
+
+// depth_attention_rmsnorm_forward_cuda and _backward_cuda (layers.cuh) with the switches: xn
+// NULL (forward) or dxn NULL (backward, dout then read as given) for the depth attention
+// alone; dquery and dnorm_weight NULL where there is no such parameter
+void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
+                                           float* key_rstd, const float* const* sources,
+                                           const float* query, const float* norm_weight,
+                                           const float* weight, DepthSwitches sw,
+                                           size_t n_sources, size_t N, size_t C);
+void depth_attention_switched_backward_cuda(float* const* dsources, float* dquery,
+                                            float* dnorm_weight, float* dweight, float* dout,
+                                            const float* dxn, const float* out,
+                                            const float* rstd, const float* weight,
+                                            const float* alpha, const float* key_rstd,
+                                            const float* const* sources, const float* query,
+                                            const float* norm_weight, DepthSwitches sw,
+                                            size_t n_sources, size_t N, size_t C);
+
 #endif

@@ -14,8 +14,11 @@
 //   static: alpha = softmax(c_0 .. c_{n-1})   dense (DenseFormer): beta_i = c_i
 //   out = sum_i weight_i V_i
 //
-// Simple kernels for toy-scale ablations: a block of VARIANT_BLOCK threads per row (forward)
-// or per tile of VARIANT_TILE rows (backward, which walks its rows one after another). In a
+// With one head, and in the mixings, the layers run depth_attention.cu's kernels with the
+// switches on (DepthSwitches, depth_sources.cuh): the same block shape and loads as the
+// default operator, and its RMSNorm fused each way. The kernels below take more heads: a
+// block of VARIANT_BLOCK threads per row (forward) or per tile of VARIANT_TILE rows
+// (backward, which walks its rows one after another). In a
 // row, warps share out the (source, head) pairs for the sums over a head's channels, threads
 // share out the heads for the softmax, then the columns for the sums over sources. A thread
 // that owns column c of a row adds every source's gradient there, in order of the sources,
@@ -212,86 +215,19 @@ __global__ void depth_mixing_weights_kernel(float* weights, const float* coeffic
     }
 }
 
-// out = sum_i weight_i V_i, one thread per element of out (N*C)
-__global__ void depth_mixing_forward_kernel(float* out, const float* weights, SourceList sources,
-                                            size_t n_sources, size_t N, size_t C) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= N * C) return;
-    float acc = 0.0f;
-    for (size_t i = 0; i < n_sources; i++) acc += weights[i] * sources.source[i][idx];
-    out[idx] = acc;
-}
-
-// forward was: out = sum_i weight_i V_i. One block per tile of VARIANT_TILE rows:
-// dV_i += weight_i dout (one thread per column), and partial[tile][i] = the tile's sum over
-// its rows of dout . V_i (one warp per source, rows in order).
-__global__ void depth_mixing_backward_rows_kernel(GradList dsources, float* partial,
-                                                  const float* dout, const float* weights,
-                                                  SourceList sources, size_t n_sources, size_t N,
-                                                  size_t C, int distinct) {
-    size_t tile = blockIdx.x;
-    size_t first = tile * VARIANT_TILE, end = first + VARIANT_TILE < N ? first + VARIANT_TILE : N;
-    unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
-    unsigned int n_warps = blockDim.x / WARP_SIZE;
-    for (size_t i = warp; i < n_sources; i += n_warps) {
-        float sum = 0.0f;
-        for (size_t row = first; row < end; row++) {
-            float dot = 0.0f;
-            for (size_t c = lane; c < C; c += WARP_SIZE)
-                dot += dout[row * C + c] * sources.source[i][row * C + c];
-            sum += warp_sum(dot);
-        }
-        if (lane == 0) partial[tile * n_sources + i] = sum;
-    }
-    // SOURCE_CHUNK sources at a time, as in the attention's backward above
-    for (size_t row = first; row < end; row++) {
-        for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
-            size_t index = row * C + c;
-            float dy = dout[index];
-            for (size_t first_i = 0; first_i < n_sources; first_i += SOURCE_CHUNK) {
-                float dv[SOURCE_CHUNK], weight[SOURCE_CHUNK];
-                if (distinct) load_chunk(dv, dsources, first_i, n_sources, index);
-#pragma unroll
-                for (int j = 0; j < SOURCE_CHUNK; j++)
-                    if (first_i + j < n_sources) weight[j] = weights[first_i + j];
-#pragma unroll
-                for (int j = 0; j < SOURCE_CHUNK; j++) {
-                    size_t i = first_i + j;
-                    if (i < n_sources) {
-                        if (!distinct) dv[j] = dsources.source[i][index];
-                        dsources.source[i][index] = dv[j] + weight[j] * dy;
-                    }
-                }
-            }
-        }
-    }
-}
-
-// dweight_i = sum over tiles of partial[tile][i], in tile order; then
-// static: dc_i += weight_i (dweight_i - sum_j weight_j dweight_j);  dense: dc_i += dweight_i.
-// One block, one thread per source.
-__global__ void depth_mixing_backward_coefficients_kernel(float* dcoefficients,
-                                                          const float* partial,
-                                                          const float* weights, size_t n_tiles,
-                                                          size_t n_sources, int normalise) {
-    __shared__ float dweight[DEPTH_ATTENTION_MAX_SOURCES];
-    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x) {
-        float sum = 0.0f;
-        for (size_t tile = 0; tile < n_tiles; tile++) sum += partial[tile * n_sources + i];
-        dweight[i] = sum;
-    }
-    __syncthreads();
-    float weighted = 0.0f;  // sum_j weight_j dweight_j, every thread in the same order
-    for (size_t j = 0; j < n_sources; j++) weighted += weights[j] * dweight[j];
-    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x)
-        dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
-}
-
 void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_rstd,
                                           const float* const* sources, const float* query,
                                           const float* query_rows, const float* norm_weight,
                                           size_t n_sources, size_t N, size_t C, size_t heads,
                                           int sigmoid) {
+    if (heads == 1) {  // depth_attention.cu's kernel, the switches on
+        DepthSwitches sw = {};
+        sw.sigmoid = sigmoid;
+        sw.query_rows = query_rows;
+        depth_attention_switched_forward_cuda(NULL, NULL, out, alpha, key_rstd, sources, query,
+                                              norm_weight, NULL, sw, n_sources, N, C);
+        return;
+    }
     launch_kernel(depth_attention_variant_forward_kernel, (unsigned int)N, VARIANT_BLOCK, out,
                   alpha, key_rstd, source_list(sources, n_sources), query, query_rows,
                   norm_weight, n_sources, C, heads, sigmoid);
@@ -309,6 +245,16 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
                                            const float* query, const float* query_rows,
                                            const float* norm_weight, size_t n_sources, size_t N,
                                            size_t C, size_t heads, int sigmoid) {
+    if (heads == 1) {  // depth_attention.cu's kernels, the switches on
+        DepthSwitches sw = {};
+        sw.sigmoid = sigmoid;
+        sw.query_rows = query_rows;
+        sw.dquery_rows = dquery_rows;
+        depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, NULL, (float*)dout,
+                                               NULL, NULL, NULL, NULL, alpha, key_rstd, sources,
+                                               query, norm_weight, sw, n_sources, N, C);
+        return;
+    }
     // the workspace holds dscore and key_dot (N,n_sources,heads), then the tiles' partial
     // sums of dq and dg (n_tiles,C) each
     size_t n_tiles = ceil_div(N, VARIANT_TILE), scores = N * n_sources * heads;
@@ -325,41 +271,55 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
     if (dnorm_weight != NULL) add_column_partials_cuda(dnorm_weight, partial_gain, n_tiles, C);
 }
 
+// The mixings, the weights into `weights` (one thread per source), then depth_attention.cu's
+// kernel with them in place of the scores (xn NULL: without the norm)
+static void mixing_forward(float* xn, float* rstd, float* out, float* weights,
+                           const float* const* sources, const float* coefficients,
+                           const float* weight, size_t n_sources, size_t N, size_t C,
+                           int normalise) {
+    launch_kernel(depth_mixing_weights_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES, weights,
+                  coefficients, n_sources, normalise);
+    DepthSwitches sw = {};
+    sw.weights = weights;
+    depth_attention_switched_forward_cuda(xn, rstd, out, weights, NULL, sources, NULL, NULL,
+                                          weight, sw, n_sources, N, C);
+}
+
+// the mixings' backward (dxn NULL: dout read as given, no norm)
+static void mixing_backward(float* const* dsources, float* dcoefficients, float* dweight,
+                            float* dout, const float* dxn, const float* out, const float* rstd,
+                            const float* weight, const float* weights,
+                            const float* const* sources, size_t n_sources, size_t N, size_t C,
+                            int normalise) {
+    DepthSwitches sw = {};
+    sw.weights = weights;
+    sw.dcoefficients = dcoefficients;
+    sw.normalise = normalise;
+    depth_attention_switched_backward_cuda(dsources, NULL, NULL, dweight, dout, dxn, out, rstd,
+                                           weight, weights, NULL, sources, NULL, NULL, sw,
+                                           n_sources, N, C);
+}
+
 void depth_mixing_forward_cuda(float* out, float* weights, const float* const* sources,
                                const float* coefficients, size_t n_sources, size_t N, size_t C,
                                int normalise) {
-    SourceList list = source_list(sources, n_sources);
-    launch_kernel(depth_mixing_weights_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES, weights,
-                  coefficients, n_sources, normalise);
-    const size_t block_size = 256;
-    launch_kernel(depth_mixing_forward_kernel, ceil_div(N * C, block_size), block_size, out,
-                  weights, list, n_sources, N, C);
+    mixing_forward(NULL, NULL, out, weights, sources, coefficients, NULL, n_sources, N, C,
+                   normalise);
 }
 
 void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, const float* dout,
                                 const float* weights, const float* const* sources,
                                 size_t n_sources, size_t N, size_t C, int normalise) {
-    size_t n_tiles = ceil_div(N, VARIANT_TILE);
-    float* partial = cuda_workspace(n_tiles * n_sources);  // per tile: dweight
-    launch_kernel(depth_mixing_backward_rows_kernel, (unsigned int)n_tiles, VARIANT_BLOCK,
-                  grad_list(dsources, n_sources), partial, dout, weights,
-                  source_list(sources, n_sources), n_sources, N, C,
-                  distinct_grads(dsources, n_sources));
-    launch_kernel(depth_mixing_backward_coefficients_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES,
-                  dcoefficients, partial, weights, n_tiles, n_sources, normalise);
+    mixing_backward(dsources, dcoefficients, NULL, (float*)dout, NULL, NULL, NULL, NULL, weights,
+                    sources, n_sources, N, C, normalise);
 }
 
 // ---- the one entry point: any depth attention, then its RMSNorm ---------------------------
 // model.c's input_forward makes this one call for every AttnRes sub-layer (and the output),
 // through the kernel table: attnres_input_forward of src/depth_variants.c, each layer of it
-// here its _cuda twin.
-
-// 1 for the default operator (depth_attention.cu): softmax, one head, the key norm, a static
-// query, no mixing
-static int default_operator(const float* norm_weight, const float* query_proj, size_t heads,
-                            int sigmoid, int mixing) {
-    return !mixing && heads == 1 && !sigmoid && norm_weight != NULL && query_proj == NULL;
-}
+// here its _cuda twin. With one head (the default operator among them) and in the mixings
+// the operator and its norm run as one kernel each way (depth_attention.cu, the switches on);
+// with more heads, depth_variants.cu's kernels, then rmsnorm.cu's.
 
 static void zero(float* x, size_t n) {
     cudaCheck(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
@@ -371,25 +331,26 @@ void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, 
                                 const float* norm_weight, const float* query_proj,
                                 const float* coefficients, const float* weight, size_t n_sources,
                                 size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
-    // the default operator and its norm as one kernel: one pass over the rows, each row's h
-    // still on chip when it is normed
-    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing) && xn != NULL) {
-        depth_attention_rmsnorm_forward_cuda(xn, rstd, h, alpha, key_rstd, sources, query,
-                                             norm_weight, weight, n_sources, N, C);
+    if (mixing) {
+        mixing_forward(xn, rstd, h, alpha, sources, coefficients, weight, n_sources, N, C,
+                       mixing == 1);
         return;
     }
-    // (without the norm the default operator is the variant with every switch off)
-    if (mixing) {
-        depth_mixing_forward_cuda(h, alpha, sources, coefficients, n_sources, N, C, mixing == 1);
-    } else {
-        if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
-            rmsnorm_forward_cuda(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
-            linear_forward_cuda(query_rows, last_xn, query_proj, N, C, C);
-        }
-        depth_attention_variant_forward_cuda(h, alpha, key_rstd, sources, query,
-                                             query_proj != NULL ? query_rows : NULL,
-                                             norm_weight, n_sources, N, C, heads, sigmoid);
+    if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+        rmsnorm_forward_cuda(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
+        linear_forward_cuda(query_rows, last_xn, query_proj, N, C, C);
     }
+    const float* rows = query_proj != NULL ? query_rows : NULL;
+    if (heads == 1) {
+        DepthSwitches sw = {};
+        sw.sigmoid = sigmoid;
+        sw.query_rows = rows;
+        depth_attention_switched_forward_cuda(xn, rstd, h, alpha, key_rstd, sources, query,
+                                              norm_weight, weight, sw, n_sources, N, C);
+        return;
+    }
+    depth_attention_variant_forward_cuda(h, alpha, key_rstd, sources, query, rows, norm_weight,
+                                         n_sources, N, C, heads, sigmoid);
     if (xn != NULL) rmsnorm_forward_cuda(xn, rstd, h, weight, N, C);
 }
 
@@ -403,25 +364,29 @@ void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* d
                                  const float* query, const float* norm_weight,
                                  const float* query_proj, size_t n_sources, size_t N, size_t C,
                                  size_t heads, int sigmoid, int mixing) {
-    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing)) {
-        depth_attention_rmsnorm_backward_cuda(dsources, dquery, dnorm_weight, dweight, dh, dxn, h,
-                                              rstd, weight, alpha, key_rstd, sources, query,
-                                              norm_weight, n_sources, N, C);
-        return;
-    }
-    zero(dh, N * C);
-    rmsnorm_backward_cuda(dh, dweight, dxn, h, weight, rstd, N, C);
     if (mixing) {
-        depth_mixing_backward_cuda(dsources, dcoefficients, dh, alpha, sources, n_sources, N, C,
-                                   mixing == 1);
+        mixing_backward(dsources, dcoefficients, dweight, dh, dxn, h, rstd, weight, alpha, sources,
+                        n_sources, N, C, mixing == 1);
         return;
     }
-    if (query_proj != NULL) zero(dquery_rows, N * C);
-    depth_attention_variant_backward_cuda(dsources, dquery,
-                                          query_proj != NULL ? dquery_rows : NULL, dnorm_weight,
-                                          dh, alpha, key_rstd, sources, query,
-                                          query_proj != NULL ? query_rows : NULL, norm_weight,
-                                          n_sources, N, C, heads, sigmoid);
+    const float* rows = query_proj != NULL ? query_rows : NULL;
+    float* drows = query_proj != NULL ? dquery_rows : NULL;
+    if (drows != NULL) zero(drows, N * C);
+    if (heads == 1) {
+        DepthSwitches sw = {};
+        sw.sigmoid = sigmoid;
+        sw.query_rows = rows;
+        sw.dquery_rows = drows;
+        depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dh, dxn, h,
+                                               rstd, weight, alpha, key_rstd, sources, query,
+                                               norm_weight, sw, n_sources, N, C);
+    } else {
+        zero(dh, N * C);
+        rmsnorm_backward_cuda(dh, dweight, dxn, h, weight, rstd, N, C);
+        depth_attention_variant_backward_cuda(dsources, dquery, drows, dnorm_weight, dh, alpha,
+                                              key_rstd, sources, query, rows, norm_weight,
+                                              n_sources, N, C, heads, sigmoid);
+    }
     if (query_proj != NULL) {
         zero(dlast_xn, N * C);
         linear_backward_cuda(dlast_xn, dquery_proj, dquery_rows, last_xn, query_proj, N, C, C);
