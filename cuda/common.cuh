@@ -162,6 +162,9 @@ inline void store_float4(float* p, float4 v) {
 #define ROWS_PER_PART 32
 #define PART_CHUNK 8
 void add_column_partials_cuda(float* out, const float* partial, size_t parts, size_t C);
+// Both steps, for a matrix x (N, C) of per-row terms: out_c += sum_n x[n][c], through
+// partial (ceil(N / ROWS_PER_PART), C), the caller's scratch.
+void add_column_sums_cuda(float* out, float* partial, const float* x, size_t N, size_t C);
 
 // Butterfly reductions over the 32 lanes of a warp; every lane gets the same result.
 __device__ __forceinline__ float warp_sum(float x) {

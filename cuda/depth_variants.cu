@@ -17,8 +17,8 @@
 // With one head, and in the mixings, the layers run depth_attention.cu's kernels with the
 // switches on (DepthSwitches, depth_sources.cuh): the same block shape and loads as the
 // default operator, and its RMSNorm fused each way. The kernels below take more heads: a
-// block of VARIANT_BLOCK threads per row (forward) or per tile of VARIANT_TILE rows
-// (backward, which walks its rows one after another). In a
+// block of VARIANT_BLOCK threads per row, each way (the backward writes its row's parts of
+// the parameters' gradients, which two fixed-order column sums add up). In a
 // row, warps share out the (source, head) pairs for the sums over a head's channels, threads
 // share out the heads for the softmax, then the columns for the sums over sources. A thread
 // that owns column c of a row adds every source's gradient there, in order of the sources,
@@ -32,10 +32,6 @@
 #include "layers.cuh"
 
 #define VARIANT_BLOCK 256
-// Rows per block in the backwards: each block sums its rows' parameter gradients in order
-// into its own partial, and the partials are added in block order (add_column_partials_cuda),
-// so the result does not depend on the order the blocks run in.
-#define VARIANT_TILE 16
 
 // For one warp, over the channels of head k of row `row` (x and v point to the row's C
 // floats): dot_x = x . v and dot_query = (q * g) . v, q = w + u_row the query (g = 1 without
@@ -113,89 +109,83 @@ __global__ void depth_attention_variant_forward_kernel(float* out, float* alpha,
 //     (key norm off: r = 1, g = 1, no last term)
 //   with acc_c = sum_i ds_i r_i V_ic: dq_c = g_c acc_c (into dquery_rows, when the query has a
 //   row part, and summed over rows into dquery), dg_c = q_c acc_c (summed over rows)
-// One block per tile of VARIANT_TILE rows; dscore and key_dot (N, n_sources, heads) hold
-// dalpha, then ds, and (q * g) . V_i; partial_query and partial_gain (tiles, C) the tile's
-// sums over its rows of dq and dg.
+// One block per row; dscore and key_dot (N, n_sources, heads) hold dalpha, then ds, and
+// (q * g) . V_i; row_query and row_gain (N, C) the row's dq and dg, which the caller sums over
+// the rows.
 __global__ void depth_attention_variant_backward_kernel(
-    GradList dsources, float* dquery_rows, float* partial_query, float* partial_gain,
-    float* dscore, float* key_dot, const float* dout, const float* alpha, const float* key_rstd,
+    GradList dsources, float* dquery_rows, float* row_query, float* row_gain, float* dscore,
+    float* key_dot, const float* dout, const float* alpha, const float* key_rstd,
     SourceList sources, const float* query, const float* query_rows, const float* norm_weight,
-    size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid, int distinct) {
-    size_t tile = blockIdx.x, Ck = C / heads, S = n_sources;
-    size_t first = tile * VARIANT_TILE, end = first + VARIANT_TILE < N ? first + VARIANT_TILE : N;
+    size_t n_sources, size_t C, size_t heads, int sigmoid, int distinct) {
+    size_t row = blockIdx.x, Ck = C / heads, S = n_sources;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
-    float* pq = partial_query + tile * C;
-    float* pg = partial_gain + tile * C;
-    for (size_t c = threadIdx.x; c < C; c += blockDim.x) pq[c] = pg[c] = 0.0f;
-    for (size_t row = first; row < end; row++) {
-        const float* d = dout + row * C;
-        const float* a = alpha + row * S * heads;
-        const float* rs = key_rstd + row * S * heads;
-        float* ds = dscore + row * S * heads;
-        float* kd = key_dot + row * S * heads;
-        // 1. dalpha and (q * g) . V_i, one warp per (source i, head k)
-        for (size_t pair = warp; pair < S * heads; pair += n_warps) {
-            size_t i = pair / heads, k = pair % heads;
-            float dot_dout, dot_query;
-            head_dots(dot_dout, dot_query, d, sources.source[i] + row * C, query, query_rows,
-                      norm_weight, row, C, k, Ck);
-            if (lane == 0) {
-                ds[pair] = dot_dout;
-                kd[pair] = dot_query;
-            }
+    const float* d = dout + row * C;
+    const float* a = alpha + row * S * heads;
+    const float* rs = key_rstd + row * S * heads;
+    float* ds = dscore + row * S * heads;
+    float* kd = key_dot + row * S * heads;
+    // 1. dalpha and (q * g) . V_i, one warp per (source i, head k)
+    for (size_t pair = warp; pair < S * heads; pair += n_warps) {
+        size_t i = pair / heads, k = pair % heads;
+        float dot_dout, dot_query;
+        head_dots(dot_dout, dot_query, d, sources.source[i] + row * C, query, query_rows,
+                  norm_weight, row, C, k, Ck);
+        if (lane == 0) {
+            ds[pair] = dot_dout;
+            kd[pair] = dot_query;
         }
-        __syncthreads();
-        // 2. ds from dalpha, one thread per head
-        for (size_t k = threadIdx.x; k < heads; k += blockDim.x) {
-            float weighted = 0.0f;  // sum_j alpha_j dalpha_j (softmax)
-            for (size_t i = 0; i < S; i++) weighted += a[i * heads + k] * ds[i * heads + k];
-            for (size_t i = 0; i < S; i++) {
-                float ai = a[i * heads + k], dalpha = ds[i * heads + k];
-                ds[i * heads + k] = sigmoid ? dalpha * ai * (1.0f - ai) : ai * (dalpha - weighted);
-            }
+    }
+    __syncthreads();
+    // 2. ds from dalpha, one thread per head
+    for (size_t k = threadIdx.x; k < heads; k += blockDim.x) {
+        float weighted = 0.0f;  // sum_j alpha_j dalpha_j (softmax)
+        for (size_t i = 0; i < S; i++) weighted += a[i * heads + k] * ds[i * heads + k];
+        for (size_t i = 0; i < S; i++) {
+            float ai = a[i * heads + k], dalpha = ds[i * heads + k];
+            ds[i * heads + k] = sigmoid ? dalpha * ai * (1.0f - ai) : ai * (dalpha - weighted);
         }
-        __syncthreads();
-        // 3. the sources' gradients and the row's dq, dg, one thread per column
-        for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
-            size_t k = c / Ck, index = row * C + c;
-            float q = query[c] + (query_rows != NULL ? query_rows[index] : 0.0f);
-            float g = norm_weight != NULL ? norm_weight[c] : 1.0f;
-            float dy = d[c], acc = 0.0f;
-            for (size_t first_i = 0; first_i < S; first_i += SOURCE_CHUNK) {
-                // per source of the chunk: V_ic, its gradient, alpha_i, ds_i r_i and the key
-                // norm's correction ds_i r_i^3 ((q * g) . V_i) / Ck
-                float v[SOURCE_CHUNK], dv[SOURCE_CHUNK], value_scale[SOURCE_CHUNK];
-                float key_scale[SOURCE_CHUNK], correction[SOURCE_CHUNK];
-                load_chunk(v, sources, first_i, S, index);
-                if (distinct) load_chunk(dv, dsources, first_i, S, index);
+    }
+    __syncthreads();
+    // 3. the sources' gradients and the row's dq, dg, one thread per column
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+        size_t k = c / Ck, index = row * C + c;
+        float q = query[c] + (query_rows != NULL ? query_rows[index] : 0.0f);
+        float g = norm_weight != NULL ? norm_weight[c] : 1.0f;
+        float dy = d[c], acc = 0.0f;
+        for (size_t first_i = 0; first_i < S; first_i += SOURCE_CHUNK) {
+            // per source of the chunk: V_ic, its gradient, alpha_i, ds_i r_i and the key
+            // norm's correction ds_i r_i^3 ((q * g) . V_i) / Ck
+            float v[SOURCE_CHUNK], dv[SOURCE_CHUNK], value_scale[SOURCE_CHUNK];
+            float key_scale[SOURCE_CHUNK], correction[SOURCE_CHUNK];
+            load_chunk(v, sources, first_i, S, index);
+            if (distinct) load_chunk(dv, dsources, first_i, S, index);
 #pragma unroll
-                for (int j = 0; j < SOURCE_CHUNK; j++) {
-                    size_t at = (first_i + j) * heads + k;
-                    if (first_i + j < S) {
-                        float r = rs[at];
-                        value_scale[j] = a[at];
-                        key_scale[j] = ds[at] * r;
-                        correction[j] =
-                            norm_weight != NULL ? key_scale[j] * r * r * kd[at] / (float)Ck : 0.0f;
-                    }
-                }
-#pragma unroll
-                for (int j = 0; j < SOURCE_CHUNK; j++) {
-                    size_t i = first_i + j;
-                    if (i < S) {
-                        if (!distinct) dv[j] = dsources.source[i][index];
-                        dsources.source[i][index] = dv[j] + (value_scale[j] * dy +
-                                                             key_scale[j] * (q * g) -
-                                                             correction[j] * v[j]);
-                        acc += key_scale[j] * v[j];
-                    }
+            for (int j = 0; j < SOURCE_CHUNK; j++) {
+                size_t at = (first_i + j) * heads + k;
+                if (first_i + j < S) {
+                    float r = rs[at];
+                    value_scale[j] = a[at];
+                    key_scale[j] = ds[at] * r;
+                    correction[j] =
+                        norm_weight != NULL ? key_scale[j] * r * r * kd[at] / (float)Ck : 0.0f;
                 }
             }
-            if (dquery_rows != NULL) dquery_rows[row * C + c] += g * acc;
-            pq[c] += g * acc;
-            pg[c] += q * acc;
+#pragma unroll
+            for (int j = 0; j < SOURCE_CHUNK; j++) {
+                size_t i = first_i + j;
+                if (i < S) {
+                    if (!distinct) dv[j] = dsources.source[i][index];
+                    dsources.source[i][index] = dv[j] + (value_scale[j] * dy +
+                                                         key_scale[j] * (q * g) -
+                                                         correction[j] * v[j]);
+                    acc += key_scale[j] * v[j];
+                }
+            }
         }
+        if (dquery_rows != NULL) dquery_rows[row * C + c] += g * acc;
+        row_query[row * C + c] = g * acc;
+        row_gain[row * C + c] = q * acc;
     }
 }
 
@@ -234,8 +224,7 @@ void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_r
 }
 
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
-    size_t n_tiles = ceil_div(N, VARIANT_TILE);
-    return 2 * N * n_sources * heads + 2 * n_tiles * C;  // the mixing's n_tiles * n_sources is less
+    return 2 * N * n_sources * heads + 2 * N * C + ceil_div(N, ROWS_PER_PART) * C;
 }
 
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
@@ -255,20 +244,21 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
                                                query, norm_weight, sw, n_sources, N, C);
         return;
     }
-    // the workspace holds dscore and key_dot (N,n_sources,heads), then the tiles' partial
-    // sums of dq and dg (n_tiles,C) each
-    size_t n_tiles = ceil_div(N, VARIANT_TILE), scores = N * n_sources * heads;
+    // the workspace holds dscore and key_dot (N,n_sources,heads), the rows' dq and dg (N,C)
+    // each, then the column sums' partials (N / ROWS_PER_PART, C)
+    size_t scores = N * n_sources * heads;
     float* dscore = cuda_workspace(depth_variants_workspace_floats_cuda(n_sources, N, C, heads));
     float* key_dot = dscore + scores;
-    float* partial_query = key_dot + scores;
-    float* partial_gain = partial_query + n_tiles * C;
-    launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)n_tiles, VARIANT_BLOCK,
-                  grad_list(dsources, n_sources), dquery_rows, partial_query, partial_gain,
-                  dscore, key_dot, dout, alpha, key_rstd, source_list(sources, n_sources), query,
-                  query_rows, norm_weight, n_sources, N, C, heads, sigmoid,
+    float* row_query = key_dot + scores;
+    float* row_gain = row_query + N * C;
+    float* partial = row_gain + N * C;
+    launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
+                  grad_list(dsources, n_sources), dquery_rows, row_query, row_gain, dscore,
+                  key_dot, dout, alpha, key_rstd, source_list(sources, n_sources), query,
+                  query_rows, norm_weight, n_sources, C, heads, sigmoid,
                   distinct_grads(dsources, n_sources));
-    add_column_partials_cuda(dquery, partial_query, n_tiles, C);
-    if (dnorm_weight != NULL) add_column_partials_cuda(dnorm_weight, partial_gain, n_tiles, C);
+    add_column_sums_cuda(dquery, partial, row_query, N, C);
+    if (dnorm_weight != NULL) add_column_sums_cuda(dnorm_weight, partial, row_gain, N, C);
 }
 
 // The mixings, the weights into `weights` (one thread per source), then depth_attention.cu's

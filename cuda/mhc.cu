@@ -233,28 +233,6 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
     }
 }
 
-// The first step of out_c += sum over the N rows of x (N, C) (common.cuh's column sums):
-// partial[part][c] = the sum of x over the ROWS_PER_PART rows of the part, in order; one
-// thread per (column, part), PART_CHUNK rows loaded at once. (dbeta and dsigma: one thread per
-// column walking all N rows would leave the GPU idle for the length of the walk.)
-__global__ void column_part_sums_kernel(float* partial, const float* x, size_t N, size_t C) {
-    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    size_t first = (size_t)blockIdx.y * ROWS_PER_PART;
-    size_t last = first + ROWS_PER_PART < N ? first + ROWS_PER_PART : N;
-    float sum = 0.0f;
-    for (size_t n0 = first; n0 < last; n0 += PART_CHUNK) {
-        float v[PART_CHUNK];
-#pragma unroll
-        for (int k = 0; k < PART_CHUNK; k++)
-            if (n0 + k < last) v[k] = x[(n0 + k) * C + c];
-#pragma unroll
-        for (int k = 0; k < PART_CHUNK; k++)
-            if (n0 + k < last) sum += v[k];
-    }
-    partial[blockIdx.y * C + c] = sum;
-}
-
 // Xnext_t = sum_s H[s][t] X_s + a_post[t] f (in order of s); one thread per element of Xnext
 __global__ void mhc_output_forward_kernel(float* Xnext, const float* X, const float* f,
                                           const float* mix, size_t N, size_t d, size_t m,
@@ -310,15 +288,6 @@ __global__ void mhc_output_backward_kernel(float* dX, float* df, float* dmix, co
 // ---- the layers.cuh functions --------------------------------------------------------------
 static const size_t ELEMENT_BLOCK = 256;  // threads per block of the one-thread-per-element kernels
 
-// out_c += sum over the N rows of x (N, C) in two steps, through partial (parts of
-// ROWS_PER_PART rows, C): C is at most 2m + m! = 32 here, a warp
-static void add_column_sums(float* out, float* partial, const float* x, size_t N, size_t C) {
-    unsigned int parts = ceil_div(N, ROWS_PER_PART);
-    launch_kernel(column_part_sums_kernel, dim3(ceil_div(C, WARP_SIZE), parts), WARP_SIZE,
-                  partial, x, N, C);
-    add_column_partials_cuda(out, partial, parts, C);
-}
-
 size_t mhc_workspace_floats_cuda(size_t N, size_t m) {
     size_t E = 2 * m + mhc_permutation_table(NULL, m);
     return (N + ceil_div(N, ROWS_PER_PART)) * (E + 3);
@@ -373,8 +342,8 @@ void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float
     float* scale_partial = bias_partial + parts * E;
     launch_kernel(mhc_input_backward_rows_kernel, (unsigned int)N, MHC_BLOCK, dX, dmix, de,
                   dp_rows, scale_terms, du, X, mix, e, scale, perms, d, m, R);
-    add_column_sums(dbias, bias_partial, dp_rows, N, E);
-    add_column_sums(dscale, scale_partial, scale_terms, N, 3);
+    add_column_sums_cuda(dbias, bias_partial, dp_rows, N, E);
+    add_column_sums_cuda(dscale, scale_partial, scale_terms, N, 3);
     cudaCheck(cudaMemsetAsync(dz, 0, N * m * d * sizeof(float), cuda_stream));
     linear_backward_cuda(dz, dproj, de, z, proj, N, m * d, E);
     rmsnorm_backward_cuda(dX, dnorm_weight, dz, X, norm_weight, rstd, N, m * d);
