@@ -562,31 +562,45 @@ __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dn
 }
 
 // The mixings' coefficients (forward: weights = softmax(coefficients) when normalise, else
-// the coefficients): dweight_i = the sum of weight_parts[p][i] over the parts, in order of
-// p; then static: dc_i += weight_i (dweight_i - sum_j weight_j dweight_j); dense: dc_i +=
-// dweight_i. One block, a thread per source, PART_CHUNK parts loaded at once.
+// the coefficients): dweight_i = the sum of weight_parts[p][i] over the parts, then static:
+// dc_i += weight_i (dweight_i - sum_j weight_j dweight_j); dense: dc_i += dweight_i. One
+// block of MIX_GROUPS x DEPTH_ATTENTION_MAX_SOURCES threads: thread (group r, source i) sums
+// the parts r, r + MIX_GROUPS, ... in order (PART_CHUNK loaded at once), then group 0 adds
+// the MIX_GROUPS sums in order of r.
+#define MIX_GROUPS 16
 __global__ void depth_mixing_coefficients_kernel(float* dcoefficients, const float* weight_parts,
                                                  const float* weights, size_t parts,
                                                  size_t n_sources, int normalise) {
+    __shared__ float group_sum[MIX_GROUPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dweight[DEPTH_ATTENTION_MAX_SOURCES];
-    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x) {
-        float sum = 0.0f;
-        for (size_t first = 0; first < parts; first += PART_CHUNK) {
+    unsigned int i = threadIdx.x % DEPTH_ATTENTION_MAX_SOURCES;
+    unsigned int group = threadIdx.x / DEPTH_ATTENTION_MAX_SOURCES;
+    float sum = 0.0f;
+    if (i < n_sources) {
+        for (size_t first = group; first < parts; first += PART_CHUNK * MIX_GROUPS) {
             float part[PART_CHUNK];
 #pragma unroll
-            for (int k = 0; k < PART_CHUNK; k++)
-                if (first + k < parts) part[k] = weight_parts[(first + k) * n_sources + i];
+            for (int k = 0; k < PART_CHUNK; k++) {
+                size_t p = first + k * MIX_GROUPS;
+                part[k] = p < parts ? weight_parts[p * n_sources + i] : 0.0f;
+            }
 #pragma unroll
             for (int k = 0; k < PART_CHUNK; k++)
-                if (first + k < parts) sum += part[k];
+                if (first + k * MIX_GROUPS < parts) sum += part[k];
         }
-        dweight[i] = sum;
+    }
+    group_sum[group][i] = sum;
+    __syncthreads();
+    if (group == 0 && i < n_sources) {
+        float total = 0.0f;
+        for (int r = 0; r < MIX_GROUPS; r++) total += group_sum[r][i];
+        dweight[i] = total;
     }
     __syncthreads();
+    if (group != 0 || i >= n_sources) return;
     float weighted = 0.0f;  // sum_j weight_j dweight_j, every thread in the same order
     for (size_t j = 0; j < n_sources; j++) weighted += weights[j] * dweight[j];
-    for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x)
-        dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
+    dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
 }
 
 void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
@@ -644,7 +658,8 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                   distinct_grads(dsources, n_sources), dweight_parts, dxn, out, rstd, weight, sw,
                   gain_parts, weight_parts);
     if (sw.weights != NULL)
-        launch_kernel(depth_mixing_coefficients_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES,
+        launch_kernel(depth_mixing_coefficients_kernel, 1,
+                      MIX_GROUPS * DEPTH_ATTENTION_MAX_SOURCES,
                       sw.dcoefficients, (const float*)weight_parts, sw.weights, parts, n_sources,
                       sw.normalise);
     if (sw.weights != NULL && dweight_parts == NULL) return;  // nothing left to sum

@@ -19,7 +19,8 @@
 // default operator, and its RMSNorm fused each way. The kernels below take more heads: a
 // block of VARIANT_BLOCK threads per row, each way (the backward writes its row's parts of
 // the parameters' gradients, which two fixed-order column sums add up). In a
-// row, warps share out the (source, head) pairs for the sums over a head's channels, threads
+// row, groups of lanes (head_lanes: 16 at 16 channels a head, a whole warp from 32 up) share
+// out the (source, head) pairs for the sums over a head's channels, threads
 // share out the heads for the softmax, then the columns for the sums over sources. A thread
 // that owns column c of a row adds every source's gradient there, in order of the sources,
 // SOURCE_CHUNK sources at a time (depth_sources.cuh): a chunk's values, gradients and
@@ -33,23 +34,38 @@
 
 #define VARIANT_BLOCK 256
 
-// For one warp, over the channels of head k of row `row` (x and v point to the row's C
-// floats): dot_x = x . v and dot_query = (q * g) . v, q = w + u_row the query (g = 1 without
-// key norm); every lane gets both sums.
+// The lanes that share one (source, head) pair's sums over the head's Ck channels: the
+// largest power of two up to Ck and the warp's 32, so a warp takes 32 / head_lanes pairs at
+// once (two at Ck = 16: 16 heads at C = 256) and no lane is left without a channel.
+__device__ __forceinline__ unsigned int head_lanes(size_t Ck) {
+    unsigned int lanes = 1;
+    while (lanes * 2 <= Ck && lanes * 2 <= WARP_SIZE) lanes *= 2;
+    return lanes;
+}
+
+// For one group of `lanes` lanes (head_lanes; groups aligned within the warp), over the
+// channels of head k of row `row` (x and v point to the row's C floats): dot_x = x . v and
+// dot_query = (q * g) . v, q = w + u_row the query (g = 1 without key norm); a lane takes the
+// channels k Ck + l, k Ck + l + lanes, ... (l its place in the group), then the group adds its
+// lanes' sums by shuffles that stay inside it; every lane of the group gets both sums. Every
+// lane of the warp must call it together (the shuffles take the whole warp).
 __device__ __forceinline__ void head_dots(float& dot_x, float& dot_query, const float* x,
                                           const float* v, const float* query,
                                           const float* query_rows, const float* norm_weight,
-                                          size_t row, size_t C, size_t k, size_t Ck) {
-    unsigned int lane = threadIdx.x % WARP_SIZE;
+                                          size_t row, size_t C, size_t k, size_t Ck,
+                                          unsigned int lanes) {
+    unsigned int place = threadIdx.x % lanes;
     dot_x = 0.0f;
     dot_query = 0.0f;
-    for (size_t c = k * Ck + lane; c < (k + 1) * Ck; c += WARP_SIZE) {
+    for (size_t c = k * Ck + place; c < (k + 1) * Ck; c += lanes) {
         float q = query[c] + (query_rows != NULL ? query_rows[row * C + c] : 0.0f);
         dot_x += x[c] * v[c];
         dot_query += (norm_weight != NULL ? q * norm_weight[c] : q) * v[c];
     }
-    dot_x = warp_sum(dot_x);
-    dot_query = warp_sum(dot_query);
+    for (unsigned int offset = lanes / 2; offset > 0; offset /= 2) {
+        dot_x += __shfl_xor_sync(FULL_MASK, dot_x, offset);
+        dot_query += __shfl_xor_sync(FULL_MASK, dot_query, offset);
+    }
 }
 
 // s_i = r_i * (q * g) . V_i per (source, head), then alpha = softmax or sigmoid per head,
@@ -64,14 +80,18 @@ __global__ void depth_attention_variant_forward_kernel(float* out, float* alpha,
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
     float* a = alpha + row * S * heads;
-    // 1. the scores, one warp per (source i, head k)
-    for (size_t pair = warp; pair < S * heads; pair += n_warps) {
+    // 1. the scores, a group of head_lanes lanes per (source i, head k)
+    unsigned int lanes = head_lanes(Ck), per_warp = WARP_SIZE / lanes;
+    for (size_t first = warp * per_warp; first < S * heads; first += n_warps * per_warp) {
+        // the warp's groups take the pairs first, first + 1, ...; a group past the last pair
+        // sums pair 0 again (the shuffles need every lane) and writes nothing
+        size_t pair = first + lane / lanes < S * heads ? first + lane / lanes : 0;
         size_t i = pair / heads, k = pair % heads;
         const float* v = sources.source[i] + row * C;
         float sum_sq, dot;
-        head_dots(sum_sq, dot, v, v, query, query_rows, norm_weight, row, C, k, Ck);
+        head_dots(sum_sq, dot, v, v, query, query_rows, norm_weight, row, C, k, Ck, lanes);
         float r = norm_weight != NULL ? 1.0f / sqrtf(sum_sq / (float)Ck + RMSNORM_EPS) : 1.0f;
-        if (lane == 0) {
+        if (lane % lanes == 0 && first + lane / lanes < S * heads) {
             key_rstd[row * S * heads + pair] = r;
             a[pair] = dot * r;
         }
@@ -125,13 +145,16 @@ __global__ void depth_attention_variant_backward_kernel(
     const float* rs = key_rstd + row * S * heads;
     float* ds = dscore + row * S * heads;
     float* kd = key_dot + row * S * heads;
-    // 1. dalpha and (q * g) . V_i, one warp per (source i, head k)
-    for (size_t pair = warp; pair < S * heads; pair += n_warps) {
+    // 1. dalpha and (q * g) . V_i, a group of head_lanes lanes per (source i, head k)
+    unsigned int lanes = head_lanes(Ck), per_warp = WARP_SIZE / lanes;
+    for (size_t first = warp * per_warp; first < S * heads; first += n_warps * per_warp) {
+        // as in the forward: a group past the last pair sums pair 0 and writes nothing
+        size_t pair = first + lane / lanes < S * heads ? first + lane / lanes : 0;
         size_t i = pair / heads, k = pair % heads;
         float dot_dout, dot_query;
         head_dots(dot_dout, dot_query, d, sources.source[i] + row * C, query, query_rows,
-                  norm_weight, row, C, k, Ck);
-        if (lane == 0) {
+                  norm_weight, row, C, k, Ck, lanes);
+        if (lane % lanes == 0 && first + lane / lanes < S * heads) {
             ds[pair] = dot_dout;
             kd[pair] = dot_query;
         }
