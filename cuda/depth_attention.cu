@@ -107,8 +107,9 @@ __device__ __forceinline__ void load_group_chunk(float v[DEPTH_COLS][SOURCE_CHUN
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
-// sum_c q_c g_c V_ic (load_key_weights; query_rows (N,C) the query's row parts, or NULL). Each of the row's threads sums its columns, each warp sums its lanes
-// (warp_sum), and lane 0 of the row's warp `warp` writes warp_first[warp][i] and
+// sum_c q_c g_c V_ic (load_key_weights; query_rows (N,C) the query's row parts, or NULL).
+// Each of the row's threads sums its columns, each warp sums its lanes (warp_sum), and
+// lane 0 of the row's warp `warp` writes warp_first[warp][i] and
 // warp_second[warp][i]; the caller, after a barrier, adds the ROW_WARPS warps' sums in order
 // of warp (sum_row_warps).
 __device__ __forceinline__ void row_source_sums(

@@ -82,13 +82,18 @@ CUDA_NOT_MUTATED = {"model.cu", "distributed.cu"}
 CUDA_TESTS = {
     "adamw.cu": ["adamw update*", "global gradient norm*"],
     "attention.cu": ["attention forward and backward*"],
-    "common.cu": ["rmsnorm*", "static mixing*"],
+    # (add_column_sums_cuda: mHC-lite's dbeta and dsigma, the many-head variants' dq and dg)
+    "common.cu": ["rmsnorm*", "static mixing*", "mHC-lite's operators*"],
     # the shared device helpers: warp sums (RMSNorm, both depth attentions), the causal
     # softmax of a row (attention), 16-byte loads and stores (the matmul)
     "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
                    "depth attention forward and backward*"],
     "crossentropy.cu": ["crossentropy*"],
-    "depth_attention.cu": ["depth attention forward and backward*", "depth attention with*"],
+    # (and SPEC's one-head variants and the mixings, which run its kernels with switches, alone
+    # and, in the whole model, fused with their norm)
+    "depth_attention.cu": ["depth attention forward and backward*", "depth attention with*",
+                           "depth attention variants*", "static mixing*", "DenseFormer*",
+                           "the whole model on the GPU matches the CPU*"],
     "depth_sources.cuh": ["depth attention forward and backward*", "depth attention variants*"],
     # (and attnres_input_forward_cuda / _backward_cuda, the model's one call for any operator)
     "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*",
