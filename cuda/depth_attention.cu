@@ -650,7 +650,8 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                                             size_t n_sources, size_t N, size_t C) {
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
-    float* gain_parts = sw.query_rows != NULL && dnorm_weight != NULL ? acc_parts + parts * C : NULL;
+    float* gain_parts =
+        sw.query_rows != NULL && dnorm_weight != NULL ? acc_parts + parts * C : NULL;
     float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + 2 * parts * C : NULL;
     float* weight_parts = sw.weights != NULL ? acc_parts + 3 * parts * C : NULL;
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
@@ -665,8 +666,9 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                       sw.normalise);
     if (sw.weights != NULL && dweight_parts == NULL) return;  // nothing left to sum
     launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
-                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, dweight, (const float*)acc_parts, (const float*)gain_parts,
-                  (const float*)dweight_parts, query, norm_weight, parts, C);
+                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, dweight,
+                  (const float*)acc_parts, (const float*)gain_parts, (const float*)dweight_parts,
+                  query, norm_weight, parts, C);
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
