@@ -17,8 +17,9 @@
 // With one head, and in the mixings, the layers run depth_attention.cu's kernels with the
 // switches on (DepthSwitches, depth_sources.cuh): the same block shape and loads as the
 // default operator, and its RMSNorm fused each way. The kernels below take more heads: a
-// block of VARIANT_BLOCK threads per row, each way (the backward writes its row's parts of
-// the parameters' gradients, which two fixed-order column sums add up). In a
+// block of VARIANT_BLOCK threads per row, each way, the RMSNorm fused too (the backward
+// writes its row's parts of the parameters' gradients, which two fixed-order column sums add
+// up). In a
 // row, groups of lanes (head_lanes: 16 at 16 channels a head, a whole warp from 32 up) share
 // out the (source, head) pairs for the sums over a head's channels, threads
 // share out the heads for the softmax, then the columns for the sums over sources. A thread
@@ -68,14 +69,30 @@ __device__ __forceinline__ void head_dots(float& dot_x, float& dot_query, const 
     }
 }
 
+// The sum over the block of one value per thread: each warp sums its lanes, lane 0 writes its
+// warp's sum to warp_sums, and after a barrier every thread adds them in order of warp. Every
+// thread of the block must call it.
+__device__ __forceinline__ float block_sum(float x, float warp_sums[VARIANT_BLOCK / WARP_SIZE]) {
+    x = warp_sum(x);
+    if (threadIdx.x % WARP_SIZE == 0) warp_sums[threadIdx.x / WARP_SIZE] = x;
+    __syncthreads();
+    float sum = 0.0f;
+    for (unsigned int warp = 0; warp < blockDim.x / WARP_SIZE; warp++) sum += warp_sums[warp];
+    return sum;
+}
+
 // s_i = r_i * (q * g) . V_i per (source, head), then alpha = softmax or sigmoid per head,
 // then out = sum_i alpha_i V_i; one block per row. The scores wait in alpha until step 2.
+// With xn not NULL, then the row's RMSNorm (as depth_attention.cu's fused forward):
+// xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), weight NULL for ones.
 __global__ void depth_attention_variant_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                        SourceList sources, const float* query,
                                                        const float* query_rows,
                                                        const float* norm_weight,
                                                        size_t n_sources, size_t C, size_t heads,
-                                                       int sigmoid) {
+                                                       int sigmoid, float* xn, float* out_rstd,
+                                                       const float* weight) {
+    __shared__ float warp_sums[VARIANT_BLOCK / WARP_SIZE];
     size_t row = blockIdx.x, Ck = C / heads, S = n_sources;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
@@ -113,12 +130,20 @@ __global__ void depth_attention_variant_forward_kernel(float* out, float* alpha,
     }
     __syncthreads();
     // 3. the weighted sum, one thread per column
+    float sum_sq = 0.0f;  // this thread's part of sum_c out_c^2
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         size_t k = c / Ck;
         float acc = 0.0f;
         for (size_t i = 0; i < S; i++) acc += a[i * heads + k] * sources.source[i][row * C + c];
         out[row * C + c] = acc;
+        sum_sq += acc * acc;
     }
+    if (xn == NULL) return;  // the same for the whole grid
+    // 4. the RMSNorm of the row: each thread reads back the columns it wrote in step 3
+    float s = 1.0f / sqrtf(block_sum(sum_sq, warp_sums) / (float)C + RMSNORM_EPS);
+    for (size_t c = threadIdx.x; c < C; c += blockDim.x)
+        xn[row * C + c] = (weight != NULL ? weight[c] : 1.0f) * (out[row * C + c] * s);
+    if (threadIdx.x == 0) out_rstd[row] = s;
 }
 
 // forward was: out_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
@@ -131,15 +156,36 @@ __global__ void depth_attention_variant_forward_kernel(float* out, float* alpha,
 //   row part, and summed over rows into dquery), dg_c = q_c acc_c (summed over rows)
 // One block per row; dscore and key_dot (N, n_sources, heads) hold dalpha, then ds, and
 // (q * g) . V_i; row_query and row_gain (N, C) the row's dq and dg, which the caller sums over
-// the rows.
+// the rows. With dxn not NULL the kernel first takes dxn back through the row's RMSNorm (saved
+// out_rstd, gain weight) into dout (the caller's scratch; step 0, as depth_attention.cu's
+// fused backward), and writes the row's terms of the gain's gradient, dxn_c out_c out_rstd,
+// to row_dweight (N, C) when not NULL.
 __global__ void depth_attention_variant_backward_kernel(
     GradList dsources, float* dquery_rows, float* row_query, float* row_gain, float* dscore,
-    float* key_dot, const float* dout, const float* alpha, const float* key_rstd,
+    float* key_dot, float* dout, const float* alpha, const float* key_rstd,
     SourceList sources, const float* query, const float* query_rows, const float* norm_weight,
-    size_t n_sources, size_t C, size_t heads, int sigmoid, int distinct) {
+    size_t n_sources, size_t C, size_t heads, int sigmoid, int distinct, const float* dxn,
+    const float* out, const float* out_rstd, const float* weight, float* row_dweight) {
+    __shared__ float warp_sums[VARIANT_BLOCK / WARP_SIZE];
     size_t row = blockIdx.x, Ck = C / heads, S = n_sources;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
+    // 0. (with the norm) dout_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j out_j) / C
+    //    out_c, then a barrier: step 1 reads every column of the row
+    if (dxn != NULL) {
+        size_t first = row * C;
+        float dot = 0.0f;
+        for (size_t c = threadIdx.x; c < C; c += blockDim.x)
+            dot += dxn[first + c] * (weight != NULL ? weight[c] : 1.0f) * out[first + c];
+        dot = block_sum(dot, warp_sums);
+        float s = out_rstd[row], correction = s * s * s * dot / (float)C;
+        for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
+            float w = weight != NULL ? weight[c] : 1.0f;
+            dout[first + c] = s * w * dxn[first + c] - correction * out[first + c];
+            if (row_dweight != NULL) row_dweight[first + c] = dxn[first + c] * out[first + c] * s;
+        }
+        __syncthreads();
+    }
     const float* d = dout + row * C;
     const float* a = alpha + row * S * heads;
     const float* rs = key_rstd + row * S * heads;
@@ -228,6 +274,48 @@ __global__ void depth_mixing_weights_kernel(float* weights, const float* coeffic
     }
 }
 
+// The many-head kernels: the forward (xn NULL: without the norm) ...
+static void variant_forward(float* xn, float* rstd, float* out, float* alpha, float* key_rstd,
+                            const float* const* sources, const float* query,
+                            const float* query_rows, const float* norm_weight,
+                            const float* weight, size_t n_sources, size_t N, size_t C,
+                            size_t heads, int sigmoid) {
+    launch_kernel(depth_attention_variant_forward_kernel, (unsigned int)N, VARIANT_BLOCK, out,
+                  alpha, key_rstd, source_list(sources, n_sources), query, query_rows,
+                  norm_weight, n_sources, C, heads, sigmoid, xn, rstd, weight);
+}
+
+size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
+    return 2 * N * n_sources * heads + 3 * N * C + ceil_div(N, ROWS_PER_PART) * C;
+}
+
+// ... and the backward, then the sums over the rows (dxn NULL: dout read as given, no norm).
+// The workspace holds dscore and key_dot (N,n_sources,heads), the rows' dq, dg and the
+// gain's terms (N,C) each, then the column sums' partials (N / ROWS_PER_PART, C).
+static void variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
+                             float* dnorm_weight, float* dweight, float* dout, const float* dxn,
+                             const float* out, const float* rstd, const float* weight,
+                             const float* alpha, const float* key_rstd,
+                             const float* const* sources, const float* query,
+                             const float* query_rows, const float* norm_weight,
+                             size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid) {
+    size_t scores = N * n_sources * heads;
+    float* dscore = cuda_workspace(depth_variants_workspace_floats_cuda(n_sources, N, C, heads));
+    float* key_dot = dscore + scores;
+    float* row_query = key_dot + scores;
+    float* row_gain = row_query + N * C;
+    float* row_dweight = dxn != NULL && dweight != NULL ? row_gain + N * C : NULL;
+    float* partial = row_gain + 2 * N * C;
+    launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
+                  grad_list(dsources, n_sources), dquery_rows, row_query, row_gain, dscore,
+                  key_dot, dout, alpha, key_rstd, source_list(sources, n_sources), query,
+                  query_rows, norm_weight, n_sources, C, heads, sigmoid,
+                  distinct_grads(dsources, n_sources), dxn, out, rstd, weight, row_dweight);
+    add_column_sums_cuda(dquery, partial, row_query, N, C);
+    if (dnorm_weight != NULL) add_column_sums_cuda(dnorm_weight, partial, row_gain, N, C);
+    if (row_dweight != NULL) add_column_sums_cuda(dweight, partial, row_dweight, N, C);
+}
+
 void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_rstd,
                                           const float* const* sources, const float* query,
                                           const float* query_rows, const float* norm_weight,
@@ -241,13 +329,8 @@ void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_r
                                               norm_weight, NULL, sw, n_sources, N, C);
         return;
     }
-    launch_kernel(depth_attention_variant_forward_kernel, (unsigned int)N, VARIANT_BLOCK, out,
-                  alpha, key_rstd, source_list(sources, n_sources), query, query_rows,
-                  norm_weight, n_sources, C, heads, sigmoid);
-}
-
-size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
-    return 2 * N * n_sources * heads + 2 * N * C + ceil_div(N, ROWS_PER_PART) * C;
+    variant_forward(NULL, NULL, out, alpha, key_rstd, sources, query, query_rows, norm_weight,
+                    NULL, n_sources, N, C, heads, sigmoid);
 }
 
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
@@ -267,21 +350,9 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
                                                query, norm_weight, sw, n_sources, N, C);
         return;
     }
-    // the workspace holds dscore and key_dot (N,n_sources,heads), the rows' dq and dg (N,C)
-    // each, then the column sums' partials (N / ROWS_PER_PART, C)
-    size_t scores = N * n_sources * heads;
-    float* dscore = cuda_workspace(depth_variants_workspace_floats_cuda(n_sources, N, C, heads));
-    float* key_dot = dscore + scores;
-    float* row_query = key_dot + scores;
-    float* row_gain = row_query + N * C;
-    float* partial = row_gain + N * C;
-    launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
-                  grad_list(dsources, n_sources), dquery_rows, row_query, row_gain, dscore,
-                  key_dot, dout, alpha, key_rstd, source_list(sources, n_sources), query,
-                  query_rows, norm_weight, n_sources, C, heads, sigmoid,
-                  distinct_grads(dsources, n_sources));
-    add_column_sums_cuda(dquery, partial, row_query, N, C);
-    if (dnorm_weight != NULL) add_column_sums_cuda(dnorm_weight, partial, row_gain, N, C);
+    variant_backward(dsources, dquery, dquery_rows, dnorm_weight, NULL, (float*)dout, NULL, NULL,
+                     NULL, NULL, alpha, key_rstd, sources, query, query_rows, norm_weight,
+                     n_sources, N, C, heads, sigmoid);
 }
 
 // The mixings, the weights into `weights` (one thread per source), then depth_attention.cu's
@@ -330,9 +401,9 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
 // ---- the one entry point: any depth attention, then its RMSNorm ---------------------------
 // model.c's input_forward makes this one call for every AttnRes sub-layer (and the output),
 // through the kernel table: attnres_input_forward of src/depth_variants.c, each layer of it
-// here its _cuda twin. With one head (the default operator among them) and in the mixings
-// the operator and its norm run as one kernel each way (depth_attention.cu, the switches on);
-// with more heads, depth_variants.cu's kernels, then rmsnorm.cu's.
+// here its _cuda twin. The operator and its norm run as one kernel each way: with one head
+// (the default operator among them) and in the mixings depth_attention.cu's, the switches
+// on; with more heads this file's.
 
 static void zero(float* x, size_t n) {
     cudaCheck(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
@@ -362,9 +433,8 @@ void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, 
                                               norm_weight, weight, sw, n_sources, N, C);
         return;
     }
-    depth_attention_variant_forward_cuda(h, alpha, key_rstd, sources, query, rows, norm_weight,
-                                         n_sources, N, C, heads, sigmoid);
-    if (xn != NULL) rmsnorm_forward_cuda(xn, rstd, h, weight, N, C);
+    variant_forward(xn, rstd, h, alpha, key_rstd, sources, query, rows, norm_weight, weight,
+                    n_sources, N, C, heads, sigmoid);
 }
 
 void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -394,11 +464,9 @@ void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* d
                                                rstd, weight, alpha, key_rstd, sources, query,
                                                norm_weight, sw, n_sources, N, C);
     } else {
-        zero(dh, N * C);
-        rmsnorm_backward_cuda(dh, dweight, dxn, h, weight, rstd, N, C);
-        depth_attention_variant_backward_cuda(dsources, dquery, drows, dnorm_weight, dh, alpha,
-                                              key_rstd, sources, query, rows, norm_weight,
-                                              n_sources, N, C, heads, sigmoid);
+        variant_backward(dsources, dquery, drows, dnorm_weight, dweight, dh, dxn, h, rstd, weight,
+                         alpha, key_rstd, sources, query, rows, norm_weight, n_sources, N, C,
+                         heads, sigmoid);
     }
     if (query_proj != NULL) {
         zero(dlast_xn, N * C);
