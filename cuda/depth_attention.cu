@@ -604,6 +604,15 @@ __global__ void depth_mixing_coefficients_kernel(float* dcoefficients, const flo
     dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
 }
 
+void depth_attention_parts_sum_cuda(float* dquery, float* dnorm_weight, float* dweight,
+                                    const float* acc_parts, const float* gain_parts,
+                                    const float* dweight_parts, const float* query,
+                                    const float* norm_weight, size_t parts, size_t C) {
+    launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
+                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, dweight, acc_parts, gain_parts,
+                  dweight_parts, query, norm_weight, parts, C);
+}
+
 void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
                                            float* key_rstd, const float* const* sources,
                                            const float* query, const float* norm_weight,
@@ -665,10 +674,8 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                       sw.dcoefficients, (const float*)weight_parts, sw.weights, parts, n_sources,
                       sw.normalise);
     if (sw.weights != NULL && dweight_parts == NULL) return;  // nothing left to sum
-    launch_kernel(depth_attention_backward_weights_kernel, ceil_div(C, SUM_COLUMNS),
-                  SUM_GROUPS * SUM_COLUMNS, dquery, dnorm_weight, dweight,
-                  (const float*)acc_parts, (const float*)gain_parts, (const float*)dweight_parts,
-                  query, norm_weight, parts, C);
+    depth_attention_parts_sum_cuda(dquery, dnorm_weight, dweight, acc_parts, gain_parts,
+                                   dweight_parts, query, norm_weight, parts, C);
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,

@@ -98,4 +98,14 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                                             const float* norm_weight, DepthSwitches sw,
                                             size_t n_sources, size_t N, size_t C);
 
+// depth_attention.cu's sums of the parts of the parameters' gradients that a backward wrote
+// (parts, C) each, in fixed orders (the default's blocks of rows; the many-head kernels' rows):
+// dquery += g * sum acc_parts (g = norm_weight, 1 when NULL; dquery NULL: none);
+// dnorm_weight (when not NULL) += the sum of gain_parts, or query * sum acc_parts when
+// gain_parts is NULL; dweight += the sum of dweight_parts when that is not NULL
+void depth_attention_parts_sum_cuda(float* dquery, float* dnorm_weight, float* dweight,
+                                    const float* acc_parts, const float* gain_parts,
+                                    const float* dweight_parts, const float* query,
+                                    const float* norm_weight, size_t parts, size_t C);
+
 #endif

@@ -18,8 +18,8 @@
 // switches on (DepthSwitches, depth_sources.cuh): the same block shape and loads as the
 // default operator, and its RMSNorm fused each way. The kernels below take more heads: a
 // block of VARIANT_BLOCK threads per row, each way, the RMSNorm fused too (the backward
-// writes its row's parts of the parameters' gradients, which two fixed-order column sums add
-// up). In a
+// writes its row's parts of the parameters' gradients, which depth_attention.cu's sum of
+// parts adds up in a fixed order, one launch for all three). In a
 // row, groups of lanes (head_lanes: 16 at 16 channels a head, a whole warp from 32 up) share
 // out the (source, head) pairs for the sums over a head's channels, threads
 // share out the heads for the softmax, then the columns for the sums over sources. A thread
@@ -155,13 +155,13 @@ __global__ void depth_attention_variant_forward_kernel(float* out, float* alpha,
 //   with acc_c = sum_i ds_i r_i V_ic: dq_c = g_c acc_c (into dquery_rows, when the query has a
 //   row part, and summed over rows into dquery), dg_c = q_c acc_c (summed over rows)
 // One block per row; dscore and key_dot (N, n_sources, heads) hold dalpha, then ds, and
-// (q * g) . V_i; row_query and row_gain (N, C) the row's dq and dg, which the caller sums over
-// the rows. With dxn not NULL the kernel first takes dxn back through the row's RMSNorm (saved
+// (q * g) . V_i; row_acc and row_gain (N, C) the row's acc and dg = q acc, which the caller
+// sums over the rows (dq = g acc). With dxn not NULL the kernel first takes dxn back through the row's RMSNorm (saved
 // out_rstd, gain weight) into dout (the caller's scratch; step 0, as depth_attention.cu's
 // fused backward), and writes the row's terms of the gain's gradient, dxn_c out_c out_rstd,
 // to row_dweight (N, C) when not NULL.
 __global__ void depth_attention_variant_backward_kernel(
-    GradList dsources, float* dquery_rows, float* row_query, float* row_gain, float* dscore,
+    GradList dsources, float* dquery_rows, float* row_acc, float* row_gain, float* dscore,
     float* key_dot, float* dout, const float* alpha, const float* key_rstd,
     SourceList sources, const float* query, const float* query_rows, const float* norm_weight,
     size_t n_sources, size_t C, size_t heads, int sigmoid, int distinct, const float* dxn,
@@ -253,7 +253,7 @@ __global__ void depth_attention_variant_backward_kernel(
             }
         }
         if (dquery_rows != NULL) dquery_rows[row * C + c] += g * acc;
-        row_query[row * C + c] = g * acc;
+        row_acc[row * C + c] = acc;
         row_gain[row * C + c] = q * acc;
     }
 }
@@ -286,12 +286,12 @@ static void variant_forward(float* xn, float* rstd, float* out, float* alpha, fl
 }
 
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
-    return 2 * N * n_sources * heads + 3 * N * C + ceil_div(N, ROWS_PER_PART) * C;
+    return 2 * N * n_sources * heads + 3 * N * C;
 }
 
-// ... and the backward, then the sums over the rows (dxn NULL: dout read as given, no norm).
-// The workspace holds dscore and key_dot (N,n_sources,heads), the rows' dq, dg and the
-// gain's terms (N,C) each, then the column sums' partials (N / ROWS_PER_PART, C).
+// ... and the backward, then the sums over the rows, one launch for the three (dxn NULL: dout
+// read as given, no norm). The workspace holds dscore and key_dot (N,n_sources,heads), then
+// the rows' acc, dg and the norm gain's terms (N,C) each.
 static void variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
                              float* dnorm_weight, float* dweight, float* dout, const float* dxn,
                              const float* out, const float* rstd, const float* weight,
@@ -302,18 +302,16 @@ static void variant_backward(float* const* dsources, float* dquery, float* dquer
     size_t scores = N * n_sources * heads;
     float* dscore = cuda_workspace(depth_variants_workspace_floats_cuda(n_sources, N, C, heads));
     float* key_dot = dscore + scores;
-    float* row_query = key_dot + scores;
-    float* row_gain = row_query + N * C;
+    float* row_acc = key_dot + scores;
+    float* row_gain = row_acc + N * C;
     float* row_dweight = dxn != NULL && dweight != NULL ? row_gain + N * C : NULL;
-    float* partial = row_gain + 2 * N * C;
     launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
-                  grad_list(dsources, n_sources), dquery_rows, row_query, row_gain, dscore,
+                  grad_list(dsources, n_sources), dquery_rows, row_acc, row_gain, dscore,
                   key_dot, dout, alpha, key_rstd, source_list(sources, n_sources), query,
                   query_rows, norm_weight, n_sources, C, heads, sigmoid,
                   distinct_grads(dsources, n_sources), dxn, out, rstd, weight, row_dweight);
-    add_column_sums_cuda(dquery, partial, row_query, N, C);
-    if (dnorm_weight != NULL) add_column_sums_cuda(dnorm_weight, partial, row_gain, N, C);
-    if (row_dweight != NULL) add_column_sums_cuda(dweight, partial, row_dweight, N, C);
+    depth_attention_parts_sum_cuda(dquery, dnorm_weight, dweight, row_acc, row_gain, row_dweight,
+                                   query, norm_weight, N, C);
 }
 
 void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_rstd,
