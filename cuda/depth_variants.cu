@@ -274,31 +274,50 @@ __global__ void depth_mixing_weights_kernel(float* weights, const float* coeffic
     }
 }
 
-// The many-head kernels: the forward (xn NULL: without the norm) ...
-static void variant_forward(float* xn, float* rstd, float* out, float* alpha, float* key_rstd,
-                            const float* const* sources, const float* query,
-                            const float* query_rows, const float* norm_weight,
-                            const float* weight, size_t n_sources, size_t N, size_t C,
-                            size_t heads, int sigmoid) {
+size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
+    return 2 * N * n_sources * heads + 3 * N * C;
+}
+
+// The attention with its switches, any number of heads (xn NULL: without the norm): one head
+// runs depth_attention.cu's kernel, the switches on, more heads the kernel above
+static void attention_forward(float* xn, float* rstd, float* out, float* alpha, float* key_rstd,
+                              const float* const* sources, const float* query,
+                              const float* query_rows, const float* norm_weight,
+                              const float* weight, size_t n_sources, size_t N, size_t C,
+                              size_t heads, int sigmoid) {
+    if (heads == 1) {
+        DepthSwitches sw = {};
+        sw.sigmoid = sigmoid;
+        sw.query_rows = query_rows;
+        depth_attention_switched_forward_cuda(xn, rstd, out, alpha, key_rstd, sources, query,
+                                              norm_weight, weight, sw, n_sources, N, C);
+        return;
+    }
     launch_kernel(depth_attention_variant_forward_kernel, (unsigned int)N, VARIANT_BLOCK, out,
                   alpha, key_rstd, source_list(sources, n_sources), query, query_rows,
                   norm_weight, n_sources, C, heads, sigmoid, xn, rstd, weight);
 }
 
-size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
-    return 2 * N * n_sources * heads + 3 * N * C;
-}
-
-// ... and the backward, then the sums over the rows, one launch for the three (dxn NULL: dout
-// read as given, no norm). The workspace holds dscore and key_dot (N,n_sources,heads), then
-// the rows' acc, dg and the norm gain's terms (N,C) each.
-static void variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
-                             float* dnorm_weight, float* dweight, float* dout, const float* dxn,
-                             const float* out, const float* rstd, const float* weight,
-                             const float* alpha, const float* key_rstd,
-                             const float* const* sources, const float* query,
-                             const float* query_rows, const float* norm_weight,
-                             size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid) {
+// Its backward (dxn NULL: dout read as given, no norm); with more heads the kernel above, then
+// the sums over the rows, one launch for the three. The workspace holds dscore and key_dot
+// (N,n_sources,heads), then the rows' acc, dg and the norm gain's terms (N,C) each.
+static void attention_backward(float* const* dsources, float* dquery, float* dquery_rows,
+                               float* dnorm_weight, float* dweight, float* dout, const float* dxn,
+                               const float* out, const float* rstd, const float* weight,
+                               const float* alpha, const float* key_rstd,
+                               const float* const* sources, const float* query,
+                               const float* query_rows, const float* norm_weight,
+                               size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid) {
+    if (heads == 1) {
+        DepthSwitches sw = {};
+        sw.sigmoid = sigmoid;
+        sw.query_rows = query_rows;
+        sw.dquery_rows = dquery_rows;
+        depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dout, dxn,
+                                               out, rstd, weight, alpha, key_rstd, sources,
+                                               query, norm_weight, sw, n_sources, N, C);
+        return;
+    }
     size_t scores = N * n_sources * heads;
     float* dscore = cuda_workspace(depth_variants_workspace_floats_cuda(n_sources, N, C, heads));
     float* key_dot = dscore + scores;
@@ -319,16 +338,8 @@ void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_r
                                           const float* query_rows, const float* norm_weight,
                                           size_t n_sources, size_t N, size_t C, size_t heads,
                                           int sigmoid) {
-    if (heads == 1) {  // depth_attention.cu's kernel, the switches on
-        DepthSwitches sw = {};
-        sw.sigmoid = sigmoid;
-        sw.query_rows = query_rows;
-        depth_attention_switched_forward_cuda(NULL, NULL, out, alpha, key_rstd, sources, query,
-                                              norm_weight, NULL, sw, n_sources, N, C);
-        return;
-    }
-    variant_forward(NULL, NULL, out, alpha, key_rstd, sources, query, query_rows, norm_weight,
-                    NULL, n_sources, N, C, heads, sigmoid);
+    attention_forward(NULL, NULL, out, alpha, key_rstd, sources, query, query_rows, norm_weight,
+                      NULL, n_sources, N, C, heads, sigmoid);
 }
 
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
@@ -338,19 +349,9 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
                                            const float* query, const float* query_rows,
                                            const float* norm_weight, size_t n_sources, size_t N,
                                            size_t C, size_t heads, int sigmoid) {
-    if (heads == 1) {  // depth_attention.cu's kernels, the switches on
-        DepthSwitches sw = {};
-        sw.sigmoid = sigmoid;
-        sw.query_rows = query_rows;
-        sw.dquery_rows = dquery_rows;
-        depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, NULL, (float*)dout,
-                                               NULL, NULL, NULL, NULL, alpha, key_rstd, sources,
-                                               query, norm_weight, sw, n_sources, N, C);
-        return;
-    }
-    variant_backward(dsources, dquery, dquery_rows, dnorm_weight, NULL, (float*)dout, NULL, NULL,
-                     NULL, NULL, alpha, key_rstd, sources, query, query_rows, norm_weight,
-                     n_sources, N, C, heads, sigmoid);
+    attention_backward(dsources, dquery, dquery_rows, dnorm_weight, NULL, (float*)dout, NULL,
+                       NULL, NULL, NULL, alpha, key_rstd, sources, query, query_rows,
+                       norm_weight, n_sources, N, C, heads, sigmoid);
 }
 
 // The mixings, the weights into `weights` (one thread per source), then depth_attention.cu's
@@ -422,17 +423,9 @@ void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, 
         rmsnorm_forward_cuda(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
         linear_forward_cuda(query_rows, last_xn, query_proj, N, C, C);
     }
-    const float* rows = query_proj != NULL ? query_rows : NULL;
-    if (heads == 1) {
-        DepthSwitches sw = {};
-        sw.sigmoid = sigmoid;
-        sw.query_rows = rows;
-        depth_attention_switched_forward_cuda(xn, rstd, h, alpha, key_rstd, sources, query,
-                                              norm_weight, weight, sw, n_sources, N, C);
-        return;
-    }
-    variant_forward(xn, rstd, h, alpha, key_rstd, sources, query, rows, norm_weight, weight,
-                    n_sources, N, C, heads, sigmoid);
+    attention_forward(xn, rstd, h, alpha, key_rstd, sources, query,
+                      query_proj != NULL ? query_rows : NULL, norm_weight, weight, n_sources, N,
+                      C, heads, sigmoid);
 }
 
 void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -450,22 +443,11 @@ void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* d
                         n_sources, N, C, mixing == 1);
         return;
     }
-    const float* rows = query_proj != NULL ? query_rows : NULL;
-    float* drows = query_proj != NULL ? dquery_rows : NULL;
-    if (drows != NULL) zero(drows, N * C);
-    if (heads == 1) {
-        DepthSwitches sw = {};
-        sw.sigmoid = sigmoid;
-        sw.query_rows = rows;
-        sw.dquery_rows = drows;
-        depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dh, dxn, h,
-                                               rstd, weight, alpha, key_rstd, sources, query,
-                                               norm_weight, sw, n_sources, N, C);
-    } else {
-        variant_backward(dsources, dquery, drows, dnorm_weight, dweight, dh, dxn, h, rstd, weight,
-                         alpha, key_rstd, sources, query, rows, norm_weight, n_sources, N, C,
-                         heads, sigmoid);
-    }
+    if (query_proj != NULL) zero(dquery_rows, N * C);
+    attention_backward(dsources, dquery, query_proj != NULL ? dquery_rows : NULL, dnorm_weight,
+                       dweight, dh, dxn, h, rstd, weight, alpha, key_rstd, sources, query,
+                       query_proj != NULL ? query_rows : NULL, norm_weight, n_sources, N, C,
+                       heads, sigmoid);
     if (query_proj != NULL) {
         zero(dlast_xn, N * C);
         linear_backward_cuda(dlast_xn, dquery_proj, dquery_rows, last_xn, query_proj, N, C, C);
