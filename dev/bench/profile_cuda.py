@@ -7,9 +7,12 @@ and prints each kernel's launches and total time, largest first, with its share 
 The sum is the GPU's busy time; against the step's wall time (make gpu-check, bench_cuda) the
 difference is launch overhead and host work.
 
-  python3 dev/bench/profile_cuda.py [--mode none|full|block] [--cublas] [--ncu PATH] [--keep FILE]
+  python3 dev/bench/profile_cuda.py [--mode none|full|block|mhc] [--flags "MORE FLAGS"] [--cublas]
+                                    [--ncu PATH] [--keep FILE]
   python3 dev/bench/profile_cuda.py --diff A.log B.log
 
+--flags passes more of ./train_cuda's flags, e.g. SPEC's variants ("--depth-heads 16") or mhc's
+streams ("--streams 2"); they are named in the printout's first line.
 --diff reads two of its own printouts (say a block step's and a none step's) and prints,
 kernel by kernel, what A spends more than B: where an AttnRes mode's overhead goes.
 
@@ -65,7 +68,8 @@ def main():
         diff(sys.argv[2], sys.argv[3])
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--mode", choices=["none", "full", "block"], default="block")
+    ap.add_argument("--mode", choices=["none", "full", "block", "mhc"], default="block")
+    ap.add_argument("--flags", default="", help="more ./train_cuda flags (one string)")
     ap.add_argument("--cublas", action="store_true")
     ap.add_argument("--ncu", default=shutil.which("ncu") or "/usr/local/cuda/bin/ncu")
     ap.add_argument("--keep", metavar="FILE", help="also write ncu's raw CSV there")
@@ -74,7 +78,7 @@ def main():
     train = ["./train_cuda", "--task", "text", "--text", "README.md", "--seq-len", "128",
              "--batch", "8", "--d", "256", "--L", "8", "--H", "8", "--G", "4", "--F", "704",
              "--eval-examples", "8", "--threads", "8", "--steps", "1", "--eval-every", "1",
-             "--log-every", "1"] + mode + (["--cublas"] if a.cublas else [])
+             "--log-every", "1"] + mode + a.flags.split() + (["--cublas"] if a.cublas else [])
     # the GPU's own clocks, and the caches as the step left them (ncu flushes them before
     # every kernel by default, which would make each small kernel read all it needs from
     # DRAM, where in the step its inputs were often just written and still in L2)
@@ -97,7 +101,8 @@ def main():
         count[name] += 1
     busy = sum(total.values())
     print(f"profile_cuda: one step of the bench model, mode {a.mode}"
-          f"{', cuBLAS' if a.cublas else ''}: {sum(count.values())} launches, "
+          f"{' ' + a.flags if a.flags else ''}{', cuBLAS' if a.cublas else ''}: "
+          f"{sum(count.values())} launches, "
           f"{busy / 1000.0:.3f} ms of kernels")
     print(f"{'kernel':<52s} {'launches':>8s} {'total us':>10s} {'share':>6s}")
     for name in sorted(total, key=total.get, reverse=True):
