@@ -317,6 +317,11 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 // query (q = w + u_n), dq_n = g acc_n per row into sw.dquery_rows (+=) and dg = sum_n q_n acc_n,
 // the block's part in gain_parts; the mixings: no key path (ds = 0, acc = 0), and the
 // block's part of dweight_i = sum_n dalpha_ni in weight_parts[block][i].
+// Two instances: SWITCHED false for the default operator (every switch off, the key norm on),
+// which the compiler builds without the switches' code, so that it keeps the registers it
+// had before them (at 4 columns a thread it needs all 128 that DEPTH_MIN_BLOCKS allows), and
+// SWITCHED true for the variants.
+template <bool SWITCHED>
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      float* dout, const float* alpha,
@@ -326,8 +331,19 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      size_t N, size_t C, int distinct,
                                                      float* dweight_parts, const float* dxn,
                                                      const float* out, const float* out_rstd,
-                                                     const float* weight, DepthSwitches sw,
-                                                     float* gain_parts, float* weight_parts) {
+                                                     const float* weight, DepthSwitches switches,
+                                                     float* switched_gain_parts,
+                                                     float* switched_weight_parts) {
+    // (the default operator's instance: every switch off, the key norm on, no such parts)
+    const DepthSwitches sw = SWITCHED ? switches : DepthSwitches{};
+    const bool key_norm = !SWITCHED || norm_weight != NULL;
+    float* gain_parts = SWITCHED ? switched_gain_parts : NULL;
+    float* weight_parts = SWITCHED ? switched_weight_parts : NULL;
+    // a chunk of gradients read before any is written (distinct), except in the variants at 4
+    // columns a thread: they read each just before its write (as where a tensor is passed
+    // twice), holding 32 registers fewer, which a block of 512 threads (8 x 64 x 4) needs to
+    // fit in its 128
+    const bool chunk_grads = distinct && (!SWITCHED || DEPTH_COLS < 4);
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_wg[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float dalpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -337,13 +353,11 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     __shared__ float correction[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_acc[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
     __shared__ float row_dweight[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
-    __shared__ float row_gain[DEPTH_ROWS][DEPTH_COLS][ROW_THREADS];
     __shared__ float row_dot[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
     float* dy = dout + row * C;
-    const float* query_row = sw.query_rows != NULL ? sw.query_rows + row * C : NULL;
     // 0. (fused with the norm) dout_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j
     //    out_j) / C out_c; each thread writes its columns c = t, t + ROW_THREADS, ..., the same it
     //    reads in steps 1 and 3, so no barrier stands between them; a column group's reads
@@ -399,9 +413,9 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
             float ds = sw.weights != NULL ? 0.0f
                        : sw.sigmoid       ? dalpha[r][i] * a * (1.0f - a)
                                           : a * (dalpha[r][i] - alpha_dot_dalpha);
-            float rstd = norm_weight != NULL ? key_rstd[row * n_sources + i] : 1.0f;
+            float rstd = key_norm ? key_rstd[row * n_sources + i] : 1.0f;
             key_scale[r][i] = ds * rstd;
-            correction[r][i] = norm_weight != NULL ? ds * rstd * rstd * rstd *
+            correction[r][i] = key_norm ? ds * rstd * rstd * rstd *
                                                          sum_row_warps(warp_wg[r], i) / (float)C
                                                    : 0.0f;
         }
@@ -421,17 +435,18 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     //    acc (and of dg with the query's row part), its rows in order
     for (size_t first_c = 0; first_c < C; first_c += GROUP_STRIDE) {
         size_t group = first_c + t;  // this thread's columns: group + k ROW_THREADS
-        float acc[DEPTH_COLS], gain[DEPTH_COLS];  // gain: q_c acc_c, with gain_parts
+        float acc[DEPTH_COLS];
 #pragma unroll
-        for (int k = 0; k < DEPTH_COLS; k++) acc[k] = gain[k] = 0.0f;
+        for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
         if (live) {
             float wg[DEPTH_COLS], dy_c[DEPTH_COLS];
-            load_key_weights(wg, query, query_row, norm_weight, group, C);
+            load_key_weights(wg, query, sw.query_rows != NULL ? sw.query_rows + row * C : NULL,
+                             norm_weight, group, C);
             load_columns(dy_c, dy, group, C);
             for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
                 float v[DEPTH_COLS][SOURCE_CHUNK], dv[DEPTH_COLS][SOURCE_CHUNK];
                 load_group_chunk(v, sources, first, n_sources, row, group, C);
-                if (distinct) load_group_chunk(dv, dsources, first, n_sources, row, group, C);
+                if (chunk_grads) load_group_chunk(dv, dsources, first, n_sources, row, group, C);
 #pragma unroll
                 for (int k = 0; k < DEPTH_COLS; k++) {
                     size_t c = group + k * ROW_THREADS, index = row * C + c;
@@ -440,7 +455,7 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                     for (int j = 0; j < SOURCE_CHUNK; j++) {
                         size_t i = first + j;
                         if (i < n_sources) {
-                            if (!distinct) dv[k][j] = dsources.source[i][index];
+                            if (!chunk_grads) dv[k][j] = dsources.source[i][index];
                             dsources.source[i][index] =
                                 dv[k][j] + source_gradient(value_scale[r][i], key_scale[r][i],
                                                            correction[r][i], dy_c[k], wg[k],
@@ -450,34 +465,19 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                     }
                 }
             }
-            if (query_row != NULL) {  // dq_n = g acc_n
-                float g[DEPTH_COLS];
-                load_columns(g, norm_weight, group, C);
-#pragma unroll
-                for (int k = 0; k < DEPTH_COLS; k++) {
-                    size_t c = group + k * ROW_THREADS;
-                    if (c >= C) break;
-                    sw.dquery_rows[row * C + c] += g[k] * acc[k];
-                }
-            }
-            if (gain_parts != NULL) {
-                float q[DEPTH_COLS];
-                load_query(q, query, query_row, group, C);
-#pragma unroll
-                for (int k = 0; k < DEPTH_COLS; k++) gain[k] = q[k] * acc[k];
-            }
         }
 #pragma unroll
         for (int k = 0; k < DEPTH_COLS; k++) {
             size_t c = group + k * ROW_THREADS;
             row_acc[r][k][t] = acc[k];  // 0 past N or C (and in the mixings)
-            row_gain[r][k][t] = gain[k];
             if (dweight_parts != NULL)
                 row_dweight[r][k][t] = live && c < C
                                         ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
                                         : 0.0f;
         }
         __syncthreads();
+        // the block's parts, its rows in order: acc, the norm gain's terms and, with the
+        // query's row part, dg's q_n acc_n (q from each row's u_n)
         if (r == 0) {
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++) {
@@ -488,7 +488,10 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                 acc_parts[blockIdx.x * C + c] = sum;
                 if (gain_parts != NULL) {
                     float gain_sum = 0.0f;
-                    for (int p = 0; p < DEPTH_ROWS; p++) gain_sum += row_gain[p][k][t];
+                    for (int p = 0; p < DEPTH_ROWS && blockIdx.x * DEPTH_ROWS + p < N; p++) {
+                        size_t at = (blockIdx.x * DEPTH_ROWS + p) * C + c;
+                        gain_sum += (query[c] + sw.query_rows[at]) * row_acc[p][k][t];
+                    }
                     gain_parts[blockIdx.x * C + c] = gain_sum;
                 }
                 if (dweight_parts != NULL) {
@@ -498,7 +501,17 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                 }
             }
         }
-        __syncthreads();  // row_acc, row_gain and row_dweight are written again by the next columns
+        // with the query's row part: dq_n = g acc_n into the row's dquery_rows
+        if (sw.query_rows != NULL && live) {
+#pragma unroll
+            for (int k = 0; k < DEPTH_COLS; k++) {
+                size_t c = group + k * ROW_THREADS;
+                if (c >= C) break;
+                sw.dquery_rows[row * C + c] +=
+                    (norm_weight != NULL ? norm_weight[c] : 1.0f) * row_acc[r][k][t];
+            }
+        }
+        __syncthreads();  // row_acc and row_dweight are written again by the next columns
     }
 }
 
@@ -663,7 +676,11 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
         sw.query_rows != NULL && dnorm_weight != NULL ? acc_parts + parts * C : NULL;
     float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + 2 * parts * C : NULL;
     float* weight_parts = sw.weights != NULL ? acc_parts + 3 * parts * C : NULL;
-    launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
+    bool switched =
+        sw.sigmoid || sw.query_rows != NULL || sw.weights != NULL || norm_weight == NULL;
+    launch_kernel(switched ? depth_attention_backward_rows_kernel<true>
+                           : depth_attention_backward_rows_kernel<false>,
+                  (unsigned int)parts, DEPTH_BLOCK,
                   grad_list(dsources, n_sources), acc_parts, dout, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C,
                   distinct_grads(dsources, n_sources), dweight_parts, dxn, out, rstd, weight, sw,
