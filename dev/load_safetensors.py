@@ -141,9 +141,10 @@ class BadFile(Exception):
 
 def decode(buf, where="file"):
     """(metadata, config, tensors) of a file's bytes: tensors in the reference's layout
-    (stacked per kind, float64 as the reference computes). Raises BadFile naming the
-    problem: a short or unparsable header, another format, a missing, extra, misshapen,
-    non-F32 or non-contiguous tensor, bytes past the data, NaN or Inf."""
+    (stacked per kind, float64 as the reference computes), whatever order the file has them
+    in. Raises BadFile naming the problem: a short or unparsable header, another format, a
+    missing, extra, misshapen or non-F32 tensor, offsets that overlap, run past the end or
+    leave bytes unused, NaN or Inf."""
     if len(buf) < 8:
         raise BadFile(f"{where}: {len(buf)} bytes, shorter than the 8-byte header length")
     n = int.from_bytes(buf[:8], "little")
@@ -173,24 +174,31 @@ def decode(buf, where="file"):
     if extra or absent:
         raise BadFile(f"{where}: " + (f"tensor {extra[0]} is not in this model" if extra
                                       else f"tensor {absent[0]} is missing"))
-    data, offset, rows = buf[8 + n:], 0, {}
-    for name, kind, row, shape in expected:
+    data, rows, spans = buf[8 + n:], {}, []
+    for name, kind, row, shape in expected:  # the tensors in any order, as the C reader
         e = header[name]
-        if e.get("dtype") != "F32" or e.get("shape") != shape:
+        if not isinstance(e, dict) or e.get("dtype") != "F32" or e.get("shape") != shape:
+            e = e if isinstance(e, dict) else {}
             raise BadFile(f"{where}: {name} is {e.get('dtype')} {e.get('shape')}, expected F32 {shape}")
-        begin, end = e.get("data_offsets", [None, None])
-        if begin != offset or end != offset + 4 * math.prod(shape):
-            raise BadFile(f"{where}: {name}'s data_offsets {e.get('data_offsets')} are not "
-                          f"[{offset}, {offset + 4 * math.prod(shape)}] (contiguous, in order)")
-        if end > len(data):
+        span = e.get("data_offsets")
+        size = 4 * math.prod(shape)
+        if (not isinstance(span, list) or len(span) != 2 or not all(type(v) is int for v in span)
+                or span[1] - span[0] != size or span[0] < 0):
+            raise BadFile(f"{where}: {name}'s data_offsets {span} do not span its {size} bytes")
+        if span[1] > len(data):
             raise BadFile(f"{where}: {name} runs past the end of the data ({len(data)} bytes)")
-        a = np.frombuffer(data, "<f4", math.prod(shape), begin).reshape(shape)
+        a = np.frombuffer(data, "<f4", size // 4, span[0]).reshape(shape)
         if not np.isfinite(a).all():
             raise BadFile(f"{where}: {name} holds NaN or Inf")
         rows.setdefault(kind, []).append(torch.from_numpy(a.astype(np.float64)))
-        offset = end
-    if offset != len(data):
-        raise BadFile(f"{where}: {len(data) - offset} bytes after the last tensor")
+        spans.append((span[0], span[1], name))
+    spans.sort()
+    for (_, end, first), (begin, _, second) in zip(spans, spans[1:]):
+        if begin < end:
+            raise BadFile(f"{where}: {first} and {second} overlap in the data")
+    if sum(e - b for b, e, _ in spans) != len(data):
+        raise BadFile(f"{where}: the data holds {len(data)} bytes, the tensors "
+                      f"{sum(e - b for b, e, _ in spans)}")
     p = {kind: (t[0] if len(t) == 1 and kind in WHOLE_NAMES else torch.stack(t))
          for kind, t in rows.items()}
     return meta, c, p
@@ -391,8 +399,16 @@ def selftest():
         if not same:
             print(f"round trip {name}: FAIL")
     print(f"round trip write -> read -> write of {len(ref.ALL)} configs byte-identical: {ok}")
-    # refusals: each a one-line BadFile
+    # the tensors in another order (as the safetensors library may write them) read the same
     n = int.from_bytes(hand[:8], "little")
+    entries = re.findall(r',("[^"]+":\{[^}]*\})', hand[8:8 + n].decode())
+    h = meta + "," + ",".join(entries[::-1]) + "}"
+    h += " " * (-(8 + len(h)) % 8)
+    _, c4, p4 = decode(len(h).to_bytes(8, "little") + h.encode() + hand[8 + n:])
+    same = c4 == c2 and all(torch.equal(p4[k], p[k]) for k in p)
+    print(f"reader takes the {len(entries)} tensors in reverse order: {same}")
+    ok &= same
+    # refusals: each a one-line BadFile
 
     def patched(old, new):
         h = hand[8:8 + n].decode().replace(old, new, 1)
@@ -403,9 +419,13 @@ def selftest():
     nan[8 + n:8 + n + 4] = np.array([np.nan], "<f4").tobytes()
     bad = {"truncated data": hand[:-4], "no header": hand[:5], "length past the end":
            (10 ** 6).to_bytes(8, "little") + hand[8:], "not JSON": patched('{"__metadata__"', '["__metadata__"'),
-           "missing tensor": patched(',"lm_head.weight"', ',"lm_head.weightX"'),
+           "a misnamed tensor": patched(',"lm_head.weight"', ',"lm_head.weightX"'),
+           "a missing tensor": patched(',"lm_head.weight":{"dtype":"F32","shape":[2,2],'
+                                       '"data_offsets":[152,168]}', ''),
            "wrong dtype": patched('"F32"', '"F16"'), "wrong shape": patched('[2,2]', '[4,1]'),
-           "overlapping offsets": patched('[0,16]', '[0,20]'),
+           "offsets not the tensor's size": patched('[0,16]', '[0,20]'),
+           "overlapping offsets": patched('[16,24]', '[8,16]'),
+           "bytes after the tensors": hand + bytes(4),
            "another format": patched('"attnres.c"', '"other"'),
            "no config field": patched('"mixing":"0",', ''), "NaN": bytes(nan)}
     for what, b in bad.items():
@@ -440,77 +460,138 @@ ROUNDTRIP_CONFIGS = [
     ("mhc_m4", "--mode mhc --streams 4"),
 ]
 TEXT_PROMPT = "The model "
+# the round trip's models: small enough that each trains in about a second
+ROUNDTRIP_MODEL = ["--d", "32", "--L", "2", "--H", "4", "--G", "2", "--F", "64"]
+REVERSE = ["--task", "reverse", "--length", "6", "--symbols", "8", "--eval-examples", "64",
+           "--seed", "5"]
 
 
-def run(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, **kw)
+def run(cmd):
+    """cmd's stdout (bytes); an exception with its error line if it fails."""
+    r = subprocess.run(cmd, capture_output=True)
     if r.returncode != 0:
-        err = r.stderr.decode(errors="replace") if isinstance(r.stderr, bytes) else r.stderr
-        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {err.strip()}")
+        raise RuntimeError(f"{' '.join(cmd)}: exit {r.returncode}: {r.stderr.decode().strip()}")
     return r.stdout
 
 
+def csv_losses(diagnostics):
+    """The train_loss column of ./train --diagnostics DIR's train.csv (printed %.6g)."""
+    with open(os.path.join(diagnostics, "train.csv")) as fh:
+        return [float(line.split(",")[1]) for line in fh.readlines()[1:]]
+
+
+def export_check(train, check_state, work, task, task_flags, name, flags, common):
+    """Trains one model, exports it, and compares it loaded in PyTorch with C: the forward
+    (check_state), the bytes (the Python writer's against the C writer's) and the greedy
+    generation (./train --sample). Returns (row, logits error / tolerance, tokens, gap, ok)."""
+    tag = f"{task}_{name}"
+    ckpt, st = os.path.join(work, tag + ".ckpt"), os.path.join(work, tag + ".safetensors")
+    run([train] + flags.split() + task_flags + common + ["--checkpoint", ckpt])
+    run([train, "--export", st, "--checkpoint", ckpt])
+    raw = open(st, "rb").read()
+    _, c, p = decode(raw, st)
+    same_bytes = encode(c, p) == raw
+    T = 12 if task == "reverse" else 32
+    passed, rel, tol, _ = check_forward(c, p, 2, T, 1, os.path.join(work, tag + ".bin"),
+                                        check_state)
+    # the task's first held-out prompt and one of our own; text: 256 bytes after a prompt,
+    # sliding past T = 32
+    prompts = ([[], ["--prompt-tokens", "3,1,4,1,5,2,0"]] if task == "reverse"
+               else [["--prompt", TEXT_PROMPT]])
+    same, n_tok, gap = True, 0, math.inf
+    for extra in prompts:
+        c_out = run([train, "--sample", "--checkpoint", ckpt] + extra)
+        ns = argparse.Namespace(prompt=None, prompt_tokens=None, task="reverse", length=6,
+                                symbols=8, eval_examples=64, seed=5, tokens=0, context=T)
+        if extra:
+            setattr(ns, extra[0][2:].replace("-", "_"), extra[1])
+        py_out, g = sample_text(c, p, ns)
+        same &= py_out == c_out
+        gap = min(gap, g)
+        n_tok += 256 if task == "text" else 6
+    row = (f"{tag:24s} {rel:9.2e} {tol:8.1e} {'ok' if passed else 'FAIL':>11s} "
+           f"{'same' if same_bytes else 'DIFF':>6s} {n_tok:7d} {'yes' if same else 'NO':>5s} "
+           f"{gap:8.2e}")
+    return row, rel / tol, n_tok, gap, passed and same and same_bytes
+
+
+def import_check(train, work, name, flags, threads):
+    """Writes a random reference init of the model from PyTorch; ./train --init-from it
+    --steps 0 then --export must give the same bytes; 20 steps from it on reversal must start
+    at PyTorch's loss of that batch (to 1e-5, check_state's floor; the CSV's 6 digits round
+    by at most 2e-6 of a loss above 1) and fall. Returns (row, loss error, ok)."""
+    ap = argparse.ArgumentParser()
+    model_flags(ap)
+    a = ap.parse_args(flags.split() + ["--V", "9"] + ROUNDTRIP_MODEL)
+    c = config_from_flags(a)
+    p = ref.init_params(c, "rand", 17)
+    st, diag = os.path.join(work, f"init_{name}.safetensors"), os.path.join(work, f"init_{name}")
+    ckpt, again = os.path.join(work, f"init_{name}.ckpt"), os.path.join(work, f"again_{name}.safetensors")
+    write(st, c, p)
+    run([train, "--init-from", st, "--steps", "0", "--checkpoint", ckpt] + REVERSE)
+    run([train, "--export", again, "--checkpoint", ckpt])
+    same_bytes = open(st, "rb").read() == open(again, "rb").read()
+    run([train, "--init-from", st] + REVERSE + ["--batch", "16", "--steps", "20",
+        "--warmup", "2", "--lr", "0.01", "--log-every", "1", "--eval-every", "20",
+        "--threads", str(threads), "--diagnostics", diag])
+    losses = csv_losses(diag)
+    x, y = train_batch(TaskData("reverse", 6, 8, 64, 5), 16, 0)
+    py_loss = ref.forward(p, x, y, dict(c, B=16, T=12), HP)[1].item()
+    err = abs(losses[0] - py_loss) / py_loss
+    falls = all(map(math.isfinite, losses)) and sum(losses[-5:]) / 5 < losses[0]
+    ok = err <= 1e-5 and falls and same_bytes
+    row = (f"init_{name:19s} {'same' if same_bytes else 'DIFF':>6s} {py_loss:10.6f} "
+           f"{losses[0]:10.6g} {err:9.2e} {sum(losses[-5:]) / 5:11.4f} {'yes' if ok else 'NO':>4s}")
+    return row, err, ok
+
+
 def roundtrip(a):
-    """Train, export, load, compare; one line per model, then a summary."""
+    """Train, export, load, compare, for every model; then write, import, train; a table and
+    a summary line each."""
     text_file = "/usr/share/common-licenses/GPL-3"
     if not os.path.exists(text_file):
         text_file = os.path.join(ROOT, "docs", "walkthrough.md")
-    tasks = {"reverse": ["--task", "reverse", "--length", "6", "--symbols", "8"],
-             "text": ["--task", "text", "--text", text_file, "--seq-len", "32"]}
+    tasks = {"reverse": REVERSE, "text": ["--task", "text", "--text", text_file, "--seq-len",
+                                          "32", "--eval-examples", "64", "--seed", "5"]}
     steps = "100" if a.quick else "300"
-    common = ["--d", "32", "--L", "2", "--H", "4", "--G", "2", "--F", "64", "--batch", "16",
-              "--steps", steps, "--warmup", "20", "--lr", "0.01", "--eval-every", steps,
-              "--log-every", steps, "--eval-examples", "64", "--threads", str(a.threads),
-              "--seed", "5"]
+    common = ROUNDTRIP_MODEL + ["--batch", "16", "--steps", steps, "--warmup", "20", "--lr",
+                                "0.01", "--eval-every", steps, "--log-every", steps,
+                                "--threads", str(a.threads)]
     work = a.keep or tempfile.mkdtemp(prefix="attnres_roundtrip_")
     os.makedirs(work, exist_ok=True)
     train, check_state = os.path.join(ROOT, "train"), os.path.join(ROOT, "check_state")
     configs = ROUNDTRIP_CONFIGS[:4] + ROUNDTRIP_CONFIGS[-1:] if a.quick else ROUNDTRIP_CONFIGS
     worst, tokens, all_ok, min_gap = 0.0, 0, True, math.inf
-    print(f"{'model':24s} {'logits max_rel':>14s} {'tol':>8s} {'check_state':>11s} "
-          f"{'bytes':>6s} {'tokens':>7s} {'same':>5s} {'min gap':>8s}")
+    print("export: ./train --export, loaded here; logits on a batch against ./check_state's "
+          "C forward,\nthe Python writer's bytes against the C writer's, greedy tokens against "
+          "./train --sample")
+    print(f"{'model':24s} {'logits':>9s} {'tol':>8s} {'check_state':>11s} {'bytes':>6s} "
+          f"{'tokens':>7s} {'same':>5s} {'min gap':>8s}")
     for task, task_flags in tasks.items():
         for name, flags in configs:
-            tag = f"{task}_{name}"
-            ckpt, st = os.path.join(work, tag + ".ckpt"), os.path.join(work, tag + ".safetensors")
-            run([train] + flags.split() + task_flags + common + ["--checkpoint", ckpt])
-            run([train, "--export", st, "--checkpoint", ckpt])
-            raw = open(st, "rb").read()
-            meta, c, p = decode(raw, st)
-            same_bytes = encode(c, p) == raw  # the Python writer gives the C writer's bytes
-            passed, rel, tol, _ = check_forward(c, p, 2, 12 if task == "reverse" else 32, 1,
-                                                os.path.join(work, tag + ".bin"), check_state)
-            # greedy generation: the task's first held-out prompt and one of our own; text:
-            # 256 bytes after a prompt, sliding past T = 32
-            if task == "reverse":
-                prompts = [[], ["--prompt-tokens", "3,1,4,1,5,2,0"]]
-            else:
-                prompts = [["--prompt", TEXT_PROMPT]]
-            same, n_tok = True, 0
-            for extra in prompts:
-                c_out = run([train, "--sample", "--checkpoint", ckpt] + extra)
-                ns = argparse.Namespace(prompt=None, prompt_tokens=None, task="reverse",
-                                        length=6, symbols=8, eval_examples=64, seed=5,
-                                        tokens=0, context=12 if task == "reverse" else 32)
-                if extra:
-                    setattr(ns, extra[0][2:].replace("-", "_"), extra[1])
-                py_out, gap = sample_text(c, p, ns)
-                same &= py_out == c_out
-                min_gap = min(min_gap, gap)
-                n_tok += 256 if task == "text" else 6
-            tokens += n_tok
-            ok = passed and same and same_bytes
-            all_ok &= ok
-            worst = max(worst, rel / tol)
-            print(f"{tag:24s} {rel:14.2e} {tol:8.1e} {'ok' if passed else 'FAIL':>11s} "
-                  f"{'same' if same_bytes else 'DIFF':>6s} {n_tok:7d} {str(same):>5s} {gap:8.2e}",
-                  flush=True)
+            row, ratio, n_tok, gap, ok = export_check(train, check_state, work, task,
+                                                      task_flags, name, flags, common)
+            print(row, flush=True)
+            worst, tokens, all_ok = max(worst, ratio), tokens + n_tok, all_ok and ok
+            min_gap = min(min_gap, gap)
     print(f"{2 * len(configs)} models: worst logits error / tolerance {worst:.3f}; {tokens} "
           f"greedy tokens compared, {'all equal' if all_ok else 'NOT ALL EQUAL'}; smallest "
-          f"top-2 logit gap on a greedy path {min_gap:.2e}")
+          f"gap between the two largest logits on a greedy path {min_gap:.2e}")
+    print("\nimport: a random init written here; ./train --init-from it --steps 0, exported: the "
+          "same bytes?\n20 steps from it on reversal: the first loss against PyTorch's loss of "
+          "that batch, the mean of the last 5")
+    print(f"{'model':24s} {'bytes':>6s} {'PyTorch':>10s} {'./train':>10s} {'error':>9s} "
+          f"{'steps 16-20':>10s} {'ok':>4s}")
+    worst_loss, imports_ok = 0.0, True
+    for name, flags in configs:
+        row, err, ok = import_check(train, work, name, flags, a.threads)
+        print(row, flush=True)
+        worst_loss, imports_ok = max(worst_loss, err), imports_ok and ok
+    print(f"{len(configs)} imports: worst first-loss error {worst_loss:.2e} (tolerance 1e-5), "
+          f"{'every one trains' if imports_ok else 'NOT ALL OK'}")
     if not a.keep:
         shutil.rmtree(work)
-    return all_ok
+    return all_ok and imports_ok
 
 
 # ---- command line ------------------------------------------------------------------------
