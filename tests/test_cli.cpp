@@ -1262,3 +1262,48 @@ TEST_CASE("the scaling fit recovers A and α of a power law and a mode's compute
     REQUIRE(lines_of(bad.err).size() == 1);
     CHECK(contains(bad.err, "error: scaling_fit: malformed line"));
 }
+
+// ---- weights from PyTorch ------------------------------------------------------------------
+
+// tests/data/torch_block_s2_rand.safetensors was written from PyTorch: dev/check/reference.py's
+// random init ("rand": every tensor away from SPEC's init, so a tensor read into the wrong
+// place, transposed or from another layer moves this loss by 0.4 % or more) of a block model,
+// S = 2, d = 16, L = 2, H = 4, G = 2, F = 32, V = 9, 23 KB:
+//   /usr/bin/python3 dev/load_safetensors.py write tests/data/torch_block_s2_rand.safetensors
+//       --init rand --seed 31 --mode block --block-size 2 --V 9 --d 16 --L 2 --H 4 --G 2 --F 32
+// kTorchFirstLoss is PyTorch's loss (float64, reference.forward) of that model on the batch
+// ./train draws at step 1 with the data flags below, which load_safetensors.py draws as
+// data/dataset.c does (splitmix64 row streams, the held-out prompts avoided):
+//   /usr/bin/python3 dev/load_safetensors.py loss tests/data/torch_block_s2_rand.safetensors
+//       --task reverse --length 4 --symbols 8 --eval-examples 50 --batch 8 --seed 7
+// Each command on one line regenerates them (needs Debian's python3-torch; this test does
+// not).
+TEST_CASE("--init-from a file PyTorch wrote: the first loss is PyTorch's loss of that batch, and 20 steps train") {
+    const double kTorchFirstLoss = 2.46044435;
+    TempDir dir;
+    std::string diag = dir.file("diag");
+    Run run = run_train(dir, {"--init-from", "tests/data/torch_block_s2_rand.safetensors",
+                              "--task", "reverse", "--length", "4", "--symbols", "8",
+                              "--eval-examples", "50", "--batch", "8", "--seed", "7",
+                              "--steps", "20", "--warmup", "2", "--lr", "0.01", "--log-every", "1",
+                              "--eval-every", "20", "--threads", "1", "--diagnostics", diag});
+    check_success(run);
+    // the loss of every step, as train.csv prints it (six digits)
+    std::vector<double> losses;
+    for (const std::string& line : lines_of(read_text(diag + "/train.csv"))) {
+        int step = 0;
+        double loss = NAN;
+        if (std::sscanf(line.c_str(), "%d,%lf,", &step, &loss) == 2) losses.push_back(loss);
+    }
+    REQUIRE(losses.size() == 20);
+    // check_state's tolerance for the loss is 1e-5 of it at least (dev/check/check_state.c,
+    // TOL_FLOOR); the six digits round 2.46044 by at most 2e-6 of it
+    INFO("first loss ", losses[0], ", PyTorch's ", kTorchFirstLoss);
+    CHECK(std::fabs(losses[0] - kTorchFirstLoss) <= 1e-5 * kTorchFirstLoss);
+    double last_five = 0.0;
+    for (size_t i = 0; i < losses.size(); i++) {
+        CHECK(std::isfinite(losses[i]));
+        if (i >= 15) last_five += losses[i] / 5.0;
+    }
+    CHECK(last_five < losses[0] - 0.1);  // 2.46 falls to about 2.18 (one batch of 8 is noisy)
+}
