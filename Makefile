@@ -108,7 +108,7 @@ build/emu/tests/cuda_test_layers.cpp.o build/emu_asan/tests/cuda_test_layers.cpp
 ##@ Sanitizers and studies
 # `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests
 # then exercise the sanitized ./train on every bad input.
-.PHONY: asan mutants check-state-study
+.PHONY: asan mutants check-state-study torch-roundtrip
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_OBJ = $(patsubst %.c,build/asan/%.o,$(SRC_C))
 SAN_TEST_OBJ = $(patsubst %.cpp,build/asan/%.o,$(TEST_CPP))
@@ -140,6 +140,15 @@ mutants:  ## drop one term of a backward at a time; its tests must fail (MUTANTS
 # STUDY_FLAGS="--count 200 --seed 0" for the calibration configs).
 check-state-study: check_state  ## check_state's tolerance on random configs, and bugs it must catch
 	/usr/bin/python3 dev/check/check_state_study.py $(STUDY_FLAGS)
+
+# `make torch-roundtrip`: issue 31's PyTorch side, whole: every mode and variant trained on
+# text and reversal, exported, loaded in PyTorch (dev/load_safetensors.py), its logits checked
+# by check_state and its greedy tokens against ./train --sample; a random init written from
+# PyTorch, imported, its first loss against PyTorch's (needs Debian's python3-torch;
+# ROUNDTRIP_FLAGS=--quick for 5 models).
+torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens, first loss
+	/usr/bin/python3 dev/load_safetensors.py selftest
+	/usr/bin/python3 dev/load_safetensors.py roundtrip $(ROUNDTRIP_FLAGS)
 
 ##@ Experiments (charts need gnuplot, installed when missing)
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
