@@ -40,7 +40,7 @@ train: build/train  ## (re)build ./train and train the default model
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS = all test_attnres build/gradcheck build/scaling_fit test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
+TEST_BINS = all test_attnres build/asan/test_safetensors build/gradcheck build/scaling_fit test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
             build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
             $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
             build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
@@ -122,6 +122,11 @@ build/asan/train: train.c $(SAN_OBJ)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) train.c $(SAN_OBJ) -o $@ $(LDLIBS)
 build/asan/test_attnres: $(SAN_TEST_OBJ) $(SAN_OBJ)
 	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) $(SAN_TEST_OBJ) $(SAN_OBJ) -o $@ $(LDLIBS)
+# the safetensors reader's tests alone (its fuzz of truncations and byte flips), which make
+# test runs under AddressSanitizer + UBSan: the sanitized objects are built for the emulated
+# CUDA suite's ASan run anyway
+build/asan/test_safetensors: build/asan/tests/test_safetensors.o build/asan/tests/test_main.o $(SAN_OBJ)
+	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 asan:  ## the unit tests and the CLI tests on ./train under AddressSanitizer + UBSan
 	@dev/infra/ensure_deps.sh
 	@$(MAKE) --no-print-directory build/asan/train build/asan/test_attnres

@@ -48,6 +48,8 @@ single() {
 }
 
 doctest_suite "unit tests" ./test_attnres
+# the safetensors reader on truncated and flipped files, under AddressSanitizer + UBSan
+doctest_suite "safetensors reader (AddressSanitizer)" build/asan/test_safetensors
 
 echo "== parity with the PyTorch reference (tests/data/*.bin)"
 for f in tests/data/*.bin; do
