@@ -1307,3 +1307,17 @@ TEST_CASE("--init-from a file PyTorch wrote: the first loss is PyTorch's loss of
     }
     CHECK(last_five < losses[0] - 0.1);  // 2.46 falls to about 2.18 (one batch of 8 is noisy)
 }
+
+TEST_CASE("a file PyTorch wrote comes back byte for byte through --init-from --steps 0 and --export: the Python and C writers agree") {
+    const std::string file = "tests/data/torch_block_s2_rand.safetensors";  // written as above
+    TempDir dir;
+    std::string checkpoint = dir.file("model.ckpt"), exported = dir.file("again.safetensors");
+    check_success(run_train(dir, {"--init-from", file, "--task", "reverse", "--length", "4",
+                                  "--symbols", "8", "--eval-examples", "50", "--steps", "0",
+                                  "--threads", "1", "--checkpoint", checkpoint}));
+    check_success(run_train(dir, {"--export", exported, "--checkpoint", checkpoint}));
+    std::string written = read_text(file), again = read_text(exported);
+    REQUIRE(written.size() == 23336);
+    CHECK(again.size() == written.size());
+    CHECK_MESSAGE(again == written, "the C writer's bytes differ from dev/load_safetensors.py's");
+}
