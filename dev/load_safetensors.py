@@ -317,15 +317,20 @@ def sample_text(c, p, a):
     V, is_text = c["V"], c["V"] == 256
     expected = None
     if a.prompt is not None:
+        if not is_text:
+            raise BadFile(f"--prompt needs a text model (V = 256), this one has V = {V}")
         prompt = list(a.prompt.encode())
     elif a.prompt_tokens is not None:
-        prompt = [int(t) for t in a.prompt_tokens.split(",")]
+        prompt = [int(t) for t in a.prompt_tokens.split(",") if re.fullmatch("[0-9]+", t)]
+        if len(prompt) != a.prompt_tokens.count(",") + 1 or max(prompt) >= V:
+            raise BadFile(f"--prompt-tokens '{a.prompt_tokens}': expected token ids in [0, {V}) "
+                          "separated by commas")
     else:  # sample.c task_prompt: the first held-out example's prompt and separator
         data = TaskData(a.task, a.length, a.symbols, a.eval_examples, a.seed)
         prompt = data.eval_prompts[0] + [0]
         expected = task_answer(a.task, data.eval_prompts[0])
         if a.symbols + 1 != V:
-            sys.exit(f"error: the file has V = {V}, --symbols {a.symbols} gives {a.symbols + 1}")
+            raise BadFile(f"the file has V = {V}, --symbols {a.symbols} gives {a.symbols + 1}")
     n_new = a.tokens if a.tokens > 0 else (256 if is_text else a.length)
     context = a.context if a.context > 0 else (64 if is_text else 2 * a.length)
     out, gap = greedy(c, p, prompt, n_new, context)
@@ -704,7 +709,7 @@ def main():
             x, y = train_batch(data, a.batch, a.step)
             loss = ref.forward(p, x, y, dict(c, B=x.shape[0], T=x.shape[1]), HP)[1]
             print(f"{loss.item():.9g}")
-    except BadFile as e:
+    except (BadFile, OSError) as e:
         sys.exit(f"error: {e}")
 
 
