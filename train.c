@@ -589,7 +589,8 @@ int main(int argc, char** argv) {
     parse_flags(&r.o, argc, argv);
     // --init-from: the file is read (and checked) first; its config fills the model flags
     // not given, and those given must agree with it
-    int init_from = r.o.init_from != NULL && !r.o.sample && r.o.export_path == NULL;
+    int init_from = r.o.init_from != NULL && r.o.init_from[0] != '\0' && !r.o.sample &&
+                    r.o.export_path == NULL;
     if (init_from) {
         if (safetensors_load(r.o.init_from, &r.init_config, &r.init_params, err, sizeof(err)) != 0) {
             die("%s", err);

@@ -2,7 +2,7 @@
 // safetensors.h): the tensors' names and shapes, the writer, a JSON reader for the subset a
 // safetensors header uses (objects, strings, arrays of integers, integers), and the checks
 // that turn any other file into one line of error.
-#define _POSIX_C_SOURCE 200809L  // fileno, fsync
+#define _POSIX_C_SOURCE 200809L  // stat
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
-#include "checkpoint.h"  // checkpoint_temp_path, checkpoint_load
+#include "checkpoint.h"  // write_file_atomically, checkpoint_load
 #include "safetensors.h"
 #include "util.h"
 
@@ -172,26 +171,12 @@ unsigned char* safetensors_encode(const ModelConfig* c, const float* params, siz
 
 int safetensors_save(const ModelConfig* c, const float* params, const char* path, char* err,
                      size_t err_len) {
-    if (!replaceable_by_rename(path)) {
-        FAIL("cannot write %s: it exists and is not a regular file", path);
-    }
-    char tmp[4096];
-    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) { FAIL("the path %s is too long", path); }
-    FILE* f = fopen(tmp, "wb");
-    if (f == NULL) { FAIL("cannot write %s: %s", tmp, strerror(errno)); }
     size_t len;
     unsigned char* bytes = safetensors_encode(c, params, &len);
-    int ok = fwrite(bytes, 1, len, f) == len;
+    const void* parts[] = {bytes};
+    int status = write_file_atomically(path, "safetensors file", parts, &len, 1, err, err_len);
     free(bytes);
-    // on the disk before the rename, as checkpoint_save does: PATH is the old file or the new
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, err_len, "cannot write %s: %s", path, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    return status;
 }
 
 // ---- JSON, the subset a safetensors header uses ---------------------------------------
@@ -326,26 +311,31 @@ static int json_integer(Json* j) {
 
 static int json_value(Json* j, int depth);
 
+// After an object's member or an array's item: ',' (returns 1: another follows) or `close`
+// (returns 0: the end), stepped over; anything else is -1 with `problem`
+static int json_after_item(Json* j, char close, const char* problem) {
+    char next = json_peek(j);
+    if (next != ',' && next != close) { return json_fail(j, problem); }
+    j->pos++;
+    return next == ',';
+}
+
 // An object at j->pos: '{', members "key": value separated by ',', '}'
 static int json_object(Json* j, int depth) {
     size_t t = json_token(j, JSON_OBJECT);
     j->pos++;
-    if (json_peek(j) == '}') {
+    int more = json_peek(j) != '}';  // 0: empty
+    if (!more) { j->pos++; }
+    while (more == 1) {
+        if (json_peek(j) != '"') { return json_fail(j, "an object key that is not a string"); }
+        if (json_string(j) != 0) { return -1; }
+        if (json_peek(j) != ':') { return json_fail(j, "no ':' after an object key"); }
         j->pos++;
-    } else {
-        for (;;) {
-            if (json_peek(j) != '"') { return json_fail(j, "an object key that is not a string"); }
-            if (json_string(j) != 0) { return -1; }
-            if (json_peek(j) != ':') { return json_fail(j, "no ':' after an object key"); }
-            j->pos++;
-            if (json_value(j, depth + 1) != 0) { return -1; }
-            j->tokens[t].count++;
-            char next = json_peek(j);
-            j->pos++;
-            if (next == '}') { break; }
-            if (next != ',') { j->pos--; return json_fail(j, "no ',' or '}' after an object member"); }
-        }
+        if (json_value(j, depth + 1) != 0) { return -1; }
+        j->tokens[t].count++;
+        more = json_after_item(j, '}', "no ',' or '}' after an object member");
     }
+    if (more < 0) { return -1; }
     j->tokens[t].end = j->n_tokens;
     return 0;
 }
@@ -354,22 +344,18 @@ static int json_object(Json* j, int depth) {
 static int json_array(Json* j) {
     size_t t = json_token(j, JSON_ARRAY);
     j->pos++;
-    if (json_peek(j) == ']') {
-        j->pos++;
-    } else {
-        for (;;) {
-            char c = json_peek(j);
-            if (!(c >= '0' && c <= '9') && c != '-') {
-                return json_fail(j, "an array item that is not an integer");
-            }
-            if (json_integer(j) != 0) { return -1; }
-            j->tokens[t].count++;
-            char next = json_peek(j);
-            j->pos++;
-            if (next == ']') { break; }
-            if (next != ',') { j->pos--; return json_fail(j, "no ',' or ']' after an array item"); }
+    int more = json_peek(j) != ']';  // 0: empty
+    if (!more) { j->pos++; }
+    while (more == 1) {
+        char c = json_peek(j);
+        if (!(c >= '0' && c <= '9') && c != '-') {
+            return json_fail(j, "an array item that is not an integer");
         }
+        if (json_integer(j) != 0) { return -1; }
+        j->tokens[t].count++;
+        more = json_after_item(j, ']', "no ',' or ']' after an array item");
     }
+    if (more < 0) { return -1; }
     j->tokens[t].end = j->n_tokens;
     return 0;
 }
