@@ -48,6 +48,8 @@ single() {
 }
 
 doctest_suite "unit tests" ./test_attnres
+# the safetensors reader on truncated and flipped files, under AddressSanitizer + UBSan
+doctest_suite "safetensors reader (AddressSanitizer)" build/asan/test_safetensors
 
 echo "== parity with the PyTorch reference (tests/data/*.bin)"
 for f in tests/data/*.bin; do
@@ -213,6 +215,17 @@ train_cuda_emu_matches_train() {
     build/emu/train_cuda $flags >"$dir/cuda.txt" && ./train $flags >"$dir/cpu.txt" &&
         same_numbers "$dir/cuda.txt" "$dir/cpu.txt"
 }
+# --init-from on the device path: the file's weights reach the GPU model (the same losses as
+# ./train from them), and ./train_cuda --export writes what ./train --export writes
+train_cuda_emu_init_from_matches_train() {
+    local dir=$TEST_DIR
+    # shellcheck disable=SC2086
+    ./train $EMU_TRAIN_FLAGS --mode mhc --streams 2 --checkpoint "$dir/trained.ckpt" >/dev/null &&
+        ./train --export "$dir/cpu.safetensors" --checkpoint "$dir/trained.ckpt" >/dev/null &&
+        build/emu/train_cuda --export "$dir/cuda.safetensors" --checkpoint "$dir/trained.ckpt" >/dev/null &&
+        cmp "$dir/cpu.safetensors" "$dir/cuda.safetensors" &&
+        train_cuda_emu_matches_train --init-from "$dir/cpu.safetensors"
+}
 if [ -x build/emu/train_cuda ]; then
     echo "== ./train_cuda's training step with the emulated kernels, against ./train"
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
@@ -225,6 +238,8 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode mhc --streams 3
     single "train_cuda (emulated) matches train, block S=2 --optimizer muon" \
         train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
+    single "train_cuda (emulated) matches train from --init-from weights (mhc 2 streams), and exports them back" \
+        train_cuda_emu_init_from_matches_train
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
