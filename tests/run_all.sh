@@ -274,7 +274,7 @@ if [ -x build/train_mpi ]; then
     single "Muon: checkpoint written by 2 processes resumes on 3 (other shards), same losses" mpi_resume_across 2 3 --optimizer muon
     single "ZeRO-1: the sharded moments gathered = one process's moments" mpi_moments_match
     single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
-    single "one-line refusals: batch not dividing, different flags, --sample" mpi_refuses
+    single "one-line refusals: batch not dividing, different flags, --sample, --export" mpi_refuses
 fi
 
 # ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one
