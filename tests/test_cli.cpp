@@ -260,6 +260,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--task", "text"}, {"--text"}},
         {{"--resume"}, {"--resume", "--checkpoint"}},
         {{"--cublas"}, {"--cublas", "./train_cuda"}},
+        {{"--no-graph"}, {"--no-graph", "./train_cuda"}},
         // flags that would do nothing
         {{"--text", "x.txt"}, {"--text", "--task text"}},
         {{"--prompt", "hi"}, {"--prompt", "--sample"}},
