@@ -63,7 +63,9 @@ float model_grad_norm_cuda(const ModelCuda* m);
 // gradient norm in *norm; model_update_step_cuda queues clipping and the update. With
 // model_use_graph_cuda(m, 1) each of the two queued parts is a CUDA graph, captured at its
 // first use and replayed after: the same kernels, in the same order, with the same
-// arguments, so the same results bit for bit (docs/cuda.md, "The captured step").
+// arguments, so the same results bit for bit (docs/cuda.md, "The captured step"). A graph
+// keeps the addresses of the shared scratch (cuda_workspace), which a model built later and
+// larger would move: build every model before the first step of any.
 void model_use_graph_cuda(ModelCuda* m, int on);
 void model_queue_step_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t n_targets,
                            size_t B, size_t T);
