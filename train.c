@@ -106,6 +106,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--temperature", OPT_FLOAT, &o->temperature, "--sample: softmax temperature (0 = greedy)"},
         {"--top-k", OPT_INT, &o->top_k, "--sample: draw among the K likeliest (0 = all)"},
         {"--cublas", OPT_SWITCH, &o->cublas, "./train_cuda: every matmul through cuBLAS SGEMM"},
+        {"--no-graph", OPT_SWITCH, &o->no_graph, "./train_cuda: queue the step call by call, not as CUDA graphs"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     if (flags != NULL) { memcpy(flags, table, sizeof(table)); }
@@ -621,7 +622,9 @@ int main(int argc, char** argv) {
         return exit_status(0);
     }
     // the GPU builds: this process's GPU, and NCCL between the processes (MPI build)
-    if (trainer_open_device(&dist, r.o.cublas, err, sizeof(err)) != 0) { die("%s", err); }
+    if (trainer_open_device(&dist, r.o.cublas, !r.o.no_graph, err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
     if (r.o.checkpoint != NULL && dist.rank == 0 &&
         checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, err,
                               sizeof(err)) != 0) {

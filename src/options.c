@@ -243,6 +243,9 @@ int options_check(Options* o, char* err, size_t err_len) {
     if (o->cublas && !trainer_on_gpu()) {
         FAIL("--cublas is a flag of ./train_cuda (the GPU trainer), not of ./train");
     }
+    if (o->no_graph && !trainer_on_gpu()) {
+        FAIL("--no-graph is a flag of ./train_cuda (the GPU trainer), not of ./train");
+    }
     return 0;
 }
 

@@ -44,6 +44,7 @@ typedef struct {
     int sample_tokens, top_k;                  // 0 = default length / all tokens
     float temperature;                         // 0 = greedy
     int cublas;                                // ./train_cuda: matmuls through cuBLAS
+    int no_graph;                              // ./train_cuda: the step uncaptured
     const char* given[MAX_FLAGS];              // the flags on the command line, each once
     int n_given;
 } Options;

@@ -208,6 +208,16 @@ same_numbers() {
 EMU_TRAIN_FLAGS="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
                  --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16
                  --threads 1"
+# its step as CUDA graphs (the default, replayed by the emulator) against --no-graph: the same
+# output, timings aside, exactly
+train_cuda_emu_graph_is_no_graph() {
+    local flags="$EMU_TRAIN_FLAGS $*"
+    local dir=$TEST_DIR
+    local strip='s/\| *[0-9.]+ tok\/s \| *[0-9.]+ ms\/step//; s/\| time [0-9.]+ s//'
+    # shellcheck disable=SC2086
+    build/emu/train_cuda $flags >"$dir/graph.txt" && build/emu/train_cuda $flags --no-graph >"$dir/calls.txt" &&
+        diff <(sed -E "$strip" "$dir/graph.txt") <(sed -E "$strip" "$dir/calls.txt")
+}
 train_cuda_emu_matches_train() {
     local flags="$EMU_TRAIN_FLAGS $*"
     local dir=$TEST_DIR
@@ -240,6 +250,10 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
     single "train_cuda (emulated) matches train from --init-from weights (mhc 2 streams), and exports them back" \
         train_cuda_emu_init_from_matches_train
+    single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, mhc + muon" \
+        train_cuda_emu_graph_is_no_graph --mode mhc --streams 2 --optimizer muon
+    single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, full variants" \
+        train_cuda_emu_graph_is_no_graph --mode full --depth-score sigmoid --depth-heads 2 --depth-query input
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process

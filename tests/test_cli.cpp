@@ -260,6 +260,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--task", "text"}, {"--text"}},
         {{"--resume"}, {"--resume", "--checkpoint"}},
         {{"--cublas"}, {"--cublas", "./train_cuda"}},
+        {{"--no-graph"}, {"--no-graph", "./train_cuda"}},
         // flags that would do nothing
         {{"--text", "x.txt"}, {"--text", "--task text"}},
         {{"--prompt", "hi"}, {"--prompt", "--sample"}},
@@ -382,7 +383,7 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
                              {"--seq-len", "8"}, {"--lr", "0.1"}, {"--warmup", "3"}, {"--final-lr-frac", "0.5"},
                              {"--weight-decay", "0"}, {"--grad-clip", "0"}, {"--beta1", "0.8"},
                              {"--beta2", "0.9"}, {"--eval-every", "3"}, {"--log-every", "3"},
-                             {"--cublas"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")},
+                             {"--cublas"}, {"--no-graph"}, {"--resume"}, {"--stop-after", "1"}, {"--diagnostics", dir.file("d")},
                              {"--schedule", "wsd"}, {"--decay-frac", "0.3"},
                              {"--optimizer", "muon"}, {"--muon-momentum", "0.9"},
                              {"--init-from", dir.file("model.safetensors")}};
