@@ -405,7 +405,7 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
 // on; with more heads this file's.
 
 static void zero(float* x, size_t n) {
-    cudaCheck(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
+    cuda_memset_async(x, 0, n * sizeof(float));
 }
 
 void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,

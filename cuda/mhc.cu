@@ -344,7 +344,7 @@ void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float
                   dp_rows, scale_terms, du, X, mix, e, scale, perms, d, m, R);
     add_column_sums_cuda(dbias, bias_partial, dp_rows, N, E);
     add_column_sums_cuda(dscale, scale_partial, scale_terms, N, 3);
-    cudaCheck(cudaMemsetAsync(dz, 0, N * m * d * sizeof(float), cuda_stream));
+    cuda_memset_async(dz, 0, N * m * d * sizeof(float));
     linear_backward_cuda(dz, dproj, de, z, proj, N, m * d, E);
     rmsnorm_backward_cuda(dX, dnorm_weight, dz, X, norm_weight, rstd, N, m * d);
 }
