@@ -68,18 +68,21 @@ inline int distinct_grads(float* const* dsources, size_t n_sources) {
 
 // SPEC's one-head variants, which depth_attention.cu's kernels run beside the default
 // operator (depth_variants.cu's layers call them; the key norm off is norm_weight NULL).
-// DepthSwitches{} is the default operator.
+// DepthSwitches{} is the default operator. (No padding between or after the fields: a
+// captured graph compares a launch's argument bytes with the last, padding included.)
 struct DepthSwitches {
-    int sigmoid;              // alpha_i = sigmoid(s_i), no normaliser (--depth-score sigmoid)
     const float* query_rows;  // (N,C) the query's row part u_n: q = w + u_n (--depth-query
                               // input), or NULL
     float* dquery_rows;       // (N,C) its gradient, += (the backward, with query_rows)
     const float* weights;     // (n_sources) the mixings: one weight per source for every row
                               // in place of the scores, or NULL
     float* dcoefficients;     // (n_sources) the mixings' coefficients' gradient, += (backward)
+    int sigmoid;              // alpha_i = sigmoid(s_i), no normaliser (--depth-score sigmoid)
     int normalise;            // the weights are softmax(coefficients) (static mixing), else
                               // the coefficients themselves (DenseFormer)
 };
+static_assert(sizeof(DepthSwitches) == 4 * sizeof(float*) + 2 * sizeof(int),
+              "DepthSwitches has no padding");
 
 // depth_attention_rmsnorm_forward_cuda and _backward_cuda (layers.cuh) with the switches: xn
 // NULL (forward) or dxn NULL (backward, dout then read as given) for the depth attention
