@@ -1217,6 +1217,7 @@ TEST_CASE("make bench-sizes' benchmark refuses a size it cannot build, and unkno
     for (const char* size : {"100,8,128", "256,3,128", "256,8,100", "256,8", "256,8,128x"})
         check_error(run_program(dir, "build/bench_sizes", {"--size", size}), {"--size", size});
     check_error(run_program(dir, "build/bench_sizes", {"--rounds", "0"}), {"--rounds"});
+    check_error(run_program(dir, "build/bench_sizes", {"--mode", "mhc"}), {"--mode", "mhc"});
     check_error(run_program(dir, "build/bench_sizes", {"--bogus"}), {"unknown argument", "--bogus"});
 }
 

@@ -5,7 +5,8 @@
 // twice: build/bench_sizes times ./train's step (as dev/bench/bench.c), build/bench_sizes_cuda
 // (-DBENCH_CUDA, `make gpu-check`) ./train_cuda's (as dev/bench/bench_cuda.c).
 //
-// ./build/bench_sizes [--size d,L,T]... [--rounds N] [--threads N]
+// ./build/bench_sizes [--size d,L,T]... [--mode none|full|block] [--rounds N] [--threads N]
+//     (--mode: that mode alone, e.g. under perf; by default all three)
 //
 // A size is the bench model grown: H=8 G=4 heads (head size d/8), F = 8d/3 rounded up to a
 // multiple of 64, V=256, and B = 1024/T, so that every size trains 1024 tokens a step (the
@@ -134,32 +135,33 @@ static double matmul_rate(BenchModel* bm, size_t N, size_t d, size_t F, int roun
     return 2.0 * N * d * F / best * 1e-9;
 }
 
-static void bench_size(int d, int L, int T, int rounds) {
+// modes[0 .. n_modes-1]: the modes to time (0 none, 1 full, 2 block S=4)
+static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_modes) {
     const size_t tokens = 1024, B = tokens / (size_t)T;
     BenchModel models[N_MODES];
     ModelConfig configs[N_MODES];
-    for (int i = 0; i < N_MODES; i++) {
-        configs[i] = size_config(d, L, i);
+    for (int i = 0; i < n_modes; i++) {
+        configs[i] = size_config(d, L, modes[i]);
         build(&models[i], &configs[i], B, (size_t)T);
     }
     Bench bench = {models, (int*)mallocCheck(tokens * sizeof(int)), (int*)mallocCheck(tokens * sizeof(int)), B,
                    (size_t)T};
     bench_batch(bench.x, bench.y, tokens);
     double* ms[N_MODES];
-    for (int i = 0; i < N_MODES; i++) { ms[i] = (double*)mallocCheck((size_t)rounds * sizeof(double)); }
-    time_rounds(ms, N_MODES, rounds, 1, bench_step, &bench);
+    for (int i = 0; i < n_modes; i++) { ms[i] = (double*)mallocCheck((size_t)rounds * sizeof(double)); }
+    time_rounds(ms, n_modes, rounds, 1, bench_step, &bench);
     const ModelConfig* c = &configs[0];
     double rate = matmul_rate(&models[0], tokens, (size_t)d, (size_t)c->ffn_hidden, rounds);
     printf("size d=%d L=%d T=%d: H=%d G=%d F=%d V=%d B=%zu, %.2f GFLOP/step counted; matmul "
            "(%zu x %d)(%d x %d): %.1f GFLOP/s\n", d, L, T, c->n_heads, c->n_kv_heads,
            c->ffn_hidden, c->vocab_size, B, step_flops(c, B, (size_t)T) * 1e-9, tokens, d, d,
            c->ffn_hidden, rate);
-    for (int i = 0; i < N_MODES; i++) {
+    for (int i = 0; i < n_modes; i++) {
         sort_values(ms[i], rounds);
         double median = quantile(ms[i], rounds, 0.5);
         double gflops = step_flops(&configs[i], B, (size_t)T) / (median / 1000.0) * 1e-9;
         printf("%-10s %-27s %9.2f ms/step %9.0f tokens/s %8.1f GFLOP/s %5.1f%% of the matmul\n",
-               BENCH_MODE_NAMES[i], "attnres.c", median, tokens / (median / 1000.0), gflops,
+               BENCH_MODE_NAMES[modes[i]], "attnres.c", median, tokens / (median / 1000.0), gflops,
                100.0 * gflops / rate);
         fflush(stdout);
         free(ms[i]);
@@ -170,17 +172,29 @@ static void bench_size(int d, int L, int T, int rounds) {
 }
 
 static const char* const USAGE =
-    "usage: bench_sizes [--size d,L,T]... [--rounds N] [--threads N]\n"
+    "usage: bench_sizes [--size d,L,T]... [--mode none|full|block] [--rounds N] [--threads N]\n"
     "  ms/step, tokens/s, GFLOP/s and the share of the matmul's rate per mode at each size\n"
     "  (default 256,8,128; d a multiple of 64, L even, T one of 128, 256, 512, 1024)\n";
 
 int main(int argc, char** argv) {
-    int rounds = 3, n_sizes = 0, sizes[MAX_SIZES][3];
+    int rounds = 3, n_sizes = 0, sizes[MAX_SIZES][3], modes[N_MODES] = {0, 1, 2}, n_modes = N_MODES;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
 #ifndef BENCH_CUDA
         else if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) { omp_set_num_threads(atoi(argv[++i])); }
 #endif
+        else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc) {
+            const char* names[N_MODES] = {"none", "full", "block"};
+            n_modes = 0;
+            for (int k = 0; k < N_MODES; k++) {
+                if (strcmp(argv[i + 1], names[k]) == 0) { modes[n_modes++] = k; }
+            }
+            if (n_modes == 0) {
+                fprintf(stderr, "error: --mode %s: one of none, full, block\n", argv[i + 1]);
+                return 1;
+            }
+            i++;
+        }
         else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
             int* s = sizes[n_sizes];
             char end;
@@ -196,7 +210,7 @@ int main(int argc, char** argv) {
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { printf("%s", USAGE); return 0; }
         else {
             fprintf(stderr, "error: unknown argument '%s' (usage: bench_sizes [--size d,L,T]... "
-                    "[--rounds N] [--threads N])\n", argv[i]);
+                    "[--mode M] [--rounds N] [--threads N])\n", argv[i]);
             return 1;
         }
     }
@@ -213,6 +227,8 @@ int main(int argc, char** argv) {
     printf("bench_sizes: ./train's step, %d threads, %d rounds, modes interleaved\n",
            omp_get_max_threads(), rounds);
 #endif
-    for (int i = 0; i < n_sizes; i++) { bench_size(sizes[i][0], sizes[i][1], sizes[i][2], rounds); }
+    for (int i = 0; i < n_sizes; i++) {
+        bench_size(sizes[i][0], sizes[i][1], sizes[i][2], rounds, modes, n_modes);
+    }
     return 0;
 }
