@@ -46,7 +46,8 @@ installing it system-wide:
   LD_LIBRARY_PATH=/tmp/obl/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 ...
 The BLAS in use is printed in the header.
 """
-import argparse, glob, math, multiprocessing, multiprocessing.connection, os, struct, sys, tempfile, time
+import argparse, ctypes, glob, math, multiprocessing, multiprocessing.connection, os, signal, struct, sys, \
+    tempfile, time
 
 if __name__ == "__main__":  # OpenBLAS reads its thread count when torch loads it
     _t = next((sys.argv[i + 1] for i in range(1, len(sys.argv) - 1) if sys.argv[i] == "--threads"),
@@ -415,6 +416,10 @@ def worker(c, way, steps, device, threads, log, conn):
     """One mode in one way, in its own process: builds, compiles and warms up, sends ("ready",
     first-step loss, seconds taken), waits for "go" (the timing takes turns, nothing else
     running), times `steps` steps and sends ("done", median ms). Its output goes to `log`."""
+    try:  # Linux: killed with its parent (a timeout that stops the benchmark stops its compiles)
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     os.dup2(out, 1)
     os.dup2(out, 2)
