@@ -22,13 +22,13 @@
 #include "layers.h"
 #include "model.h"
 #include "util.h"
-#include "bench_util.h"
 #ifdef BENCH_CUDA
 #include "layers.cuh"
-#include "model.cuh"
+#include "model.cuh"  // before bench_util.h: its GPU training step
 #else
 #include <omp.h>
 #endif
+#include "bench_util.h"
 
 #define MAX_SIZES 32
 
@@ -69,15 +69,8 @@ static void matmul(float* out, const float* inp, const float* weight, size_t N, 
     model_wait_cuda();
 }
 
-// ./train_cuda's step, as bench_cuda.c times it (one read-back, clipping, AdamW), waited for
 static double timed_step(BenchModel* m, const int* x, const int* y, size_t B, size_t T, int t) {
-    double t0 = now_seconds();
-    float loss, norm;
-    model_forward_backward_cuda(m, x, y, B, T, &loss, &norm);
-    if (norm > 1.0f) model_clip_gradients_cuda(m, norm, 1.0f);
-    model_update_cuda(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    model_wait_cuda();
-    return 1000.0 * (now_seconds() - t0);
+    return bench_training_step_cuda(m, x, y, B, T, t);
 }
 #else
 typedef Model BenchModel;
@@ -94,14 +87,8 @@ static void matmul(float* out, const float* inp, const float* weight, size_t N, 
     linear_forward(out, inp, weight, N, IN, OUT);
 }
 
-// ./train's step, as bench.c times it
 static double timed_step(BenchModel* m, const int* x, const int* y, size_t B, size_t T, int t) {
-    double t0 = now_seconds();
-    model_forward(m, x, y, B, T);
-    model_zero_grad(m);
-    model_backward(m);
-    model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    return 1000.0 * (now_seconds() - t0);
+    return bench_training_step(m, x, y, B, T, t);
 }
 #endif
 
