@@ -13,7 +13,8 @@
 #   PYTHON             the python with torch (default /usr/bin/python3 on the CPU, Debian's
 #                      torch; python3 on the GPU)
 #   WAYS               PyTorch's ways (default eager; e.g. eager,default,reduce-overhead)
-#   BUDGET             seconds for PyTorch's compiles over the whole sweep (0: no limit)
+#   BUDGET             seconds for PyTorch's compiles over the whole sweep (0: no limit); past
+#                      it, PyTorch eager alone
 #   ROUNDS             attnres.c's rounds and PyTorch's steps per mode (default 3)
 #   TORCH_BLAS=DIR     PyTorch's matmuls through DIR/libblas.so.3 (OpenBLAS's, for one:
 #                      dev/bench/bench_pytorch.py's header says how to get it)
@@ -57,16 +58,16 @@ for size in $sizes; do
     "$bench" --size "$size" --rounds "$rounds" | tee -a "$log" | grep -v "^bench_sizes"
     [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "error: $bench --size $size failed"; exit 1; }
     [ $torch_ok -eq 1 ] || continue
-    left=0  # PyTorch's budget: what is left of BUDGET (0: no limit)
+    left=0 size_ways=$ways  # PyTorch's budget: what is left of BUDGET (0: no limit)
     if [ "$budget" -gt 0 ]; then
         left=$((budget - (SECONDS - start)))
-        if [ $left -le 0 ]; then
-            echo "skip PyTorch at $size: the budget ($budget s) is spent"
-            continue
+        if [ $left -le 0 ] && [ "$ways" != eager ]; then
+            echo "skip PyTorch's compiled ways at $size: the budget ($budget s) is spent (eager alone)"
+            left=0 size_ways=eager
         fi
     fi
     "$python" dev/bench/bench_pytorch.py --device "$device" --no-check --size "$size" \
-        --steps "$rounds" --ways "$ways" --budget "$left" 2>&1 |
+        --steps "$rounds" --ways "$size_ways" --budget "$left" 2>&1 |
         grep -E "^(size|none|full|block|best|skip|FAIL)" | sed 's/^size /PyTorch at size /' | tee -a "$log"
 done
 
