@@ -5,23 +5,29 @@ torch can run it; first checked against the reference state files that attnres.c
 
   /usr/bin/python3 dev/bench/bench_pytorch.py [--device cpu|cuda] [--ways W,W,..]
       [--modes none,full,block] [--size d,L,T ...] [--steps N] [--threads N] [--budget S]
-      [--check-only]
+      [--jobs N] [--logs DIR] [--check-only | --no-check]
 
 The model (SPEC: RMSNorm pre-norm, GQA attention with interleaved RoPE, SwiGLU, and none /
 full / block AttnRes) is an nn.Module: nn.Linear layers in an nn.ModuleList, RoPE's cos/sin
 tables and the causal mask built once as buffers, F.scaled_dot_product_attention with
 is_causal=True where torch has it (else the same product by hand), one depth-attention function
-over the stacked sources, and AdamW with lr 1e-4, betas (0.9, 0.95), eps 1e-8, weight decay
+over the stacked sources (each source's inverse RMS computed once, the key norm's gain folded
+into the query), and AdamW with lr 1e-4, betas (0.9, 0.95), eps 1e-8, weight decay
 0.1 on SPEC's decayed set (wte, the matrices, lm_head) and 0 on the gains and pseudo-queries,
 as model_update does, in its fused form where torch has one (else foreach). float32, TF32 off.
 On the GPU the step also clips the gradient norm to 1, as ./train_cuda's step does.
 
 The ways (--ways, default every one this torch and device have): eager; torch.compile
 default ("default"); mode="max-autotune-no-cudagraphs"; mode="reduce-overhead" (CUDA graphs,
-GPU only). Each compiled way's first-step loss must equal eager's on the same parameters and
-batch (within 1e-5 relative) before its time is printed.
+GPU only); eager always runs: each compiled way's first-step loss must equal eager's on the
+same parameters and batch (within 1e-5 relative) for its time to be printed. Each mode in
+each way runs in its own process: --jobs of them (default: all on cuda, 1 on cpu) build,
+compile and warm up (2 steps eager, 3 compiled: the compile, then CUDA graphs' record and
+replay) at once, then time their --steps steps one at a time, nothing else running; each
+process's output goes to a file in --logs.
 
-The check first (every run; --check-only: it alone): for each state file of tests/data whose
+The check first (every run, unless --no-check, for a caller that ran --check-only with the same
+torch; --check-only: it alone): for each state file of tests/data whose
 model is the default one in none, full or block mode (dev/check/reference.py wrote them in
 float64 from SPEC; ./check_state proves the C code computes them), this model takes the file's
 parameters and batch and must give, in float64, the file's loss, logits and every gradient and,
@@ -32,11 +38,10 @@ the file's loss within 1e-5 (check_state's floor). Failing, it exits 1 before ti
 Sizes: --size d,L,T (default 256,8,128, the bench model: d=256 L=8 H=8 G=4 F=704 V=256); H=8,
 G=4, F = 8d/3 rounded up to a multiple of 64, V=256 and B = 1024 / T (1024 tokens a step) at
 every size. Per size, mode and way: median ms/step of --steps steps (after warm-up steps),
-tokens/s and GFLOP/s (the matmuls and attention products, as dev/bench/bench.c counts them),
-then the best way per mode; and the matmul rate at that size, torch.mm (B*T x d)(d x F), and
-each step's share of it. --budget S: a compiled way starts only if its expected time (its
-last compile and timing) still fits S seconds since the start, else one line says it was
-skipped.
+tokens/s and GFLOP/s (the matmuls and attention products, as dev/bench/bench_sizes.c counts
+them), then the best way per mode; and the matmul rate at that size, torch.mm (B*T x d)(d x F),
+and each step's share of it. --budget S: a process not ready S seconds after the start is
+stopped, and none starts after; one skip line each.
 
 BLAS (CPU): Debian's python3-torch does its matmuls in whatever libblas.so.3 the system
 resolves; with only libblas3 installed that is netlib's unoptimised reference BLAS (~2
