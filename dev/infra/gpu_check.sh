@@ -272,10 +272,12 @@ if [ ${#shape_table[@]} -gt 0 ]; then
 fi
 # How cost grows with size: attnres.c's step and PyTorch's (eager, compiled, CUDA graphs)
 # per mode at the sweep's largest size and three others, each dimension grown alone
-# (dev/bench/bench_sizes.sh; PyTorch's compiles within 150 s, skip lines past that)
-if optional "the size sweep (bench-sizes on the GPU)" 200; then
+# (dev/bench/bench_sizes.sh; PyTorch's compiles within 150 s, the largest size's first, then
+# PyTorch eager alone; at the bench size its run, check and nine processes, took 104 s on an
+# H200)
+if optional "the size sweep (bench-sizes on the GPU)" 230; then
     check "how cost grows with size, attnres.c and PyTorch (DEVICE=cuda dev/bench/bench_sizes.sh)" \
-        sizes.log 200 env DEVICE=cuda ROUNDS=10 WAYS=eager,default,reduce-overhead BUDGET=150 \
+        sizes.log 280 env DEVICE=cuda ROUNDS=10 WAYS=eager,default,reduce-overhead BUDGET=150 \
         SIZES="1024,16,1024 1024,8,128 256,16,128 256,8,1024" dev/bench/bench_sizes.sh
     sed -n '/^== bench-sizes/,$p' "$out/sizes.log" >>"$out/speed.log"
 fi
