@@ -40,7 +40,7 @@ train: build/train  ## (re)build ./train and train the default model
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS = all test_attnres build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
+TEST_BINS = all test_attnres build/asan/test_safetensors build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
             build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
             $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
             build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
@@ -119,7 +119,7 @@ build/emu/tests/cuda_test_layers.cpp.o build/emu_asan/tests/cuda_test_layers.cpp
 ##@ Sanitizers and studies
 # `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests
 # then exercise the sanitized ./train on every bad input.
-.PHONY: asan mutants check-state-study
+.PHONY: asan mutants check-state-study torch-roundtrip
 ASAN_FLAGS = -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=all
 SAN_OBJ = $(patsubst %.c,build/asan/%.o,$(SRC_C))
 SAN_TEST_OBJ = $(patsubst %.cpp,build/asan/%.o,$(TEST_CPP))
@@ -133,6 +133,11 @@ build/asan/train: train.c $(SAN_OBJ)
 	$(CC) $(CFLAGS) $(ASAN_FLAGS) train.c $(SAN_OBJ) -o $@ $(LDLIBS)
 build/asan/test_attnres: $(SAN_TEST_OBJ) $(SAN_OBJ)
 	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) $(SAN_TEST_OBJ) $(SAN_OBJ) -o $@ $(LDLIBS)
+# the safetensors reader's tests alone (its fuzz of truncations and byte flips), which make
+# test runs under AddressSanitizer + UBSan: the sanitized objects are built for the emulated
+# CUDA suite's ASan run anyway
+build/asan/test_safetensors: build/asan/tests/test_safetensors.o build/asan/tests/test_main.o $(SAN_OBJ)
+	$(CXX) $(CXXFLAGS) $(ASAN_FLAGS) $^ -o $@ $(LDLIBS)
 asan:  ## the unit tests and the CLI tests on ./train under AddressSanitizer + UBSan
 	@dev/infra/ensure_deps.sh
 	@$(MAKE) --no-print-directory build/asan/train build/asan/test_attnres
@@ -151,6 +156,15 @@ mutants:  ## drop one term of a backward at a time; its tests must fail (MUTANTS
 # STUDY_FLAGS="--count 200 --seed 0" for the calibration configs).
 check-state-study: check_state  ## check_state's tolerance on random configs, and bugs it must catch
 	/usr/bin/python3 dev/check/check_state_study.py $(STUDY_FLAGS)
+
+# `make torch-roundtrip`: issue 31's PyTorch side, whole: every mode and variant trained on
+# text and reversal, exported, loaded in PyTorch (dev/load_safetensors.py), its logits checked
+# by check_state and its greedy tokens against ./train --sample; a random init written from
+# PyTorch, imported, its first loss against PyTorch's (needs Debian's python3-torch;
+# ROUNDTRIP_FLAGS=--quick for 5 models).
+torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens, first loss
+	/usr/bin/python3 dev/load_safetensors.py selftest
+	/usr/bin/python3 dev/load_safetensors.py roundtrip $(ROUNDTRIP_FLAGS)
 
 ##@ Experiments (charts need gnuplot, installed when missing)
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with

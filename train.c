@@ -3,7 +3,8 @@
 // Run `./train --help` for the flags. Start reading at main() at the bottom: its loop is one
 // training step after another (batch, forward, zero grad, backward, clip, update), with
 // a log line, an evaluation and a checkpoint every so often. Where the step runs (CPU, GPU,
-// several processes) is src/trainer.c; --sample is src/sample.c.
+// several processes) is src/trainer.c; --sample is src/sample.c; --export and --init-from
+// (safetensors files) are src/safetensors.c.
 #define _POSIX_C_SOURCE 200809L  // nanosleep
 #include <errno.h>
 #include <math.h>
@@ -23,6 +24,7 @@
 #include "model.h"
 #include "options.h"
 #include "run_record.h"
+#include "safetensors.h"
 #include "sample.h"
 #include "threads.h"
 #include "trainer.h"
@@ -93,6 +95,8 @@ static int flag_table(Options* o, Flag* flags) {
         {"--log-every", OPT_INT, &o->log_every, "print a training line every N steps"},
         {"--checkpoint", OPT_STRING, &o->checkpoint, "checkpoint file (written at each eval)"},
         {"--resume", OPT_SWITCH, &o->resume, "continue from --checkpoint"},
+        {"--init-from", OPT_STRING, &o->init_from, "a new run from a .safetensors file's weights and config"},
+        {"--export", OPT_STRING, &o->export_path, "write --checkpoint's weights to a .safetensors file"},
         {"--stop-after", OPT_INT, &o->stop_after, "end this run after N steps (0 = at --steps; lr schedule unchanged)"},
         {"--diagnostics", OPT_STRING, &o->diagnostics, "write loss/magnitude/grad/alpha CSVs into DIR"},
         {"--sample", OPT_SWITCH, &o->sample, "generate from --checkpoint instead of training"},
@@ -102,6 +106,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--temperature", OPT_FLOAT, &o->temperature, "--sample: softmax temperature (0 = greedy)"},
         {"--top-k", OPT_INT, &o->top_k, "--sample: draw among the K likeliest (0 = all)"},
         {"--cublas", OPT_SWITCH, &o->cublas, "./train_cuda: every matmul through cuBLAS SGEMM"},
+        {"--no-graph", OPT_SWITCH, &o->no_graph, "./train_cuda: queue the step call by call, not as CUDA graphs"},
     };
     int n = (int)(sizeof(table) / sizeof(table[0]));
     if (flags != NULL) { memcpy(flags, table, sizeof(table)); }
@@ -223,6 +228,8 @@ typedef struct {
     size_t B, T;          // the training batch
     int *x, *y, *work;    // (max(B, 64), T) inputs, targets, decoding scratch
     int start_step, end_step;
+    ModelConfig init_config;  // --init-from: the file's config and its parameters (until the
+    float* init_params;       // model holds them)
     EvalResult last;      // the latest evaluation
     double start_time, window_start, loss_window;  // progress since the last log line
     int window_steps;
@@ -260,6 +267,10 @@ static void load_data(Run* r) {
                                    (size_t)o->eval_examples, o->seed, err, sizeof(err));
     }
     if (status != 0) { die("%s", err); }
+    if (o->init_from != NULL && r->ds.vocab_size != r->init_config.vocab_size) {
+        die("--init-from %s holds a model of vocab_size %d, the data (--task %s) has %d tokens",
+            o->init_from, r->init_config.vocab_size, o->task, r->ds.vocab_size);
+    }
     o->model.vocab_size = r->ds.vocab_size;
     if (model_config_check(&o->model, err, sizeof(err)) != 0) { die("%s", err); }
 }
@@ -300,7 +311,13 @@ static void build_model(Run* r) {
         die("%s", err);
     }
     model_build(&r->model, &o->model, eval_B, r->T);
-    model_init_params(&r->model, o->seed);
+    if (r->init_params != NULL) {  // the file's weights; the optimiser's moments stay zero
+        memcpy(r->model.params_memory, r->init_params, r->model.num_params * sizeof(float));
+        free(r->init_params);
+        r->init_params = NULL;
+    } else {
+        model_init_params(&r->model, o->seed);
+    }
     r->start_step = 0;
     if (o->resume) {
         if (checkpoint_load(&r->model, o->checkpoint, &r->start_step, err, sizeof(err)) != 0) {
@@ -352,6 +369,9 @@ static void print_header(const Run* r) {
                dist.world, o->batch / dist.world, dist.world);
     }
     if (r->start_step > 0) { printf("resumed from %s at step %d\n", o->checkpoint, r->start_step); }
+    if (o->init_from != NULL) {
+        printf("initialised from %s (its weights; the optimiser starts fresh)\n", o->init_from);
+    }
 }
 
 static void open_diagnostics(Run* r, int argc, char** argv) {
@@ -443,6 +463,16 @@ static void save_checkpoints(Run* r, int done) {
         die("%s", err);
     }
     r->saved_step = done;
+}
+
+// --init-from with --steps 0: the file's weights as they are, as a checkpoint at step 0
+static void save_imported(Run* r) {
+    char err[ERROR_MAX];
+    RunRecord run = run_record_of(&r->o, &r->ds, 0, 0.0f);
+    if (checkpoint_save(&r->model, &run, r->o.checkpoint, 0, err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
+    printf("checkpoint: %s holds the weights of %s (step 0)\n", r->o.checkpoint, r->o.init_from);
 }
 
 // every --eval-every steps: evaluate, checkpoint (never a NaN model), diagnostics
@@ -546,6 +576,9 @@ static void check_processes(const Options* o, int argc, char** argv) {
             "every batch)", o->batch, dist.world);
     }
     if (o->sample && dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }
+    if (o->export_path != NULL && dist.world > 1) {
+        die("--export runs in one process: start it without mpirun");
+    }
 }
 
 int main(int argc, char** argv) {
@@ -555,16 +588,43 @@ int main(int argc, char** argv) {
     Run r = {0};
     r.o = defaults();
     parse_flags(&r.o, argc, argv);
+    // --init-from: the file is read (and checked) first; its config fills the model flags
+    // not given, and those given must agree with it
+    int init_from = r.o.init_from != NULL && r.o.init_from[0] != '\0' && !r.o.sample &&
+                    r.o.export_path == NULL;
+    if (init_from) {
+        if (safetensors_load(r.o.init_from, &r.init_config, &r.init_params, err, sizeof(err)) != 0) {
+            die("%s", err);
+        }
+        options_take_config(&r.o, &r.init_config);
+    }
     if (options_check(&r.o, err, sizeof(err)) != 0) { die("%s", err); }
+    if (init_from && options_check_config(&r.o, &r.init_config, err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
     check_processes(&r.o, argc, argv);
     if (threads_set(r.o.threads, &dist, err, sizeof(err)) != 0) { die("%s", err); }
+    if (r.o.export_path != NULL) {  // the host reads and writes the files, in every binary
+        int step;
+        size_t tensors;
+        if (safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
+                                          sizeof(err)) != 0) {
+            die("%s", err);
+        }
+        printf("exported %s (step %d) to %s: %zu tensors\n", r.o.checkpoint, step,
+               r.o.export_path, tensors);
+        dist_finalize();
+        return exit_status(0);
+    }
     if (r.o.sample) {  // decoding runs on the host, in every binary
         if (sample_main(&r.o, err, sizeof(err)) != 0) { die("%s", err); }
         dist_finalize();
         return exit_status(0);
     }
     // the GPU builds: this process's GPU, and NCCL between the processes (MPI build)
-    if (trainer_open_device(&dist, r.o.cublas, err, sizeof(err)) != 0) { die("%s", err); }
+    if (trainer_open_device(&dist, r.o.cublas, !r.o.no_graph, err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
     if (r.o.checkpoint != NULL && dist.rank == 0 &&
         checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, err,
                               sizeof(err)) != 0) {
@@ -580,6 +640,7 @@ int main(int argc, char** argv) {
     r.start_time = r.window_start = now_seconds();
     if (r.start_step == r.end_step && dist.rank == 0) {
         r.last = evaluate(&r.model, &r.decoder, &r.ds, &r.o, r.x, r.y, r.work);
+        if (r.o.init_from != NULL && r.o.checkpoint != NULL) { save_imported(&r); }
     }
     // every rank draws the same global batch and trains on its own B/world rows of it
     size_t rows = r.B / (size_t)dist.world, first = (size_t)dist.rank * rows * r.T;

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <tuple>
+#include <utility>
+
 #ifdef __CUDACC__
 #include <cuda_runtime.h>
 #else
@@ -46,15 +49,74 @@ inline bool cuda_sync_every_launch() {
     return on;
 }
 
+// ---- CUDA graphs ---------------------------------------------------------------------------
+// A CudaGraph (common.cu) is a sequence of queued work captured once and launched many times:
+// the training step (cuda/model.cu). cuda_graph_prepare(&graph, queue) calls queue(), which
+// queues work through launch_kernel, cuda_memset_async and cuda_memcpy_async. The first time,
+// cuda_stream is captured: nothing runs, each launch, set and copy becomes a node of the
+// graph, and the graph is instantiated. After that, queue() is only walked: nothing is queued,
+// each launch is compared with the captured one in turn, and where its arguments differ (a
+// learning rate, AdamW's step, the number of targets) the instantiated graph's node gets the
+// new ones (cudaGraphExecKernelNodeSetParams). So every launch of the graph runs the kernels,
+// grids, blocks and arguments that queue() would have queued itself. A walk that meets another
+// kernel, grid, block, set or copy than the capture's exits naming it. cuda_graph_launch
+// queues the whole graph on cuda_stream.
+struct CudaGraph;
+// the graph being captured (its launches recorded) or walked (compared, nothing queued)
+inline CudaGraph* cuda_graph_capturing = NULL;
+inline CudaGraph* cuda_graph_walking = NULL;
+// launch_kernel's part: the kernel's arguments, args[i] pointing to argument i (sizes[i]
+// bytes), recorded after its launch (capturing) or compared with the capture (walking)
+void cuda_graph_kernel(const void* kernel, dim3 grid, dim3 block, void* const* args,
+                       const size_t* sizes, size_t n_args);
+CudaGraph* cuda_graph_capture_begin(void);
+void cuda_graph_capture_end(CudaGraph* graph);
+void cuda_graph_walk_begin(CudaGraph* graph);
+void cuda_graph_walk_end(CudaGraph* graph);
+template <typename Queue>
+void cuda_graph_prepare(CudaGraph** graph, Queue queue) {
+    if (*graph == NULL) {
+        *graph = cuda_graph_capture_begin();
+        queue();
+        cuda_graph_capture_end(*graph);
+    } else {
+        cuda_graph_walk_begin(*graph);
+        queue();
+        cuda_graph_walk_end(*graph);
+    }
+}
+void cuda_graph_launch(CudaGraph* graph);
+void cuda_graph_free(CudaGraph* graph);  // NULL: nothing
+// As cudaMemsetAsync and cudaMemcpyAsync on cuda_stream, recorded or compared like a launch
+void cuda_memset_async(void* pointer, int value, size_t bytes);
+void cuda_memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind);
+
+// launch_kernel's arguments converted to the kernel's parameter types, as a launch converts
+// them, handed to the graph
+template <typename... Params, size_t... I>
+void cuda_graph_kernel_params(const void* kernel, dim3 grid, dim3 block,
+                              std::tuple<Params...>& params, std::index_sequence<I...>) {
+    void* args[] = {(void*)&std::get<I>(params)...};
+    size_t sizes[] = {sizeof(Params)...};
+    cuda_graph_kernel(kernel, grid, block, args, sizes, sizeof...(Params));
+}
+
 // launch_kernel(kernel, grid, block, args...) is kernel<<<grid, block, 0, cuda_stream>>>(args...)
 // followed by a check of the launch that names the kernel. No dynamic shared memory: kernels
-// declare theirs static.
+// declare theirs static. While a graph is walked it queues nothing (see CUDA graphs above).
 template <typename... Params, typename... Args>
 void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    if (cuda_graph_walking != NULL) {
+        std::tuple<Params...> params(args...);
+        cuda_graph_kernel_params((const void*)kernel, grid, block, params,
+                                 std::index_sequence_for<Params...>{});
+        return;
+    }
 #ifdef __CUDACC__
     kernel<<<grid, block, 0, cuda_stream>>>(args...);
     cudaError_t error = cudaGetLastError();
-    if (error == cudaSuccess && cuda_sync_every_launch()) error = cudaStreamSynchronize(cuda_stream);
+    if (error == cudaSuccess && cuda_sync_every_launch() && cuda_graph_capturing == NULL)
+        error = cudaStreamSynchronize(cuda_stream);
     if (error != cudaSuccess) {
         const char* name = "?";
         if (cudaFuncGetName(&name, (const void*)kernel) != cudaSuccess) name = "?";
@@ -66,6 +128,11 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Args... arg
 #else
     cuda_emu::launch(kernel, grid, block, args...);
 #endif
+    if (cuda_graph_capturing != NULL) {
+        std::tuple<Params...> params(args...);
+        cuda_graph_kernel_params((const void*)kernel, grid, block, params,
+                                 std::index_sequence_for<Params...>{});
+    }
 }
 
 // cudaMalloc that names what ran out: one line with the size asked for, then exit

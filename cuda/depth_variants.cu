@@ -362,7 +362,7 @@ static int default_operator(const float* norm_weight, const float* query_proj, s
 }
 
 static void zero(float* x, size_t n) {
-    cudaCheck(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
+    cuda_memset_async(x, 0, n * sizeof(float));
 }
 
 void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,

@@ -195,5 +195,8 @@ void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm);
 void newton_schulz_cuda(float* X, float* work, size_t rows, size_t cols);
 void muon_update_cuda(float* params, const float* grads, float* momentum, size_t count,
                       size_t rows, size_t cols, float lr, float mu, float weight_decay);
+// The scratch a step on a (rows,cols) matrix needs, allocated now (it grows at the first step
+// otherwise, which a captured step must not: cuda/model.cu reserves it before capturing)
+void muon_reserve_cuda(size_t rows, size_t cols);
 
 #endif

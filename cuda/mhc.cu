@@ -347,7 +347,7 @@ void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float
     launch_kernel(mhc_input_backward_params_kernel, 1, WARP_SIZE, dbias, dscale, de, e, N, m, R);
     launch_kernel(mhc_scale_kernel, ceil_div(N * E, ELEMENT_BLOCK), ELEMENT_BLOCK, de, scale, N, m,
                   R);
-    cudaCheck(cudaMemsetAsync(dz, 0, N * m * d * sizeof(float), cuda_stream));
+    cuda_memset_async(dz, 0, N * m * d * sizeof(float));
     linear_backward_cuda(dz, dproj, de, z, proj, N, m * d, E);
     rmsnorm_backward_cuda(dX, dnorm_weight, dz, X, norm_weight, rstd, N, m * d);
 }

@@ -29,10 +29,10 @@ static void add_cuda(float* out, const float* a, const float* b, size_t n) {
     launch_kernel(add_kernel, ceil_div(n, block_size), block_size, out, a, b, n);
 }
 static void zero_cuda(float* x, size_t n) {
-    cudaCheck(cudaMemsetAsync(x, 0, n * sizeof(float), cuda_stream));
+    cuda_memset_async(x, 0, n * sizeof(float));
 }
 static void copy_cuda(float* dst, const float* src, size_t n) {
-    cudaCheck(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_stream));
+    cuda_memcpy_async(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice);
 }
 static float* alloc_zeroed_cuda(size_t n) {
     float* p = cuda_malloc_floats(n);
@@ -137,6 +137,10 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;
     cuda_workspace(most);
     rope_prepare_cuda(max_T, z->hs);
+    m->graph = 0;
+    m->step_graph = NULL;
+    m->graph_B = m->graph_T = 0;
+    memset(m->update_graphs, 0, sizeof(m->update_graphs));
     m->tokens = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
     m->targets = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
     size_t readback_bytes = (N + NORM_PARTIALS) * sizeof(float);
@@ -148,6 +152,9 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
 }
 
 void model_free_cuda(ModelCuda* m) {
+    cuda_graph_free(m->step_graph);
+    for (int muon = 0; muon < 2; muon++)
+        for (int clipped = 0; clipped < 2; clipped++) cuda_graph_free(m->update_graphs[muon][clipped]);
     model_free(&m->model);
     cudaCheck(cudaFree(m->tokens));
     cudaCheck(cudaFree(m->targets));
@@ -191,12 +198,8 @@ void model_to_host_cuda(Model* host, const ModelCuda* m) {
 
 // copies the batch to the device (tokens, and targets unless NULL), asynchronously
 static void upload_batch(ModelCuda* m, const int* tokens, const int* targets, size_t N) {
-    cudaCheck(cudaMemcpyAsync(m->tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice,
-                              cuda_stream));
-    if (targets != NULL) {
-        cudaCheck(cudaMemcpyAsync(m->targets, targets, N * sizeof(int), cudaMemcpyHostToDevice,
-                                  cuda_stream));
-    }
+    cuda_memcpy_async(m->tokens, tokens, N * sizeof(int), cudaMemcpyHostToDevice);
+    if (targets != NULL) cuda_memcpy_async(m->targets, targets, N * sizeof(int), cudaMemcpyHostToDevice);
 }
 
 float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B, size_t T) {
@@ -209,54 +212,52 @@ float model_forward_cuda(ModelCuda* m, const int* tokens, const int* targets, si
                                  crossentropy_count(targets, N), B, T);
 }
 
-void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
-                             size_t n_targets, size_t B, size_t T) {
+// a training step's batch: targets required, B and T within the model's (else model_forward
+// says so and exits)
+static void check_step_batch(ModelCuda* m, const int* targets, size_t B, size_t T) {
     if (targets == NULL) {
         fprintf(stderr, "error: a training step needs targets\n");
         exit(EXIT_FAILURE);
     }
-    if (B > m->model.max_B || T > m->model.max_T) {  // model_forward says so and exits
-        model_forward_counted(&m->model, NULL, NULL, 0, B, T);
-    }
+    if (B > m->model.max_B || T > m->model.max_T) model_forward_counted(&m->model, NULL, NULL, 0, B, T);
+}
+
+void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                             size_t n_targets, size_t B, size_t T) {
+    check_step_batch(m, targets, B, T);
     upload_batch(m, tokens, targets, B * T);
     model_forward_rows(&m->model, m->tokens, m->targets, n_targets, B, T);
 }
 
-// The step's one read-back: the rows' losses (N) and the squared sums' partials of `x` (n
-// floats), queued behind everything before, into page-locked memory, one wait for both.
-// Returns the losses' sum (double, row order) and *sum_sq, x's squared sum.
-static double read_back_step(ModelCuda* m, size_t N, const float* x, size_t n, double* sum_sq) {
+// The step's one read-back, in two halves. Queued: the squared sums' partials of `x` (n
+// floats), then the rows' losses (N) and those partials copied into page-locked memory.
+static void queue_read_back(ModelCuda* m, size_t N, const float* x, size_t n) {
     float* partial = cuda_workspace(NORM_PARTIALS);
     squared_sum_partials_cuda(partial, x, n);
-    cudaCheck(cudaMemcpyAsync(m->readback, m->model.acts.losses, N * sizeof(float),
-                              cudaMemcpyDeviceToHost, cuda_stream));
-    cudaCheck(cudaMemcpyAsync(m->readback + N, partial, NORM_PARTIALS * sizeof(float),
-                              cudaMemcpyDeviceToHost, cuda_stream));
+    cuda_memcpy_async(m->readback, m->model.acts.losses, N * sizeof(float), cudaMemcpyDeviceToHost);
+    cuda_memcpy_async(m->readback + N, partial, NORM_PARTIALS * sizeof(float),
+                      cudaMemcpyDeviceToHost);
+}
+// Then one wait for both: returns the losses' sum (double, row order) and *sum_sq, x's
+// squared sum.
+static double wait_read_back(ModelCuda* m, size_t N, double* sum_sq) {
     cudaCheck(cudaStreamSynchronize(cuda_stream));
     *sum_sq = sum_of_partials(m->readback + N);
     return cpu_kernels.sum(m->readback, N);
 }
 
-float model_loss_and_norm_cuda(ModelCuda* m, float* norm) {
-    double sum_sq;
-    double sum = read_back_step(m, m->model.B * m->model.T, m->model.grads_memory,
-                                m->model.num_params, &sum_sq);
-    *norm = (float)sqrt(sum_sq);
-    return model_set_loss(&m->model, sum);
-}
-
 void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
                                     size_t hi, double* loss_sum, double* shard_sum_sq) {
+    size_t N = m->model.B * m->model.T;
     dist_reduce_scatter_cuda(d, grad_shard, m->model.grads_memory, m->model.num_params);
-    *loss_sum = read_back_step(m, m->model.B * m->model.T, grad_shard, hi - lo, shard_sum_sq);
+    queue_read_back(m, N, grad_shard, hi - lo);
+    *loss_sum = wait_read_back(m, N, shard_sum_sq);
 }
 
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm) {
-    model_forward_rows_cuda(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
-    model_zero_grad(&m->model);
-    model_backward(&m->model);
-    *loss = model_loss_and_norm_cuda(m, norm);
+    model_queue_step_cuda(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+    *loss = model_step_loss_and_norm_cuda(m, norm);
 }
 
 void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const int* targets,
@@ -267,6 +268,78 @@ void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const in
     model_zero_grad(&m->model);
     model_backward(&m->model);
     model_loss_and_shard_norm_cuda(m, d, grad_shard, lo, hi, loss_sum, shard_sum_sq);
+}
+
+// ---------------------------------------------------------------------------------------
+// ./train_cuda's step: forward to the read-back, then clipping and the update, each queued
+// as the calls above or replayed as a CUDA graph (docs/cuda.md, "The captured step").
+
+void model_use_graph_cuda(ModelCuda* m, int on) { m->graph = on; }
+
+void model_queue_step_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t n_targets,
+                           size_t B, size_t T) {
+    check_step_batch(m, targets, B, T);
+    Model* model = &m->model;
+    size_t N = B * T;
+    auto queue = [&] {  // on the device copies of the batch
+        model_forward_rows(model, m->tokens, m->targets, n_targets, B, T);
+        model_zero_grad(model);
+        model_backward(model);
+        queue_read_back(m, N, model->grads_memory, model->num_params);
+    };
+    if (!m->graph) {
+        upload_batch(m, tokens, targets, N);
+        queue();
+        return;
+    }
+    if (m->step_graph != NULL && (B != m->graph_B || T != m->graph_T)) {  // captured anew
+        cuda_graph_free(m->step_graph);
+        m->step_graph = NULL;
+    }
+    m->graph_B = B;
+    m->graph_T = T;
+    // walked before the upload, which waits for the last step's update (pageable memory)
+    cuda_graph_prepare(&m->step_graph, queue);
+    upload_batch(m, tokens, targets, N);
+    cuda_graph_launch(m->step_graph);
+}
+
+float model_step_loss_and_norm_cuda(ModelCuda* m, float* norm) {
+    double sum_sq, sum = wait_read_back(m, m->model.B * m->model.T, &sum_sq);
+    *norm = (float)sqrt(sum_sq);
+    return model_set_loss(&m->model, sum);
+}
+
+// Muon's scratch for every matrix shape, so that a capture allocates nothing
+static void reserve_muon(const Model* model) {
+    size_t rows, cols;
+    for (int i = 0; i < N_PARAM_TENSORS; i++)
+        if (muon_matrix_shape(&model->dims, i, &rows, &cols)) muon_reserve_cuda(rows, cols);
+}
+
+void model_update_step_cuda(ModelCuda* m, const ModelUpdate* u) {
+    Model* model = &m->model;
+    size_t P = model->num_params;
+    int clipped = u->max_norm > 0.0f && u->norm > u->max_norm;
+    auto queue = [&] {
+        if (clipped) clip_gradients_cuda(model->grads_memory, P, u->norm, u->max_norm);
+        if (u->muon) {
+            model_update_shard_muon(model, 0, P, model->grads_memory, model->m_memory,
+                                    model->v_memory, u->lr, u->beta1, u->beta2, u->eps,
+                                    u->weight_decay, u->t, u->muon_momentum);
+        } else {
+            model_update_shard(model, 0, P, model->grads_memory, model->m_memory, model->v_memory,
+                               u->lr, u->beta1, u->beta2, u->eps, u->weight_decay, u->t);
+        }
+    };
+    if (!m->graph) {
+        queue();
+        return;
+    }
+    CudaGraph** graph = &m->update_graphs[u->muon != 0][clipped];
+    if (*graph == NULL && u->muon) reserve_muon(model);
+    cuda_graph_prepare(graph, queue);
+    cuda_graph_launch(*graph);
 }
 
 void model_wait_cuda(void) { cudaCheck(cudaStreamSynchronize(cuda_stream)); }

@@ -17,12 +17,19 @@
 extern "C" {
 #endif
 
+typedef struct CudaGraph CudaGraph;  // work captured once, replayed (cuda/common.cuh)
+
 typedef struct {
     Model model;      // every buffer on the device; model.kernels is the CUDA kernel table
     int* tokens;      // device (max_B*max_T): the last forward's tokens
     int* targets;     // device: its targets
     float* readback;  // page-locked host memory (max_B*max_T + NORM_PARTIALS): what a
                       // training step reads back, in one go (model_forward_backward_cuda)
+    // The step as CUDA graphs (model_use_graph_cuda), each captured at its first use:
+    int graph;                       // 1: model_queue_step_cuda, model_update_step_cuda replay
+    CudaGraph* step_graph;           // forward, zero grad, backward, the read-back's copies,
+    size_t graph_B, graph_T;         // for batches of this shape
+    CudaGraph* update_graphs[2][2];  // clipping or not, then the update: [Muon][clipped]
 } ModelCuda;
 
 // NULL when there is a CUDA device to train on, else one line saying what is missing: no
@@ -48,24 +55,47 @@ const float* model_probs_cuda(const ModelCuda* m);
 void model_zero_grad_cuda(ModelCuda* m);
 void model_backward_cuda(ModelCuda* m);
 float model_grad_norm_cuda(const ModelCuda* m);
-// A training step in its parts, the GPU never waiting on the host until the last one:
-// model_forward_rows_cuda uploads the batch (host arrays, targets required) and queues the
-// forward (n_targets: the targets of the batch whose mean loss is taken, all processes'
-// with several); model_zero_grad_cuda and model_backward_cuda follow it; then ONE read-back
-// gives the loss and the gradient norm (model_loss_and_norm_cuda) or, for one process of
-// several (data parallel, ZeRO-1), the gradients summed over the processes with this one's
-// shard [lo, hi) of the sum in grad_shard (device, distributed.cuh), the rows' loss sum and
-// the shard's squared sum, for the caller to add over the processes
-// (model_loss_and_shard_norm_cuda).
+// ./train_cuda's training step (one process), the GPU never waiting on the host until the
+// read-back. model_queue_step_cuda uploads the batch (host arrays, targets required;
+// n_targets: the targets of the batch whose mean loss is taken) and queues the forward,
+// zero_grad, backward, the gradient norm's partial sums and the copies of the read-back;
+// model_step_loss_and_norm_cuda waits for them, ONE read-back, and returns the loss and the
+// gradient norm in *norm; model_update_step_cuda queues clipping and the update. With
+// model_use_graph_cuda(m, 1) each of the two queued parts is a CUDA graph, captured at its
+// first use and replayed after: the same kernels, in the same order, with the same
+// arguments, so the same results bit for bit (docs/cuda.md, "The captured step"). A graph
+// keeps the addresses of the shared scratch (cuda_workspace), which a model built later and
+// larger would move: build every model before the first step of any.
+void model_use_graph_cuda(ModelCuda* m, int on);
+void model_queue_step_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t n_targets,
+                           size_t B, size_t T);
+float model_step_loss_and_norm_cuda(ModelCuda* m, float* norm);
+// The update after the read-back: the gradient clipped to max_norm when its norm is larger
+// (max_norm 0: never), then the optimiser's step t (from 1): AdamW on every tensor, or with
+// muon, Muon on the layers' matrices (momentum muon_momentum) and AdamW on the rest
+typedef struct {
+    float norm, max_norm;
+    int muon;
+    float lr, beta1, beta2, eps, weight_decay, muon_momentum;
+    int t;
+} ModelUpdate;
+void model_update_step_cuda(ModelCuda* m, const ModelUpdate* u);
+// The step of one process of several (data parallel, ZeRO-1; never captured):
+// model_forward_rows_cuda uploads the batch and queues the forward (n_targets: every
+// process's targets); model_zero_grad_cuda and model_backward_cuda follow it; then ONE
+// read-back: the gradients summed over the processes with this one's shard [lo, hi) of the
+// sum in grad_shard (device, distributed.cuh), the rows' loss sum and the shard's squared
+// sum, for the caller to add over the processes (model_loss_and_shard_norm_cuda).
 void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
                              size_t n_targets, size_t B, size_t T);
-float model_loss_and_norm_cuda(ModelCuda* m, float* norm);
 void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
                                     size_t hi, double* loss_sum, double* shard_sum_sq);
 // A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the
 // GPU runs them without waiting on the host, then the rows' losses and the norm's partial
 // sums come back together. *loss and *norm equal what model_forward_cuda and
-// model_grad_norm_cuda return, bit for bit. ./train_cuda's step; bench_cuda times it.
+// model_grad_norm_cuda return, bit for bit. model_queue_step_cuda and
+// model_step_loss_and_norm_cuda in one call (a CUDA graph with model_use_graph_cuda), for
+// bench_cuda and the tests.
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm);
 // The same for one process of several (data parallel, ZeRO-1): forward and backward on this

@@ -82,10 +82,19 @@ void newton_schulz_cuda(float* X, float* work, size_t rows, size_t cols) {
         launch_kernel(muon_scale_kernel, ceil_div(n, MUON_THREADS), MUON_THREADS, next, X, n,
                       NS_A);
         matmul_add_cuda(next, Z, X, rows, rows, cols);   // next = a X + Z X
-        cudaCheck(cudaMemcpyAsync(X, next, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                  cuda_stream));
+        cuda_memcpy_async(X, next, n * sizeof(float), cudaMemcpyDeviceToDevice);
     }
 }
+
+// The scratch of one matrix (rows,cols): X, the iteration's work (3 short^2 + n), the norm's
+// partial sums and its denominator
+static float* muon_scratch(size_t rows, size_t cols) {
+    size_t n = rows * cols, short_side = rows < cols ? rows : cols;
+    return cuda_grow_floats(&scratch_data, &scratch_capacity,
+                            2 * n + 3 * short_side * short_side + NORM_PARTIALS + 1);
+}
+
+void muon_reserve_cuda(size_t rows, size_t cols) { muon_scratch(rows, cols); }
 
 // one matrix (rows,cols): muon.c's muon_matrix
 static void muon_matrix_cuda(float* params, const float* grads, float* momentum, size_t rows,
@@ -93,9 +102,7 @@ static void muon_matrix_cuda(float* params, const float* grads, float* momentum,
     size_t n = rows * cols, short_side = rows < cols ? rows : cols;
     size_t long_side = rows < cols ? cols : rows;
     int transposed = rows > cols;
-    // X, the iteration's work (3 short^2 + n), the norm's partial sums and its denominator
-    float* X = cuda_grow_floats(&scratch_data, &scratch_capacity,
-                                2 * n + 3 * short_side * short_side + NORM_PARTIALS + 1);
+    float* X = muon_scratch(rows, cols);
     float* work = X + n;
     float* partial = work + n + 3 * short_side * short_side;
     float* denominator = partial + NORM_PARTIALS;

@@ -126,23 +126,39 @@ int checkpoint_remove_stale_temps(const char* path) {
     return removed;
 }
 
-int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,
-                    char* err, size_t err_len) {
+int write_file_atomically(const char* path, const char* what, const void* const* parts,
+                          const size_t* sizes, int n, char* err, size_t err_len) {
     if (!replaceable_by_rename(path)) {
-        snprintf(err, err_len, "cannot write checkpoint %s: it exists and is not a regular file",
+        snprintf(err, err_len, "cannot write %s %s: it exists and is not a regular file", what,
                  path);
         return -1;
     }
     char tmp[4096];
     if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
-        snprintf(err, err_len, "checkpoint path is too long");
+        snprintf(err, err_len, "%s path is too long", what);
         return -1;
     }
     FILE* f = fopen(tmp, "wb");
     if (f == NULL) {
-        snprintf(err, err_len, "cannot write checkpoint %s: %s", tmp, strerror(errno));
+        snprintf(err, err_len, "cannot write %s %s: %s", what, tmp, strerror(errno));
         return -1;
     }
+    int ok = 1;
+    for (int i = 0; i < n; i++) { ok = ok && fwrite(parts[i], 1, sizes[i], f) == sizes[i]; }
+    // on the disk before the rename: after a power cut PATH is then the old file or the new
+    // one, whole (without fsync the rename may reach the disk before the data)
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        snprintf(err, err_len, "cannot write %s %s: %s", what, path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}
+
+int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,
+                    char* err, size_t err_len) {
     int header[256] = {0};
     header[0] = CHECKPOINT_MAGIC;
     header[1] = CHECKPOINT_VERSION;
@@ -151,21 +167,10 @@ int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int 
     header[10] = (int)(m->num_params & 0xffffffffu);
     header[11] = (int)(m->num_params >> 32);
     if (run != NULL) { run_to_header(run, header); }
-    size_t P = m->num_params;
-    int ok = fwrite(header, sizeof(int), 256, f) == 256 &&
-             fwrite(m->params_memory, sizeof(float), P, f) == P &&
-             fwrite(m->m_memory, sizeof(float), P, f) == P &&
-             fwrite(m->v_memory, sizeof(float), P, f) == P;
-    // on the disk before the rename: after a power cut PATH is then the old file or the new
-    // one, whole (without fsync the rename may reach the disk before the data)
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        snprintf(err, err_len, "cannot write checkpoint %s: %s", path, strerror(errno));
-        remove(tmp);
-        return -1;
-    }
-    return 0;
+    size_t bytes = m->num_params * sizeof(float);
+    const void* parts[] = {header, m->params_memory, m->m_memory, m->v_memory};
+    const size_t sizes[] = {sizeof(header), bytes, bytes, bytes};
+    return write_file_atomically(path, "checkpoint", parts, sizes, 4, err, err_len);
 }
 
 // Opens path and checks its header and size; on success *f is positioned after the header.

@@ -58,6 +58,13 @@ int checkpoint_temp_path(char* tmp, size_t len, const char* path);
 // behind: those whose process no longer exists (another run's live save is left alone).
 // Returns how many it removed.
 int checkpoint_remove_stale_temps(const char* path);
+// Writes the n buffers parts[i] (sizes[i] bytes each) one after the other to PATH.tmp.<pid>
+// (checkpoint_temp_path), syncs it to the disk and renames it over path, so that path holds
+// the old file or the new one, whole; a path that exists and is no regular file (a directory,
+// a device, a pipe) is refused. `what` names the file in err ("checkpoint").
+// 0, or -1 with one line in err.
+int write_file_atomically(const char* path, const char* what, const void* const* parts,
+                          const size_t* sizes, int n, char* err, size_t err_len);
 // Each returns 0 on success, or -1 after writing a one-line reason into err.
 // run (may be NULL: none recorded) is stored in the header.
 int checkpoint_save(const Model* m, const RunRecord* run, const char* path, int step,

@@ -78,7 +78,35 @@ static const char* const SAMPLE_FLAGS[] = {
     "--top-k", "--seed", "--threads", "--task", "--length", "--symbols", "--eval-examples",
     "--depth-score", "--key-norm", "--depth-query", "--depth-heads", "--depth-window", "--mixing"};
 
+// The flags --export reads: it writes the checkpoint's weights and does nothing else
+static const char* const EXPORT_FLAGS[] = {"--export", "--checkpoint"};
+
+// The variant flags that take words, and their words in the order of ModelConfig's numbers
+static const char* const VARIANT_FLAGS[4] = {"--depth-score", "--key-norm", "--depth-query",
+                                             "--mixing"};
+static const char* const VARIANT_WORDS[4][3] = {{"softmax", "sigmoid", NULL}, {"on", "off", NULL},
+                                                {"static", "input", NULL},
+                                                {"attention", "static", "dense"}};
+
+static int check_export_flags(const Options* o, char* err, size_t err_len) {
+    for (int i = 0; i < o->n_given; i++) {
+        int used = 0;
+        for (size_t j = 0; j < sizeof(EXPORT_FLAGS) / sizeof(EXPORT_FLAGS[0]); j++) {
+            used |= strcmp(o->given[i], EXPORT_FLAGS[j]) == 0;
+        }
+        if (!used) {
+            FAIL("%s does not go with --export, which reads only --checkpoint PATH", o->given[i]);
+        }
+    }
+    if (o->checkpoint == NULL) { FAIL("--export needs --checkpoint PATH, the checkpoint to export"); }
+    if (o->export_path[0] == '\0' || o->checkpoint[0] == '\0') {
+        FAIL("%s is empty", o->export_path[0] == '\0' ? "--export" : "--checkpoint");
+    }
+    return 0;
+}
+
 int options_check(Options* o, char* err, size_t err_len) {
+    if (o->export_path != NULL) { return check_export_flags(o, err, err_len); }
     for (int i = 0; i < o->n_given && o->sample; i++) {
         int used = 0;
         for (size_t j = 0; j < sizeof(SAMPLE_FLAGS) / sizeof(SAMPLE_FLAGS[0]); j++) {
@@ -93,7 +121,10 @@ int options_check(Options* o, char* err, size_t err_len) {
                               "--eval-examples"};
     int values[] = {o->batch, o->steps, o->eval_every, o->log_every, o->eval_examples};
     for (int i = 0; i < 5; i++) {
-        if (values[i] <= 0) { FAIL("%s must be positive", positive[i]); }
+        // --init-from with --steps 0 trains nothing: it evaluates the file's weights (and
+        // writes them to --checkpoint)
+        int imported_as_is = i == 1 && values[i] == 0 && o->init_from != NULL;
+        if (values[i] <= 0 && !imported_as_is) { FAIL("%s must be positive", positive[i]); }
     }
     if (o->warmup < 0 || o->threads < 0 || o->seq_len < 0 || o->stop_after < 0) {
         FAIL("--warmup, --threads, --seq-len and --stop-after must not be negative");
@@ -152,19 +183,17 @@ int options_check(Options* o, char* err, size_t err_len) {
     o->model.streams = mhc ? o->streams : 0;
     // the variants' words; model_config_check then checks modes and combinations
     const char* const* words[] = {&o->depth_score, &o->key_norm, &o->depth_query, &o->mixing};
-    const char* flag_names[] = {"--depth-score", "--key-norm", "--depth-query", "--mixing"};
-    const char* choices[][3] = {{"softmax", "sigmoid", NULL}, {"on", "off", NULL},
-                                {"static", "input", NULL}, {"attention", "static", "dense"}};
     int* switches[] = {&o->model.depth_score, &o->model.key_norm_off, &o->model.depth_query,
                        &o->model.mixing};
     for (int i = 0; i < 4; i++) {
         int found = -1;
-        for (int j = 0; j < 3 && choices[i][j] != NULL; j++) {
-            if (strcmp(*words[i], choices[i][j]) == 0) { found = j; }
+        for (int j = 0; j < 3 && VARIANT_WORDS[i][j] != NULL; j++) {
+            if (strcmp(*words[i], VARIANT_WORDS[i][j]) == 0) { found = j; }
         }
         if (found < 0) {
-            FAIL("unknown %s '%s' (valid: %s, %s%s%s)", flag_names[i], *words[i], choices[i][0],
-                choices[i][1], choices[i][2] ? ", " : "", choices[i][2] ? choices[i][2] : "");
+            FAIL("unknown %s '%s' (valid: %s, %s%s%s)", VARIANT_FLAGS[i], *words[i],
+                 VARIANT_WORDS[i][0], VARIANT_WORDS[i][1], VARIANT_WORDS[i][2] ? ", " : "",
+                 VARIANT_WORDS[i][2] ? VARIANT_WORDS[i][2] : "");
         }
         *switches[i] = found;
     }
@@ -178,6 +207,10 @@ int options_check(Options* o, char* err, size_t err_len) {
     // it and one without are the same run (resumed, sampled, described alike)
     if (o->model.depth_heads == 1) { o->model.depth_heads = 0; }
     if (o->resume && o->checkpoint == NULL) { FAIL("--resume needs --checkpoint PATH"); }
+    if (o->resume && o->init_from != NULL) {
+        FAIL("--init-from starts a new run from a file's weights, --resume continues "
+             "--checkpoint's run: give one of them");
+    }
     // a flag that would do nothing is a mistake worth one line
     if (option_given(o, "--block-size") && strcmp(o->mode, "block") != 0) {
         FAIL("--block-size is for --mode block (this run has --mode %s)", o->mode);
@@ -202,13 +235,80 @@ int options_check(Options* o, char* err, size_t err_len) {
     for (int i = 0; i < 5; i++) {
         if (!o->sample && option_given(o, sample_only[i])) { FAIL("%s is for --sample", sample_only[i]); }
     }
-    const char* paths[] = {o->checkpoint, o->diagnostics};
-    const char* path_flags[] = {"--checkpoint", "--diagnostics"};
-    for (int i = 0; i < 2; i++) {
+    const char* paths[] = {o->checkpoint, o->diagnostics, o->init_from};
+    const char* path_flags[] = {"--checkpoint", "--diagnostics", "--init-from"};
+    for (int i = 0; i < 3; i++) {
         if (paths[i] != NULL && paths[i][0] == '\0') { FAIL("%s is empty", path_flags[i]); }
     }
     if (o->cublas && !trainer_on_gpu()) {
         FAIL("--cublas is a flag of ./train_cuda (the GPU trainer), not of ./train");
+    }
+    if (o->no_graph && !trainer_on_gpu()) {
+        FAIL("--no-graph is a flag of ./train_cuda (the GPU trainer), not of ./train");
+    }
+    return 0;
+}
+
+// the --mode word of a config
+static const char* mode_of(const ModelConfig* c) {
+    if (c->streams != 0) { return "mhc"; }
+    return c->block_size == 0 ? "none" : c->block_size == 1 ? "full" : "block";
+}
+
+void options_take_config(Options* o, const ModelConfig* held) {
+    const char* int_flags[] = {"--d", "--L", "--H", "--G", "--F", "--depth-heads", "--depth-window"};
+    int* values[] = {&o->model.d_model, &o->model.n_layers, &o->model.n_heads,
+                     &o->model.n_kv_heads, &o->model.ffn_hidden, &o->model.depth_heads,
+                     &o->model.depth_window};
+    const int held_values[] = {held->d_model, held->n_layers, held->n_heads, held->n_kv_heads,
+                               held->ffn_hidden, held->depth_heads, held->depth_window};
+    for (int i = 0; i < 7; i++) {
+        if (!option_given(o, int_flags[i])) { *values[i] = held_values[i]; }
+    }
+    if (!option_given(o, "--mode")) { o->mode = mode_of(held); }
+    // a block size or a stream count only where the file's mode has one: another mode asked
+    // for keeps the default, and is refused by name in options_check_config
+    if (!option_given(o, "--block-size") && held->block_size >= 2) {
+        o->model.block_size = held->block_size;
+    }
+    if (!option_given(o, "--streams") && held->streams != 0) { o->streams = held->streams; }
+    const char** words[] = {&o->depth_score, &o->key_norm, &o->depth_query, &o->mixing};
+    const int held_words[] = {held->depth_score, held->key_norm_off, held->depth_query, held->mixing};
+    for (int i = 0; i < 4; i++) {
+        if (!option_given(o, VARIANT_FLAGS[i])) { *words[i] = VARIANT_WORDS[i][held_words[i]]; }
+    }
+}
+
+int options_check_config(const Options* o, const ModelConfig* held, char* err, size_t err_len) {
+    const char* fix = "leave the flag out, or give the file's value";
+    if (strcmp(o->mode, mode_of(held)) != 0) {
+        FAIL("--mode %s contradicts --init-from %s, whose model has mode %s (%s)", o->mode,
+             o->init_from, mode_of(held), fix);
+    }
+    const char* flags[] = {"--d", "--L", "--H", "--G", "--F", "--block-size", "--streams",
+                           "--depth-heads", "--depth-window"};
+    const char* fields[] = {"d_model", "n_layers", "n_heads", "n_kv_heads", "ffn_hidden",
+                            "block_size", "streams", "depth_heads", "depth_window"};
+    const ModelConfig* c = &o->model;
+    const int asked[] = {c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
+                         c->block_size, c->streams, c->depth_heads, c->depth_window};
+    const int have[] = {held->d_model, held->n_layers, held->n_heads, held->n_kv_heads,
+                        held->ffn_hidden, held->block_size, held->streams, held->depth_heads,
+                        held->depth_window};
+    for (int i = 0; i < 9; i++) {
+        if (asked[i] != have[i]) {
+            FAIL("%s %d contradicts --init-from %s, whose model has %s %d (%s)", flags[i],
+                 asked[i], o->init_from, fields[i], have[i], fix);
+        }
+    }
+    const int asked_words[] = {c->depth_score, c->key_norm_off, c->depth_query, c->mixing};
+    const int held_words[] = {held->depth_score, held->key_norm_off, held->depth_query, held->mixing};
+    for (int i = 0; i < 4; i++) {
+        if (asked_words[i] != held_words[i]) {
+            FAIL("%s %s contradicts --init-from %s, whose model has %s %s (%s)", VARIANT_FLAGS[i],
+                 VARIANT_WORDS[i][asked_words[i]], o->init_from, VARIANT_FLAGS[i],
+                 VARIANT_WORDS[i][held_words[i]], fix);
+        }
     }
     return 0;
 }

@@ -35,6 +35,8 @@ typedef struct {
     unsigned long long seed;
     const char* checkpoint;
     int resume;
+    const char* export_path;  // --export OUT: write --checkpoint's weights as safetensors
+    const char* init_from;    // --init-from IN: a new run from a safetensors file's weights
     int stop_after;
     const char* diagnostics;  // directory for the CSVs of diagnostics.h, NULL = off
     int sample;                                // --sample: generate from --checkpoint
@@ -42,6 +44,7 @@ typedef struct {
     int sample_tokens, top_k;                  // 0 = default length / all tokens
     float temperature;                         // 0 = greedy
     int cublas;                                // ./train_cuda: matmuls through cuBLAS
+    int no_graph;                              // ./train_cuda: the step uncaptured
     const char* given[MAX_FLAGS];              // the flags on the command line, each once
     int n_given;
 } Options;
@@ -71,6 +74,12 @@ void options_print(const Flag* flags, int n);
 // Checks every flag that the model and data do not check themselves, and turns the words
 // (--mode, the variants') into o->model's numbers. 0, or -1 with one line in err.
 int options_check(Options* o, char* err, size_t err_len);
+// --init-from: the model flags not on the command line take the values of `held`, the file's
+// config (before options_check, which turns them into o->model)
+void options_take_config(Options* o, const ModelConfig* held);
+// --init-from, after options_check: every model flag given agrees with `held` (vocab_size
+// aside: the data sets it). 0, or -1 with one line in err naming the first flag that does not.
+int options_check_config(const Options* o, const ModelConfig* held, char* err, size_t err_len);
 
 // a TaskKind's name (dataset.h), as --task spells it
 static inline const char* task_name(int kind) {

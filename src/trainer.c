@@ -21,6 +21,15 @@
 #define ALWAYS_SHARDED 0
 #endif
 
+// ./train_cuda (the GPU in one process) takes the step in cuda/model.cuh's two parts, each a
+// CUDA graph unless --no-graph: trainer_forward queues it up to the read-back (forward, zero
+// grad, backward, the norm's partial sums), trainer_update clipping and the update
+#ifdef ATTNRES_CUDA
+#define STEP_IN_TWO_PARTS(t) (!(t)->sharded)
+#else
+#define STEP_IN_TWO_PARTS(t) 0
+#endif
+
 double now_seconds(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -28,9 +37,14 @@ double now_seconds(void) {
 }
 
 #ifdef ATTNRES_CUDA
+// The step as CUDA graphs (trainer_open_device): not with --no-graph, nor with --cublas
+// (cuBLAS's calls are not launch_kernel's, which a captured step's walk follows), nor where
+// ATTNRES_CUDA_SYNC asks to wait for each kernel, which a graph cannot
+static int use_graph = 0;
+
 int trainer_on_gpu(void) { return 1; }
 
-int trainer_open_device(const Dist* dist, int cublas, char* err, size_t err_len) {
+int trainer_open_device(const Dist* dist, int cublas, int graph, char* err, size_t err_len) {
     const char* problem = cuda_device_problem();
     if (problem != NULL) {
         snprintf(err, err_len, "%s", problem);
@@ -38,6 +52,8 @@ int trainer_open_device(const Dist* dist, int cublas, char* err, size_t err_len)
     }
     dist_init_cuda(dist);  // this process's GPU, and NCCL between the processes (MPI build)
     if (cublas) { model_use_cublas_cuda(1); }
+    const char* sync = getenv("ATTNRES_CUDA_SYNC");
+    use_graph = graph && !cublas && (sync == NULL || sync[0] == '\0' || sync[0] == '0');
     return 0;
 }
 
@@ -45,8 +61,8 @@ void trainer_close_device(void) { dist_finalize_cuda(); }
 #else
 int trainer_on_gpu(void) { return 0; }
 
-int trainer_open_device(const Dist* dist, int cublas, char* err, size_t err_len) {
-    (void)dist; (void)cublas; (void)err; (void)err_len;
+int trainer_open_device(const Dist* dist, int cublas, int graph, char* err, size_t err_len) {
+    (void)dist; (void)cublas; (void)graph; (void)err; (void)err_len;
     return 0;
 }
 
@@ -74,6 +90,7 @@ void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int o
     t->device = mallocCheck(sizeof(ModelCuda));
     model_build_cuda(DEVICE(t), &host->config, B, T);
     model_to_device_cuda(DEVICE(t), host);
+    model_use_graph_cuda(DEVICE(t), STEP_IN_TWO_PARTS(t) && use_graph);
 #else
     (void)B;
     (void)T;
@@ -130,6 +147,10 @@ void trainer_free(Trainer* t) {
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
 #ifdef ATTNRES_CUDA
+    if (STEP_IN_TWO_PARTS(t)) {
+        model_queue_step_cuda(DEVICE(t), x, y, n_targets, B, T);
+        return;
+    }
     model_forward_rows_cuda(DEVICE(t), x, y, n_targets, B, T);  // queued: nothing read back
 #else
     if (t->sharded) { model_forward_rows(t->host, x, y, n_targets, B, T); }
@@ -137,15 +158,19 @@ void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
 #endif
 }
 
-void trainer_zero_grad(Trainer* t) { model_zero_grad(trained_model(t)); }
+void trainer_zero_grad(Trainer* t) {
+    if (!STEP_IN_TWO_PARTS(t)) { model_zero_grad(trained_model(t)); }
+}
 
-void trainer_backward(Trainer* t) { model_backward(trained_model(t)); }
+void trainer_backward(Trainer* t) {
+    if (!STEP_IN_TWO_PARTS(t)) { model_backward(trained_model(t)); }
+}
 
 float trainer_loss_and_norm(Trainer* t, float* norm) {
     Model* trained = trained_model(t);
     if (!t->sharded) {
 #ifdef ATTNRES_CUDA
-        return model_loss_and_norm_cuda(DEVICE(t), norm);  // one read-back for both
+        return model_step_loss_and_norm_cuda(DEVICE(t), norm);  // one read-back for both
 #else
         *norm = model_grad_norm(trained);
         return trained->loss;
@@ -178,6 +203,11 @@ static float* update_gradient(Trainer* t, size_t* lo, size_t* hi) {
 }
 
 void trainer_clip(Trainer* t, float norm, float max_norm) {
+    if (STEP_IN_TWO_PARTS(t)) {  // clipped in trainer_update's part
+        t->clip_norm = norm;
+        t->clip_max_norm = max_norm;
+        return;
+    }
     if (!(max_norm > 0.0f && norm > max_norm)) { return; }
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);
@@ -193,6 +223,14 @@ void trainer_clip(Trainer* t, float norm, float max_norm) {
 // whole flat buffer, and model_update_shard over it is model_update.
 void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
                     float weight_decay, int adam_t) {
+#ifdef ATTNRES_CUDA
+    if (STEP_IN_TWO_PARTS(t)) {
+        ModelUpdate u = {t->clip_norm, t->clip_max_norm, t->optimizer == OPTIMIZER_MUON, lr,
+                         beta1, beta2, eps, weight_decay, t->muon_momentum, adam_t};
+        model_update_step_cuda(DEVICE(t), &u);
+        return;
+    }
+#endif
     Model* trained = trained_model(t);
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);

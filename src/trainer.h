@@ -6,7 +6,11 @@
 //   trainer_clip -> trainer_update
 // src/trainer.c is compiled once per build, -DATTNRES_CUDA for the GPU ones (Makefile).
 // On the GPU the step runs on a device twin of the host Model (cuda/model.cuh), without
-// waiting on the host until trainer_loss_and_norm reads back the loss and the norm.
+// waiting on the host until trainer_loss_and_norm reads back the loss and the norm. In one
+// process (./train_cuda) trainer_forward queues everything up to that read-back (forward,
+// zero grad, backward, the norm's partial sums) and trainer_update queues clipping and the
+// update, each as one CUDA graph replayed step after step (--no-graph: the same calls
+// queued one by one); trainer_zero_grad and trainer_backward then have nothing left to do.
 // Everything else (evaluation, decoding, diagnostics, checkpoints) is CPU code on the host
 // Model, after trainer_to_host has copied the parameters and AdamW state there; so
 // evaluation runs at CPU speed in every build.
@@ -34,13 +38,16 @@ typedef struct {
     int optimizer;        // OPTIMIZER_ADAMW or OPTIMIZER_MUON (options.h)
     float muon_momentum;  // Muon's mu
     size_t* shard_bounds; // Muon with several ranks: the shards, cut between its matrices
+    float clip_norm, clip_max_norm;  // ./train_cuda: trainer_clip's, for trainer_update
 } Trainer;
 
 // 1 in the GPU builds (./train_cuda, ./train_cuda_mpi), 0 in the CPU ones
 int trainer_on_gpu(void);
-// The GPU builds: this process's GPU (NCCL between the processes with MPI), --cublas.
-// 0, or -1 with one line in err when there is no GPU to train on. The CPU builds: 0.
-int trainer_open_device(const Dist* dist, int cublas, char* err, size_t err_len);
+// The GPU builds: this process's GPU (NCCL between the processes with MPI), --cublas, and
+// whether ./train_cuda's step runs as CUDA graphs (graph: not --no-graph; never with
+// --cublas, with ATTNRES_CUDA_SYNC set, or data parallel). 0, or -1 with one line in err
+// when there is no GPU to train on. The CPU builds: 0.
+int trainer_open_device(const Dist* dist, int cublas, int graph, char* err, size_t err_len);
 void trainer_close_device(void);
 
 // host holds the initial (or resumed) parameters and moments; B, T is this rank's batch;

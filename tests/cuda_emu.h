@@ -19,7 +19,16 @@
 //     inside __global__ kernels (a static in an inline function cannot share the section);
 //   - cudaMalloc'd memory is filled with 0xFF too, and host code cannot touch it outside
 //     copies, sets and launches (see "device memory" below); copies and sets are memcpy and
-//     memset; streams are ignored (everything is synchronous);
+//     memset; streams are ignored (everything is synchronous), except that the legacy stream
+//     (0) cannot be captured;
+//   - stream capture records the launches, sets and copies queued meanwhile as the nodes of a
+//     graph instead of running them (allocating, freeing, waiting or a synchronous copy
+//     during a capture aborts, as they are errors on a GPU); launching an instantiated graph
+//     runs its nodes in order; a kernel node's arguments can be replaced in the instantiated
+//     graph (cudaGraphExecKernelNodeSetParams). Graphs hold one stream's work: a chain;
+//   - with cuda_emu::tracing on, every launch, set and copy that runs is appended to
+//     cuda_emu::trace (the kernel, grid, block and argument bytes; a set's or copy's
+//     parameters), so tests can compare what two ways of queuing a step ran;
 //   - cuda_emu::order is the order in which runnable threads, and blocks, are resumed:
 //     Order::forward (thread 0 first) or Order::reverse, initialised from the environment
 //     variable CUDA_EMU_ORDER=forward|reverse. A missing __syncthreads lets a thread read what
@@ -42,6 +51,7 @@
 #include <iterator>
 #include <map>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -97,6 +107,33 @@ inline size_t malloc_calls = 0;  // cudaMalloc calls so far (a training step sho
 // what a GPU would queue, counted so far: kernel launches, and asynchronous memsets and copies
 inline size_t kernel_launches = 0, async_operations = 0;
 
+// What ran, in order, while tracing is on: a launch, set or copy and its parameters (a
+// kernel's arguments as bytes, converted to its parameter types)
+struct Operation {
+    enum Kind { kernel, set, copy } kind;
+    const void* function;  // the kernel (NULL for a set or copy)
+    unsigned int grid[3], block[3];
+    std::vector<unsigned char> bytes;
+    bool operator==(const Operation& o) const {
+        return kind == o.kind && function == o.function && memcmp(grid, o.grid, sizeof grid) == 0 &&
+               memcmp(block, o.block, sizeof block) == 0 && bytes == o.bytes;
+    }
+};
+inline bool tracing = false;
+inline std::vector<Operation> trace;
+template <typename T>
+void append_bytes(std::vector<unsigned char>& bytes, const T& value) {
+    const unsigned char* p = (const unsigned char*)&value;
+    bytes.insert(bytes.end(), p, p + sizeof(T));
+}
+
+struct Graph;
+inline Graph* capturing = NULL;  // the graph that stream capture records into, if any
+// what a GPU refuses while a stream is captured: anything that allocates, frees or waits
+inline void check_not_capturing(const char* call) {
+    if (capturing != NULL) fail("%s during stream capture (a GPU refuses it)", call);
+}
+
 inline void set_device_access(bool allowed) {
     for (const auto& entry : allocations)
         mprotect(entry.second.data, entry.second.mapped,
@@ -120,7 +157,8 @@ inline bool is_device_pointer(const void* pointer) {
 // ---- the runtime -------------------------------------------------------------------------
 enum cudaError_t {
     cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2,
-    cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100
+    cudaErrorInsufficientDriver = 35, cudaErrorNoDevice = 100,
+    cudaErrorStreamCaptureUnsupported = 900, cudaErrorIllegalState = 401
 };
 enum cudaMemcpyKind {
     cudaMemcpyHostToHost = 0, cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2,
@@ -135,11 +173,14 @@ inline const char* cudaGetErrorString(cudaError_t error) {
     case cudaErrorMemoryAllocation: return "out of memory";
     case cudaErrorInsufficientDriver: return "CUDA driver version is insufficient for CUDA runtime version";
     case cudaErrorNoDevice: return "no CUDA-capable device is detected";
+    case cudaErrorStreamCaptureUnsupported: return "operation not permitted when stream is capturing";
+    case cudaErrorIllegalState: return "the operation cannot be performed in the present state";
     }
     return "unknown error";
 }
 template <typename T>
 cudaError_t cudaMalloc(T** pointer, size_t bytes) {
+    cuda_emu::check_not_capturing("cudaMalloc");
     size_t page = (size_t)getpagesize();
     size_t mapped = bytes > 0 ? (bytes + page - 1) / page * page : page;
     void* memory = mmap(NULL, mapped + 2 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -157,6 +198,7 @@ cudaError_t cudaMalloc(T** pointer, size_t bytes) {
     return cudaSuccess;
 }
 inline cudaError_t cudaFree(void* pointer) {
+    cuda_emu::check_not_capturing("cudaFree");
     if (pointer == NULL) return cudaSuccess;
     auto found = cuda_emu::allocations.find((uintptr_t)pointer);
     if (found == cuda_emu::allocations.end())
@@ -179,23 +221,96 @@ inline cudaError_t cudaFreeHost(void* pointer) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) {
+    cuda_emu::check_not_capturing("cudaMemcpy");
     cuda_emu::DeviceAccess access;
     if (bytes > 0) memcpy(dst, src, bytes);
     return cudaSuccess;
 }
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
-                                   cudaStream_t = 0) {
-    cuda_emu::async_operations++;
-    return cudaMemcpy(dst, src, bytes, kind);
-}
 inline cudaError_t cudaMemset(void* pointer, int value, size_t bytes) {
+    cuda_emu::check_not_capturing("cudaMemset");
     cuda_emu::DeviceAccess access;
     if (bytes > 0) memset(pointer, value, bytes);
     return cudaSuccess;
 }
+
+namespace cuda_emu {
+
+// One node of a graph: a launch, set or copy, queued when the graph is launched
+struct Node {
+    size_t index = 0;  // its place in its graph (and in the graph's instantiations)
+    virtual ~Node() {}
+    virtual void run() = 0;
+    virtual Node* clone() const = 0;
+    // a kernel node: its kernel, grid, block and parameters (kernel_params[i] points to
+    // parameter i), as cudaGraphExecKernelNodeSetParams sets them
+    virtual void set(const void*, dim3, dim3, void**) { fail("not a kernel node"); }
+};
+struct Graph {
+    std::vector<Node*> nodes;  // a chain: each depends on the one before
+    ~Graph() {
+        for (Node* node : nodes) delete node;
+    }
+    void add(Node* node) {
+        node->index = nodes.size();
+        nodes.push_back(node);
+    }
+};
+struct GraphExec {
+    std::vector<Node*> nodes;  // copies of the graph's, whose parameters can be changed
+    ~GraphExec() {
+        for (Node* node : nodes) delete node;
+    }
+};
+
+// a set or copy that runs now: counted, and traced with its parameters
+template <typename... Values>
+void count_set_or_copy(Operation::Kind kind, const Values&... values) {
+    async_operations++;
+    if (!tracing) return;
+    Operation op{kind, NULL, {0, 0, 0}, {0, 0, 0}, {}};
+    (append_bytes(op.bytes, values), ...);
+    trace.push_back(op);
+}
+// value into `bytes` bytes at pointer (device memory), as cudaMemsetAsync
+inline void set_now(void* pointer, int value, size_t bytes) {
+    count_set_or_copy(Operation::set, pointer, value, bytes);
+    DeviceAccess access;
+    if (bytes > 0) memset(pointer, value, bytes);
+}
+inline void copy_now(void* dst, const void* src, size_t bytes) {
+    count_set_or_copy(Operation::copy, dst, src, bytes);
+    DeviceAccess access;
+    if (bytes > 0) memcpy(dst, src, bytes);
+}
+struct SetNode : Node {
+    void* pointer;
+    int value;
+    size_t bytes;
+    SetNode(void* pointer, int value, size_t bytes) : pointer(pointer), value(value), bytes(bytes) {}
+    void run() override { set_now(pointer, value, bytes); }
+    Node* clone() const override { return new SetNode(*this); }
+};
+struct CopyNode : Node {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    CopyNode(void* dst, const void* src, size_t bytes) : dst(dst), src(src), bytes(bytes) {}
+    void run() override { copy_now(dst, src, bytes); }
+    Node* clone() const override { return new CopyNode(*this); }
+};
+
+}  // namespace cuda_emu
+
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind,
+                                   cudaStream_t = 0) {
+    if (cuda_emu::capturing != NULL) cuda_emu::capturing->add(new cuda_emu::CopyNode(dst, src, bytes));
+    else cuda_emu::copy_now(dst, src, bytes);
+    return cudaSuccess;
+}
 inline cudaError_t cudaMemsetAsync(void* pointer, int value, size_t bytes, cudaStream_t = 0) {
-    cuda_emu::async_operations++;
-    return cudaMemset(pointer, value, bytes);
+    if (cuda_emu::capturing != NULL) cuda_emu::capturing->add(new cuda_emu::SetNode(pointer, value, bytes));
+    else cuda_emu::set_now(pointer, value, bytes);
+    return cudaSuccess;
 }
 inline cudaError_t cudaGetDeviceCount(int* count) {  // the emulator is one device
     *count = 1;
@@ -209,8 +324,27 @@ inline cudaError_t cudaRuntimeGetVersion(int* version) {
     *version = 13000;
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize(void) {
+    cuda_emu::check_not_capturing("cudaDeviceSynchronize");
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) {
+    cuda_emu::check_not_capturing("cudaStreamSynchronize");
+    return cudaSuccess;
+}
+// Streams other than the legacy one (0): all the same to the emulator, but only they can be
+// captured
+struct cuda_emu_stream {
+    int unused;
+};
+inline cudaError_t cudaStreamCreate(cudaStream_t* stream) {
+    *stream = new cuda_emu_stream{0};
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t stream) {
+    delete stream;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
 inline cudaError_t cudaPeekAtLastError(void) { return cudaSuccess; }
 
@@ -477,21 +611,20 @@ void check_argument(const T& param, int index) {
     }
 }
 
-// kernel<<<grid, block>>>(args...): the arguments are converted to the kernel's parameter
-// types once, as a launch does, and every thread gets its own copy.
-template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+// Runs kernel<<<grid, block>>> with these parameters; traced
+template <typename... Params>
+void execute(void (*kernel)(Params...), dim3 grid, dim3 block, const std::tuple<Params...>& params) {
     kernel_launches++;
-    size_t threads = (size_t)block.x * block.y * block.z;
-    if (threads == 0 || threads > 1024 || block.z > 64)
-        fail("invalid block (%u,%u,%u)", block.x, block.y, block.z);
-    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
-        fail("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
-    std::tuple<Params...> params(args...);
     std::apply([](const Params&... param) {
         int index = 0;
         (check_argument(param, index++), ...);
     }, params);
+    if (tracing) {
+        Operation op{Operation::kernel, (const void*)kernel, {grid.x, grid.y, grid.z},
+                     {block.x, block.y, block.z}, {}};
+        std::apply([&op](const Params&... param) { (append_bytes(op.bytes, param), ...); }, params);
+        trace.push_back(op);
+    }
     DeviceAccess access;
     gridDim = grid;
     blockDim = block;
@@ -505,7 +638,130 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
     }
 }
 
+// A launch recorded by stream capture: the kernel and its own copy of the parameters, which
+// cudaGraphExecKernelNodeSetParams replaces (kernelParams[i] points to parameter i)
+template <typename... Params>
+struct KernelNode : Node {
+    void (*kernel)(Params...);
+    dim3 grid, block;
+    std::tuple<Params...> params;
+    KernelNode(void (*kernel)(Params...), dim3 grid, dim3 block, const std::tuple<Params...>& params)
+        : kernel(kernel), grid(grid), block(block), params(params) {}
+    void run() override { execute(kernel, grid, block, params); }
+    Node* clone() const override { return new KernelNode(*this); }
+    void set(const void* function, dim3 new_grid, dim3 new_block, void** kernel_params) override {
+        if (function != (const void*)kernel)
+            fail("cudaGraphExecKernelNodeSetParams: another kernel than the node's");
+        grid = new_grid;
+        block = new_block;
+        set_params(kernel_params, std::index_sequence_for<Params...>{});
+    }
+    template <size_t... I>
+    void set_params(void** kernel_params, std::index_sequence<I...>) {
+        ((memcpy(&std::get<I>(params), kernel_params[I], sizeof(std::get<I>(params)))), ...);
+    }
+};
+
+// kernel<<<grid, block>>>(args...): the arguments are converted to the kernel's parameter
+// types once, as a launch does, and every thread gets its own copy. While a stream is
+// captured, the launch becomes a node of its graph instead.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    size_t threads = (size_t)block.x * block.y * block.z;
+    if (threads == 0 || threads > 1024 || block.z > 64)
+        fail("invalid block (%u,%u,%u)", block.x, block.y, block.z);
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535)
+        fail("invalid grid (%u,%u,%u)", grid.x, grid.y, grid.z);
+    std::tuple<Params...> params(args...);
+    if (capturing != NULL) {
+        std::apply([](const Params&... param) {
+            int index = 0;
+            (check_argument(param, index++), ...);
+        }, params);
+        capturing->add(new KernelNode<Params...>(kernel, grid, block, params));
+        return;
+    }
+    execute(kernel, grid, block, params);
+}
+
 }  // namespace cuda_emu
+
+// ---- graphs -------------------------------------------------------------------------------
+enum cudaStreamCaptureMode {
+    cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1,
+    cudaStreamCaptureModeRelaxed = 2
+};
+enum cudaStreamCaptureStatus {
+    cudaStreamCaptureStatusNone = 0, cudaStreamCaptureStatusActive = 1,
+    cudaStreamCaptureStatusInvalidated = 2
+};
+typedef cuda_emu::Graph* cudaGraph_t;
+typedef cuda_emu::GraphExec* cudaGraphExec_t;
+typedef cuda_emu::Node* cudaGraphNode_t;
+struct cudaGraphEdgeData {
+    unsigned char from_port, to_port, type, reserved[5];
+};
+struct cudaKernelNodeParams {
+    void* func;
+    dim3 gridDim, blockDim;
+    unsigned int sharedMemBytes;
+    void** kernelParams;
+    void** extra;
+};
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t stream, cudaStreamCaptureMode) {
+    if (stream == 0 || cuda_emu::capturing != NULL) return cudaErrorStreamCaptureUnsupported;
+    cuda_emu::capturing = new cuda_emu::Graph;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* graph) {
+    if (cuda_emu::capturing == NULL) return cudaErrorIllegalState;
+    *graph = cuda_emu::capturing;
+    cuda_emu::capturing = NULL;
+    return cudaSuccess;
+}
+// the node the next captured one will depend on: the last one captured
+inline cudaError_t cudaStreamGetCaptureInfo(cudaStream_t, cudaStreamCaptureStatus* status,
+                                            unsigned long long* id = NULL,
+                                            cudaGraph_t* graph = NULL,
+                                            const cudaGraphNode_t** dependencies = NULL,
+                                            const cudaGraphEdgeData** edges = NULL,
+                                            size_t* n_dependencies = NULL) {
+    cuda_emu::Graph* g = cuda_emu::capturing;
+    *status = g != NULL ? cudaStreamCaptureStatusActive : cudaStreamCaptureStatusNone;
+    if (id != NULL) *id = 1;
+    if (graph != NULL) *graph = g;
+    if (edges != NULL) *edges = NULL;
+    bool any = g != NULL && !g->nodes.empty();
+    if (dependencies != NULL) *dependencies = any ? &g->nodes.back() : NULL;
+    if (n_dependencies != NULL) *n_dependencies = any ? 1 : 0;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* exec, cudaGraph_t graph,
+                                        unsigned long long = 0) {
+    cuda_emu::check_not_capturing("cudaGraphInstantiate");
+    *exec = new cuda_emu::GraphExec;
+    for (const cuda_emu::Node* node : graph->nodes) (*exec)->nodes.push_back(node->clone());
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecKernelNodeSetParams(cudaGraphExec_t exec, cudaGraphNode_t node,
+                                                    const cudaKernelNodeParams* p) {
+    if (node->index >= exec->nodes.size()) return cudaErrorInvalidValue;
+    exec->nodes[node->index]->set(p->func, p->gridDim, p->blockDim, p->kernelParams);
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t) {
+    cuda_emu::check_not_capturing("cudaGraphLaunch");
+    for (cuda_emu::Node* node : exec->nodes) node->run();
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
+    delete exec;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t graph) {
+    delete graph;
+    return cudaSuccess;
+}
 
 #define __syncthreads() cuda_emu::syncthreads(__FILE__, __LINE__)
 inline void __syncwarp(unsigned int mask = 0xffffffffu) {

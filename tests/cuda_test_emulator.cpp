@@ -245,3 +245,128 @@ TEST_CASE("host code cannot touch device memory, nor kernels take host pointers"
     }
     cudaCheck(cudaFree(d_x));
 }
+
+__global__ void add_kernel(float* x, float value) { x[threadIdx.x] += value; }
+
+// Stream capture as a GPU does it: nothing runs until the graph is launched, every launch of
+// it runs the nodes in order, and an instantiated graph's kernel node takes new arguments
+TEST_CASE("stream capture records work that a graph launch then runs, with arguments it can change") {
+    float* d_x;
+    cudaCheck(cudaMalloc(&d_x, 32 * sizeof(float)));
+    cudaCheck(cudaMemset(d_x, 0, 32 * sizeof(float)));
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    launch_kernel(add_kernel, 1, 32, d_x, 1.0f);
+    cudaStreamCaptureStatus status;
+    const cudaGraphNode_t* last = NULL;
+    size_t n_last = 0;
+    cudaCheck(cudaStreamGetCaptureInfo(stream, &status, NULL, NULL, &last, NULL, &n_last));
+    REQUIRE(n_last == 1);
+    cudaGraphNode_t add_node = last[0];
+    cudaCheck(cudaMemsetAsync(d_x + 16, 0, 16 * sizeof(float), stream));
+    cudaCheck(cudaStreamEndCapture(stream, &graph));
+    cudaCheck(cudaGraphInstantiate(&exec, graph, 0));
+    float x[32];
+    cudaCheck(cudaMemcpy(x, d_x, sizeof x, cudaMemcpyDeviceToHost));
+    CHECK(x[0] == 0.0f);  // captured, not run
+    cudaCheck(cudaGraphLaunch(exec, stream));
+    cudaCheck(cudaGraphLaunch(exec, stream));
+    cudaCheck(cudaMemcpy(x, d_x, sizeof x, cudaMemcpyDeviceToHost));
+    CHECK(x[0] == 2.0f);
+    CHECK(x[31] == 0.0f);  // the set ran after each add
+    float value = 5.0f;
+    void* args[] = {&d_x, &value};
+    cudaKernelNodeParams params = {(void*)add_kernel, dim3(1), dim3(32), 0, args, NULL};
+    cudaCheck(cudaGraphExecKernelNodeSetParams(exec, add_node, &params));
+    cudaCheck(cudaGraphLaunch(exec, stream));
+    cudaCheck(cudaMemcpy(x, d_x, sizeof x, cudaMemcpyDeviceToHost));
+    CHECK(x[0] == 7.0f);
+    CHECK(x[31] == 0.0f);
+    cudaCheck(cudaGraphExecDestroy(exec));
+    cudaCheck(cudaGraphDestroy(graph));
+    cudaCheck(cudaStreamDestroy(stream));
+    cudaCheck(cudaFree(d_x));
+}
+
+TEST_CASE("a capture refuses the legacy stream, allocation, freeing and waiting") {
+    std::string message;
+    INFO("the child's stderr: " << message);
+    CHECK(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal) == cudaErrorStreamCaptureUnsupported);
+    cudaStream_t stream;
+    cudaCheck(cudaStreamCreate(&stream));
+    auto captured = [&](const std::function<void()>& body) {
+        return aborts([&] {
+            cudaCheck(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+            body();
+        }, &message);
+    };
+    float* d_x;
+    SUBCASE("cudaMalloc") { CHECK(captured([&] { cudaCheck(cudaMalloc(&d_x, 4)); })); }
+    SUBCASE("cudaFree") { CHECK(captured([&] { cudaCheck(cudaFree(NULL)); })); }
+    SUBCASE("cudaStreamSynchronize") { CHECK(captured([&] { cudaCheck(cudaStreamSynchronize(stream)); })); }
+    SUBCASE("a synchronous copy") {
+        float host = 0.0f;
+        CHECK(captured([&] { cudaCheck(cudaMemcpy(&host, &host, 4, cudaMemcpyHostToHost)); }));
+    }
+    CHECK(message.find("during stream capture") != std::string::npos);
+    cudaCheck(cudaStreamDestroy(stream));
+}
+
+// cuda_graph_prepare (common.cuh): the first call captures, later calls walk the same calls
+// to bring changed arguments into the graph; a walk that queues other work exits, naming it
+TEST_CASE("a captured CUDA graph takes each walk's new arguments and refuses other work") {
+    float* d_x;
+    cudaCheck(cudaMalloc(&d_x, 32 * sizeof(float)));
+    cudaCheck(cudaMemset(d_x, 0, 32 * sizeof(float)));
+    CudaGraph* graph = NULL;
+    auto queue = [&](float value) {
+        cuda_memset_async(d_x + 16, 0, 16 * sizeof(float));
+        launch_kernel(add_kernel, 1, 32, d_x, value);
+    };
+    cuda_graph_prepare(&graph, [&] { queue(1.0f); });
+    float x[32];
+    cudaCheck(cudaMemcpy(x, d_x, sizeof x, cudaMemcpyDeviceToHost));
+    CHECK(x[0] == 0.0f);  // captured, not run
+    cuda_graph_launch(graph);
+    cuda_graph_prepare(&graph, [&] { queue(3.0f); });  // walked: nothing runs
+    cudaCheck(cudaMemcpy(x, d_x, sizeof x, cudaMemcpyDeviceToHost));
+    CHECK(x[0] == 1.0f);
+    CHECK(x[31] == 1.0f);
+    cuda_graph_launch(graph);
+    cudaCheck(cudaMemcpy(x, d_x, sizeof x, cudaMemcpyDeviceToHost));
+    CHECK(x[0] == 4.0f);
+    CHECK(x[31] == 3.0f);
+    std::string message;
+    INFO("the child's stderr: " << message);
+    int status = 0;
+    SUBCASE("another grid") {
+        status = run_in_child([&] {
+            cuda_graph_prepare(&graph, [&] {
+                cuda_memset_async(d_x + 16, 0, 16 * sizeof(float));
+                launch_kernel(add_kernel, 1, 16, d_x, 1.0f);
+            });
+        }, &message);
+        CHECK(message.find("another kernel, grid or block") != std::string::npos);
+    }
+    SUBCASE("a set elsewhere") {
+        status = run_in_child([&] {
+            cuda_graph_prepare(&graph, [&] {
+                cuda_memset_async(d_x, 0, 16 * sizeof(float));
+                launch_kernel(add_kernel, 1, 32, d_x, 1.0f);
+            });
+        }, &message);
+        CHECK(message.find("a set or copy with other parameters") != std::string::npos);
+    }
+    SUBCASE("one launch fewer") {
+        status = run_in_child([&] {
+            cuda_graph_prepare(&graph, [&] { cuda_memset_async(d_x + 16, 0, 16 * sizeof(float)); });
+        }, &message);
+        CHECK(message.find("fewer operations") != std::string::npos);
+    }
+    CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 1));
+    cuda_graph_free(graph);
+    cudaCheck(cudaFree(d_x));
+}

@@ -99,4 +99,6 @@ mpi_refuses() {
     echo "$out" | grep -qx "error: the processes were started with different flags (rank 1's differ from rank 0's)" || { echo "$out"; return 1; }
     out=$(mpi_run 2 build/train_mpi --sample --checkpoint /nonexistent 2>&1 >/dev/null)
     echo "$out" | grep -qx "error: --sample runs in one process: start it without mpirun" || { echo "$out"; return 1; }
+    out=$(mpi_run 2 build/train_mpi --export "$TEST_DIR/out.safetensors" --checkpoint /nonexistent 2>&1 >/dev/null)
+    echo "$out" | grep -qx "error: --export runs in one process: start it without mpirun" || { echo "$out"; return 1; }
 }

@@ -48,6 +48,8 @@ single() {
 }
 
 doctest_suite "unit tests" ./test_attnres
+# the safetensors reader on truncated and flipped files, under AddressSanitizer + UBSan
+doctest_suite "safetensors reader (AddressSanitizer)" build/asan/test_safetensors
 
 echo "== parity with the PyTorch reference (tests/data/*.bin)"
 for f in tests/data/*.bin; do
@@ -206,12 +208,33 @@ same_numbers() {
 EMU_TRAIN_FLAGS="--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
                  --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16
                  --threads 1"
+# its step as CUDA graphs (the default, replayed by the emulator) against --no-graph: the same
+# output, timings aside, exactly
+train_cuda_emu_graph_is_no_graph() {
+    local flags="$EMU_TRAIN_FLAGS $*"
+    local dir=$TEST_DIR
+    local strip='s/\| *[0-9.]+ tok\/s \| *[0-9.]+ ms\/step//; s/\| time [0-9.]+ s//'
+    # shellcheck disable=SC2086
+    build/emu/train_cuda $flags >"$dir/graph.txt" && build/emu/train_cuda $flags --no-graph >"$dir/calls.txt" &&
+        diff <(sed -E "$strip" "$dir/graph.txt") <(sed -E "$strip" "$dir/calls.txt")
+}
 train_cuda_emu_matches_train() {
     local flags="$EMU_TRAIN_FLAGS $*"
     local dir=$TEST_DIR
     # shellcheck disable=SC2086
     build/emu/train_cuda $flags >"$dir/cuda.txt" && ./train $flags >"$dir/cpu.txt" &&
         same_numbers "$dir/cuda.txt" "$dir/cpu.txt"
+}
+# --init-from on the device path: the file's weights reach the GPU model (the same losses as
+# ./train from them), and ./train_cuda --export writes what ./train --export writes
+train_cuda_emu_init_from_matches_train() {
+    local dir=$TEST_DIR
+    # shellcheck disable=SC2086
+    ./train $EMU_TRAIN_FLAGS --mode mhc --streams 2 --checkpoint "$dir/trained.ckpt" >/dev/null &&
+        ./train --export "$dir/cpu.safetensors" --checkpoint "$dir/trained.ckpt" >/dev/null &&
+        build/emu/train_cuda --export "$dir/cuda.safetensors" --checkpoint "$dir/trained.ckpt" >/dev/null &&
+        cmp "$dir/cpu.safetensors" "$dir/cuda.safetensors" &&
+        train_cuda_emu_matches_train --init-from "$dir/cpu.safetensors"
 }
 if [ -x build/emu/train_cuda ]; then
     echo "== ./train_cuda's training step with the emulated kernels, against ./train"
@@ -225,6 +248,12 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_matches_train --mode mhc --streams 3
     single "train_cuda (emulated) matches train, block S=2 --optimizer muon" \
         train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
+    single "train_cuda (emulated) matches train from --init-from weights (mhc 2 streams), and exports them back" \
+        train_cuda_emu_init_from_matches_train
+    single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, mhc + muon" \
+        train_cuda_emu_graph_is_no_graph --mode mhc --streams 2 --optimizer muon
+    single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, full variants" \
+        train_cuda_emu_graph_is_no_graph --mode full --depth-score sigmoid --depth-heads 2 --depth-query input
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process
@@ -259,7 +288,7 @@ if [ -x build/train_mpi ]; then
     single "Muon: checkpoint written by 2 processes resumes on 3 (other shards), same losses" mpi_resume_across 2 3 --optimizer muon
     single "ZeRO-1: the sharded moments gathered = one process's moments" mpi_moments_match
     single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
-    single "one-line refusals: batch not dividing, different flags, --sample" mpi_refuses
+    single "one-line refusals: batch not dividing, different flags, --sample, --export" mpi_refuses
 fi
 
 # ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one

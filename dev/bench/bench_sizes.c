@@ -3,7 +3,7 @@
 // full, block S=4), and that rate as a share of the matmul's own rate at that size.
 // `make bench-sizes` runs it (dev/bench/bench_sizes.sh, PyTorch beside each size). Built
 // twice: build/bench_sizes times ./train's step (as dev/bench/bench.c), build/bench_sizes_cuda
-// (-DBENCH_CUDA, `make gpu-check`) ./train_cuda's (as dev/bench/bench_cuda.c).
+// (-DBENCH_CUDA, `make gpu-check`) ./train_cuda's, as CUDA graphs (as bench_cuda --graph).
 //
 // ./build/bench_sizes [--size d,L,T]... [--mode none|full|block] [--rounds N] [--threads N]
 //     (--mode: that mode alone, e.g. under perf; by default all three)
@@ -59,6 +59,7 @@ static void build(BenchModel* m, const ModelConfig* c, size_t B, size_t T) {
     model_init_params(&host, 1);
     model_build_cuda(m, c, B, T);
     model_to_device_cuda(m, &host);
+    model_use_graph_cuda(m, 1);  // ./train_cuda's step: CUDA graphs
     model_free(&host);
 }
 

@@ -138,15 +138,16 @@ static inline double bench_training_step(Model* m, const int* x, const int* y, s
 
 #ifdef ATTNRES_MODEL_CUH
 // One training step as ./train_cuda takes it (one read-back, of the loss and the gradient
-// norm, then clipping and AdamW), waited for, so the step has finished on the GPU when this
-// returns; its milliseconds. bench_cuda.c and bench_sizes.c (BENCH_CUDA) time it.
+// norm, then clipping and AdamW; as CUDA graphs after model_use_graph_cuda(m, 1)), waited
+// for, so the step has finished on the GPU when this returns; its milliseconds. bench_cuda.c
+// and bench_sizes.c (BENCH_CUDA) time it.
 static inline double bench_training_step_cuda(ModelCuda* m, const int* x, const int* y, size_t B,
                                               size_t T, int t) {
     double t0 = now_seconds();
     float loss, norm;
     model_forward_backward_cuda(m, x, y, B, T, &loss, &norm);
-    if (norm > 1.0f) model_clip_gradients_cuda(m, norm, 1.0f);
-    model_update_cuda(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    ModelUpdate u = {norm, 1.0f, 0, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, t};
+    model_update_step_cuda(m, &u);
     model_wait_cuda();
     return 1000.0 * (now_seconds() - t0);
 }

@@ -7,14 +7,17 @@
 #      operators at the bench size and its whole model too)
 #   2. ./train against ./train_cuda, loss by loss: a tiny model in every mode (mHC-lite with
 #      4 streams and with 2) and in two runs of SPEC's variants (within 1e-4)
-#      and the bench model (within 2e-3, see below); the data-parallel NCCL path on one GPU
+#      and the bench model (within 2e-3, see below); ./train_cuda (its step as CUDA graphs)
+#      against ./train_cuda --no-graph in four tiny runs and the bench model, every loss and
+#      the final parameters and moments bit for bit; the data-parallel NCCL path on one GPU
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
-#      with cuBLAS; the matmul version by version (naive, 16x16 tiles, ours) and cuBLAS SGEMM
-#      on the bench shapes; PyTorch on the same GPU, the same model checked against the
-#      reference state files, eager, compiled and with CUDA graphs, when the machine's python3
-#      has a CUDA-enabled torch (a line saying it was skipped otherwise)
+#      with cuBLAS, per mode as CUDA graphs against queued call by call; the matmul version by
+#      version (naive, 16x16 tiles, ours) and cuBLAS SGEMM on the bench shapes; PyTorch on the
+#      same GPU, the same model checked against the reference state files, eager, compiled
+#      and with CUDA graphs, when the machine's python3 has a CUDA-enabled torch (a line
+#      saying it was skipped otherwise)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (where the machine's runtime refuses the tool,
 #      e.g. "Device not supported" under gVisor, a skip line says so)
@@ -74,6 +77,24 @@ check() {
     return $status
 }
 
+# in_budget NAME SECONDS: 0 if SECONDS more (an estimate of the longest NAME takes) still
+# fit the budget; else records a skip line for NAME and returns 1
+in_budget() {
+    local elapsed=$(($(date +%s) - start))
+    [ $((elapsed + $2)) -le "$budget" ] && return 0
+    summary+=("skip  $1: would end past the time budget (${elapsed} s + ${2} s > ${budget} s; GPU_CHECK_BUDGET)")
+    echo "${summary[-1]}"
+    return 1
+}
+# optional NAME SECONDS: as in_budget, for a part QUICK leaves out (a skip line saying so)
+optional() {
+    if [ -n "$quick" ]; then
+        summary+=("skip  $1 (QUICK)")
+        echo "${summary[-1]}"
+        return 1
+    fi
+    in_budget "$@"
+}
 # the bench model (d=256 L=8 H=8 G=4 F=704, V=256 bytes), block AttnRes, one step of B=8 T=128
 bench_flags=(--task text --text README.md --seq-len 128 --batch 8 --d 256 --L 8 --H 8 --G 4
              --F 704 --mode block --block-size 4 --eval-examples 8 --threads 8)
@@ -99,6 +120,7 @@ tiny_flags=(--task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 2
 # name:flags, the modes (mHC-lite with m = 4 streams, m! = 24 permutations, and with m = 2),
 # two runs of SPEC's variants (every attention switch at once; the window with DenseFormer's
 # mixing) and Muon (muon.cu's Newton-Schulz and step)
+declare -A run_flags  # name: flags, for the --no-graph runs below
 for run in "none:--mode none" "full:--mode full" "block:--mode block --block-size 2" \
            "mhc:--mode mhc --streams 4" "mhc2:--mode mhc --streams 2" \
            "variants:--mode full --depth-score sigmoid --key-norm off --depth-query input --depth-heads 2" \
@@ -108,7 +130,9 @@ for run in "none:--mode none" "full:--mode full" "block:--mode block --block-siz
     # shellcheck disable=SC2086  # flags: words on purpose
     ./train "${tiny_flags[@]}" $flags --diagnostics "$out/cpu_$name" >>"$out/losses.log" 2>&1
     # shellcheck disable=SC2086
-    ./train_cuda "${tiny_flags[@]}" $flags --diagnostics "$out/gpu_$name" >>"$out/losses.log" 2>&1
+    ./train_cuda "${tiny_flags[@]}" $flags --diagnostics "$out/gpu_$name" \
+        --checkpoint "$out/gpu_$name.ckpt" >>"$out/losses.log" 2>&1
+    run_flags[$name]=$flags
     check "./train_cuda = ./train, tiny model, $name ($flags), 30 steps (1e-4)" losses.log 60 \
         same_losses "$out/gpu_$name" "$out/cpu_$name" 1e-4
     tail -1 "$out/losses.log"
@@ -120,10 +144,30 @@ done
 ./train "${bench_flags[@]}" --steps 10 --eval-every 10 --log-every 1 --warmup 2 \
     --diagnostics "$out/cpu_bench" >>"$out/losses.log" 2>&1
 ./train_cuda "${bench_flags[@]}" --steps 10 --eval-every 10 --log-every 1 --warmup 2 \
-    --diagnostics "$out/gpu_bench" >>"$out/losses.log" 2>&1
+    --diagnostics "$out/gpu_bench" --checkpoint "$out/gpu_bench.ckpt" >>"$out/losses.log" 2>&1
 check "./train_cuda = ./train, bench model, block S=4, 10 steps (2e-3)" losses.log 60 \
     same_losses "$out/gpu_bench" "$out/cpu_bench" 2e-3
 tail -1 "$out/losses.log"
+run_flags[bench]="${bench_flags[*]} --steps 10 --eval-every 10 --log-every 1 --warmup 2"
+
+# ./train_cuda's step as CUDA graphs (the runs above) against --no-graph, the same calls
+# queued one by one: the same kernels in the same order with the same arguments, so every
+# logged loss is the same (0 difference) and the parameters and AdamW moments (Muon's
+# momentum) after the last step are the same bytes (the checkpoints after their 1 KB header)
+same_run() {  # DIR_A DIR_B
+    same_losses "$1" "$2" 0 && cmp <(tail -c +1025 "$1.ckpt") <(tail -c +1025 "$2.ckpt") &&
+        echo "  parameters and moments after the last step: the same bytes"
+}
+for name in none mhc muon variants bench; do
+    in_budget "./train_cuda --no-graph, $name" 30 || continue
+    tiny=("${tiny_flags[@]}"); [ $name = bench ] && tiny=()
+    # shellcheck disable=SC2086  # flags: words on purpose
+    ./train_cuda "${tiny[@]}" ${run_flags[$name]} --no-graph --diagnostics "$out/nograph_$name" \
+        --checkpoint "$out/nograph_$name.ckpt" >>"$out/losses.log" 2>&1
+    check "./train_cuda = ./train_cuda --no-graph, $name (${run_flags[$name]:0:40}...), every loss and the final state bit for bit" \
+        losses.log 60 same_run "$out/gpu_$name" "$out/nograph_$name"
+    tail -2 "$out/losses.log"
+done
 
 # The NCCL path (build/train_cuda_mpi, when MPI is installed here or carried in .carry/openmpi
 # by `make carry`): one process under mpirun takes the sharded step (NCCL reduce and
@@ -145,6 +189,9 @@ check "training step speed, our matmul, modes and SPEC's variants (build/bench_c
     speed.log 120 build/bench_cuda --variants
 check "training step speed, cuBLAS matmul (build/bench_cuda --cublas)" speed.log 120 \
     build/bench_cuda --cublas
+in_budget "training step speed, CUDA graphs" 30 &&
+    check "training step speed per mode as CUDA graphs against call by call (build/bench_cuda --graph; \"graph\" lines, vs the mode)" \
+        speed.log 120 build/bench_cuda --graph
 check "the matmul version by version and cuBLAS SGEMM vs the CPU, and their speed (build/bench_gemm)" speed.log 120 \
     build/bench_gemm
 # PyTorch on the same GPU: the same model written as a PyTorch user would, checked against
@@ -203,24 +250,6 @@ fi
 grep -E "ERROR SUMMARY|RACECHECK SUMMARY" "$out/sanitizer.log" 2>/dev/null | sort | uniq -c
 
 # ---- 5. where the time goes, as far as the budget allows --------------------------------------
-# in_budget NAME SECONDS: 0 if SECONDS more (an estimate of the longest NAME takes) still
-# fit the budget; else records a skip line for NAME and returns 1
-in_budget() {
-    local elapsed=$(($(date +%s) - start))
-    [ $((elapsed + $2)) -le "$budget" ] && return 0
-    summary+=("skip  $1: would end past the time budget (${elapsed} s + ${2} s > ${budget} s; GPU_CHECK_BUDGET)")
-    echo "${summary[-1]}"
-    return 1
-}
-# optional NAME SECONDS: as in_budget, for a part QUICK leaves out (a skip line saying so)
-optional() {
-    if [ -n "$quick" ]; then
-        summary+=("skip  $1 (QUICK)")
-        echo "${summary[-1]}"
-        return 1
-    fi
-    in_budget "$@"
-}
 # The depth attention's kernels (bench_depth: checked against the CPU, then the 17 calls of a
 # step timed) and the step (bench_cuda), in the plain build (its block shape, DEPTH_ROWS rows
 # of ROW_THREADS threads taking DEPTH_COLS columns at a time, the default) and in each of the
