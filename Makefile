@@ -40,7 +40,7 @@ train: build/train  ## (re)build ./train and train the default model
 # With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
 # ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
 # where there is a GPU. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS = all test_attnres build/asan/test_safetensors build/gradcheck build/scaling_fit test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
+TEST_BINS = all test_attnres build/asan/test_safetensors build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
             build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
             $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
             build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
@@ -54,6 +54,14 @@ test:  ## install what is missing, build, run every suite (tests/run_all.sh)
 bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then the matmul's GFLOP/s
 	./build/bench
 	./build/bench_linear
+
+# `make bench-sizes`: the step per mode at several widths, depths and contexts, its share of
+# the matmul's rate, and PyTorch eager (dev/bench/bench_pytorch.py) beside each size
+# (dev/bench/bench_sizes.sh; SIZES="d,L,T ..." or SIZES=all for the whole grid; TORCH_BLAS=DIR
+# runs PyTorch with the libblas.so.3 in DIR, e.g. OpenBLAS's)
+.PHONY: bench-sizes
+bench-sizes: build/bench_sizes  ## ms/step, GFLOP/s, share of the matmul rate as d, L, T grow, PyTorch beside [SIZES=]
+	@SIZES="$(SIZES)" TORCH_BLAS="$(TORCH_BLAS)" dev/bench/bench_sizes.sh
 
 # `make gradcheck`: every layer's backward and the whole model's against finite differences,
 # one table (dev/check/gradcheck.c); ./build/gradcheck rmsnorm attention checks only those layers.
@@ -90,6 +98,9 @@ test_attnres: $(TEST_OBJ) $(OBJ)  ## ./test_attnres: the unit tests (doctest; ma
 
 build/bench: dev/bench/bench.c dev/bench/bench_util.h $(OBJ)
 	$(CC) $(CFLAGS) dev/bench/bench.c $(OBJ) -o $@ $(LDLIBS)
+
+build/bench_sizes: dev/bench/bench_sizes.c dev/bench/bench_util.h $(OBJ)
+	$(CC) $(CFLAGS) dev/bench/bench_sizes.c $(OBJ) -o $@ $(LDLIBS)
 
 build/bench_linear: dev/bench/bench_linear.c build/src/linear.o
 	$(CC) $(CFLAGS) dev/bench/bench_linear.c build/src/linear.o -o $@ $(LDLIBS)

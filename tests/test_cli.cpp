@@ -1380,6 +1380,17 @@ TEST_CASE("make plots on a run stopped before its first evaluation: one error li
     CHECK(lines_of(plots.err).size() == 1);
 }
 
+TEST_CASE("make bench-sizes' benchmark refuses a size it cannot build, and unknown arguments, in one line") {
+    TempDir dir;
+    // d not a multiple of 64; L odd (block S=4 needs 4 | 2L); T not one of 128 .. 1024; two
+    // numbers; something after the third
+    for (const char* size : {"100,8,128", "256,3,128", "256,8,100", "256,8", "256,8,128x"})
+        check_error(run_program(dir, "build/bench_sizes", {"--size", size}), {"--size", size});
+    check_error(run_program(dir, "build/bench_sizes", {"--rounds", "0"}), {"--rounds"});
+    check_error(run_program(dir, "build/bench_sizes", {"--mode", "mhc"}), {"--mode", "mhc"});
+    check_error(run_program(dir, "build/bench_sizes", {"--bogus"}), {"unknown argument", "--bogus"});
+}
+
 // make scaling's fit (dev/experiments/scaling_fit.c) on losses that follow a known law:
 // a baseline at loss = 2·C^−0.1 and a mode at the baseline's loss for 1.5 times its compute,
 // every size at two seeds a factor e^±0.002 apart (so the least squares in log space meet

@@ -25,16 +25,6 @@
 #include "bench_util.h"
 
 
-// one training step of m on (x, y); returns its milliseconds
-static double timed_step(Model* m, const int* x, const int* y, size_t B, size_t T, int t) {
-    double t0 = now_seconds();
-    model_forward(m, x, y, B, T);
-    model_zero_grad(m);
-    model_backward(m);
-    model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-    return 1000.0 * (now_seconds() - t0);
-}
-
 // n floats drawn uniformly from [-0.5, 0.5), freshly allocated
 static float* uniform_floats(size_t n, uint64_t* state) {
     float* x = mallocCheck(n * sizeof(float));
@@ -183,7 +173,7 @@ typedef struct {
 
 static double bench_step(void* context, int mode, int t) {
     Bench* b = context;
-    return timed_step(&b->models[mode], b->x, b->y, b->B, b->T, t);
+    return bench_training_step(&b->models[mode], b->x, b->y, b->B, b->T, t);
 }
 
 int main(int argc, char** argv) {

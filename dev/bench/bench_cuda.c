@@ -17,18 +17,6 @@
 #include "bench_util.h"
 
 
-// one training step as train.c takes it (one read-back, of the loss and the gradient norm,
-// then clipping and AdamW), waited for, so the step has finished on the GPU when this returns
-static double timed_step(ModelCuda* m, const int* x, const int* y, size_t B, size_t T, int t) {
-    double t0 = now_seconds();
-    float loss, norm;
-    model_forward_backward_cuda(m, x, y, B, T, &loss, &norm);
-    ModelUpdate u = {norm, 1.0f, 0, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, t};
-    model_update_step_cuda(m, &u);
-    model_wait_cuda();
-    return 1000.0 * (now_seconds() - t0);
-}
-
 typedef struct {
     ModelCuda* models;  // one per mode
     int *x, *y;         // the batch
@@ -37,7 +25,7 @@ typedef struct {
 
 static double bench_step(void* context, int mode, int t) {
     Bench* b = context;
-    return timed_step(&b->models[mode], b->x, b->y, b->B, b->T, t);
+    return bench_training_step_cuda(&b->models[mode], b->x, b->y, b->B, b->T, t);
 }
 
 int main(int argc, char** argv) {

@@ -1,5 +1,6 @@
 // bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model in
-// each mode (mHC-lite's too) and its variants, their memory, a clock, quantiles, and the report of interleaved rounds (each
+// each mode (mHC-lite's too) and its variants, their memory, a clock, the training step they
+// time (./train_cuda's where model.cuh is included first), quantiles, and the report of interleaved rounds (each
 // config's median ms/step; each overhead the median of the paired ratios config / none of the
 // same round, with the middle half of the rounds and a 95 % confidence interval for the
 // median).
@@ -122,6 +123,35 @@ static inline double now_seconds(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
+
+// One training step of m on (x, y), AdamW step t (from 1), as ./train takes it; its
+// milliseconds. bench.c and bench_sizes.c time it.
+static inline double bench_training_step(Model* m, const int* x, const int* y, size_t B, size_t T,
+                                         int t) {
+    double t0 = now_seconds();
+    model_forward(m, x, y, B, T);
+    model_zero_grad(m);
+    model_backward(m);
+    model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+    return 1000.0 * (now_seconds() - t0);
+}
+
+#ifdef ATTNRES_MODEL_CUH
+// One training step as ./train_cuda takes it (one read-back, of the loss and the gradient
+// norm, then clipping and AdamW; as CUDA graphs after model_use_graph_cuda(m, 1)), waited
+// for, so the step has finished on the GPU when this returns; its milliseconds. bench_cuda.c
+// and bench_sizes.c (BENCH_CUDA) time it.
+static inline double bench_training_step_cuda(ModelCuda* m, const int* x, const int* y, size_t B,
+                                              size_t T, int t) {
+    double t0 = now_seconds();
+    float loss, norm;
+    model_forward_backward_cuda(m, x, y, B, T, &loss, &norm);
+    ModelUpdate u = {norm, 1.0f, 0, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.0f, t};
+    model_update_step_cuda(m, &u);
+    model_wait_cuda();
+    return 1000.0 * (now_seconds() - t0);
+}
+#endif
 
 static inline int compare_doubles(const void* a, const void* b) {
     double x = *(const double*)a, y = *(const double*)b;

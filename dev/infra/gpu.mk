@@ -24,7 +24,7 @@ gpu-check:  ## on a GPU: build with nvcc; GPU tests, sanitizers, speed [OUT= BUD
 	          if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
 	              . .carry/openmpi/env.sh && echo "gpu-check: OpenMPI from .carry/openmpi"; fi; \
 	          $(MAKE) --no-print-directory -j$$(nproc) all cuda build/test_cuda_gpu build/bench_cuda \
-	              build/bench_gemm build/bench_depth $(if $(filter-out 0,$(QUICK)),,build/bench_attention) $(SHAPE_BINS) \
+	              build/bench_gemm build/bench_depth build/bench_sizes_cuda $(if $(filter-out 0,$(QUICK)),,build/bench_attention) $(SHAPE_BINS) \
 	              $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
 	          && GPU_CHECK_OUT=$(OUT) GPU_CHECK_BUDGET=$(BUDGET) DEPTH_SHAPES="$(DEPTH_SHAPES)" \
 	             GPU_CHECK_QUICK=$(QUICK) dev/infra/gpu_check.sh'
@@ -52,6 +52,14 @@ build/bench_cuda.o: dev/bench/bench_cuda.c dev/bench/bench_util.h cuda/model.cuh
 	$(CC) $(CFLAGS) -Icuda -c $< -o $@
 
 build/bench_cuda: build/bench_cuda.o $(CUDA_OBJ) $(OBJ)
+	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+
+# bench_sizes.c with ./train_cuda's step, compiled as CUDA C++ (it calls linear_forward_cuda)
+build/bench_sizes_cuda.o: dev/bench/bench_sizes.c dev/bench/bench_util.h $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -DBENCH_CUDA -Idev/bench -Xcompiler -fopenmp -x cu -c $< -o $@
+
+build/bench_sizes_cuda: build/bench_sizes_cuda.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 build/bench_gemm: dev/bench/bench_gemm.cu dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)

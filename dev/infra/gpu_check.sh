@@ -13,9 +13,11 @@
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
-#      with cuBLAS, per mode as CUDA graphs against queued call by call; the matmul version by version (naive, 16x16 tiles, ours) and cuBLAS SGEMM
-#      on the bench shapes; PyTorch eager on the same GPU when the machine's python3 has a
-#      CUDA-enabled torch (a line saying it was skipped otherwise)
+#      with cuBLAS, per mode as CUDA graphs against queued call by call; the matmul version by
+#      version (naive, 16x16 tiles, ours) and cuBLAS SGEMM on the bench shapes; PyTorch on the
+#      same GPU, the same model checked against the reference state files, eager, compiled
+#      and with CUDA graphs, when the machine's python3 has a CUDA-enabled torch (a line
+#      saying it was skipped otherwise)
 #   4. compute-sanitizer memcheck, racecheck, synccheck and initcheck on the model test and
 #      on one training step at the bench size (where the machine's runtime refuses the tool,
 #      e.g. "Device not supported" under gVisor, a skip line says so)
@@ -24,7 +26,9 @@
 #      a part starts only if its longest expected time still fits, else a skip line), the
 #      most telling first: the depth attention's kernels (dev/bench/bench_depth.cu), checked
 #      against the CPU and timed, with the step, in the plain build and with each block shape
-#      of DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); the causal
+#      of DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); how cost grows
+#      with size (attnres.c and PyTorch per mode at four sizes, dev/bench/bench_sizes.sh);
+#      PyTorch compiled with max-autotune; the causal
 #      attention's two versions (dev/bench/bench_attention.cu), checked and timed; Nsight
 #      Compute's time per kernel of a block and of a none step (dev/bench/profile_cuda.py); the
 #      benchmarks built with cuda/, src/, dev/ and the Makefile of an earlier commit when make
@@ -190,16 +194,30 @@ in_budget "training step speed, CUDA graphs" 30 &&
         speed.log 120 build/bench_cuda --graph
 check "the matmul version by version and cuBLAS SGEMM vs the CPU, and their speed (build/bench_gemm)" speed.log 120 \
     build/bench_gemm
-python3 dev/bench/bench_pytorch.py --device cuda --steps 30 >>"$out/speed.log" 2>&1
-status=$?
-if [ $status -eq 3 ]; then
-    summary+=("skip  PyTorch eager on the GPU: this machine's python3 has no CUDA-enabled torch")
-elif [ $status -ne 0 ]; then
-    summary+=("FAIL  PyTorch eager on the GPU (exit $status; see speed.log)")
-    failed=1
-else
-    summary+=("ok    PyTorch eager on the GPU (dev/bench/bench_pytorch.py --device cuda)")
-fi
+# PyTorch on the same GPU: the same model written as a PyTorch user would, checked against
+# the reference state files, then eager, torch.compile and torch.compile with CUDA graphs,
+# each (mode, way) compiling in its own process, all at once; a way not compiled within the
+# budget gets a skip line (dev/bench/bench_pytorch.py). torch.compile's max-autotune, whose
+# autotuning took ~28 s per matmul shape on an H200, only outside QUICK, on its own budget.
+# torch: this machine's python3 (exit 3: it has no CUDA-enabled torch)
+pytorch() {
+    local name=$1 limit=$2
+    shift 2
+    timeout "$limit" python3 dev/bench/bench_pytorch.py --device cuda --steps 30 \
+        --logs "$out/pytorch" "$@" >>"$out/speed.log" 2>&1
+    local status=$?
+    if [ $status -eq 3 ]; then
+        summary+=("skip  $name: this machine's python3 has no CUDA-enabled torch")
+    elif [ $status -ne 0 ]; then
+        summary+=("FAIL  $name (exit $status; see speed.log and pytorch/)")
+        failed=1
+    else
+        summary+=("ok    $name (dev/bench/bench_pytorch.py --device cuda $*)")
+    fi
+    echo "${summary[-1]}"
+}
+pytorch "PyTorch on the GPU: eager, compiled, CUDA graphs" 200 \
+    --ways eager,default,reduce-overhead --budget 120
 
 # ---- 4. compute-sanitizer ---------------------------------------------------------------
 sanitizer=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
@@ -281,6 +299,21 @@ if [ ${#shape_table[@]} -gt 0 ]; then
             }'
     } >>"$out/speed.log"
 fi
+# How cost grows with size: attnres.c's step and PyTorch's (eager, compiled, CUDA graphs)
+# per mode at the sweep's largest size and three others, each dimension grown alone
+# (dev/bench/bench_sizes.sh; PyTorch's compiles within 150 s, the largest size's first, then
+# PyTorch eager alone; at the bench size its run, check and nine processes, took 104 s on an
+# H200)
+if optional "the size sweep (bench-sizes on the GPU)" 230; then
+    check "how cost grows with size, attnres.c and PyTorch (DEVICE=cuda dev/bench/bench_sizes.sh)" \
+        sizes.log 280 env DEVICE=cuda ROUNDS=10 WAYS=eager,default,reduce-overhead BUDGET=150 \
+        SIZES="1024,16,1024 1024,8,128 256,16,128 256,8,1024" dev/bench/bench_sizes.sh
+    sed -n '/^== bench-sizes/,$p' "$out/sizes.log" >>"$out/speed.log"
+fi
+# PyTorch's fourth way, torch.compile(mode="max-autotune-no-cudagraphs"), within its budget
+optional "PyTorch compiled with max-autotune" 260 &&
+    pytorch "PyTorch on the GPU: compiled with max-autotune" 260 \
+        --ways eager,max-autotune-no-cudagraphs --budget 200
 # the causal attention's first and tiled versions, side by side (the tiled one is the step's)
 optional "causal attention versions" 15 &&
     check "causal attention, version 1 (first) and 2 (tiled) against the CPU and timed (build/bench_attention)" \

@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# bench_sizes.sh — what `make bench-sizes` runs: how a training step's cost grows with the
+# model. At each size d,L,T: attnres.c's step per mode (build/bench_sizes: ms/step, tokens/s,
+# GFLOP/s, its share of the matmul's rate at that size), then PyTorch's
+# (dev/bench/bench_pytorch.py: the same model written as a PyTorch user would, checked once
+# against the reference state files first), the two taking turns size by size; then one
+# table of both and their ratio.
+#
+#   SIZES="d,L,T ..."  the sizes (default: the bench model, then each of d, L and T grown
+#                      alone, which fits 10 minutes on 2 cores); SIZES=all: d in 256 512 1024,
+#                      L in 8 16, T in 128 512 1024 (hours on 2 cores)
+#   DEVICE=cuda        the GPU (build/bench_sizes_cuda, PyTorch's --device cuda; make gpu-check)
+#   PYTHON             the python with torch (default /usr/bin/python3 on the CPU, Debian's
+#                      torch; python3 on the GPU)
+#   WAYS               PyTorch's ways (default eager; e.g. eager,default,reduce-overhead)
+#   BUDGET             seconds for PyTorch's compiles over the whole sweep (0: no limit); past
+#                      it, PyTorch eager alone
+#   ROUNDS             attnres.c's rounds and PyTorch's steps per mode (default 3)
+#   TORCH_BLAS=DIR     PyTorch's matmuls through DIR/libblas.so.3 (OpenBLAS's, for one:
+#                      dev/bench/bench_pytorch.py's header says how to get it)
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+device=${DEVICE:-cpu}
+rounds=${ROUNDS:-3}
+ways=${WAYS:-eager}
+budget=${BUDGET:-0}
+budget=${budget%.*}  # whole seconds
+sizes=${SIZES:-"256,8,128 256,8,512 256,8,1024 256,16,128 512,8,128 1024,8,128"}
+if [ "$sizes" = all ]; then
+    sizes=$(for d in 256 512 1024; do for L in 8 16; do for T in 128 512 1024; do
+        echo "$d,$L,$T"; done; done; done)
+fi
+if [ "$device" = cuda ]; then
+    bench=build/bench_sizes_cuda python=${PYTHON:-python3}
+else
+    bench=build/bench_sizes python=${PYTHON:-/usr/bin/python3}
+fi
+[ -x "$bench" ] || { echo "error: no $bench (make $bench)"; exit 1; }
+if [ -n "${TORCH_BLAS:-}" ]; then
+    [ -e "$TORCH_BLAS/libblas.so.3" ] || { echo "error: TORCH_BLAS=$TORCH_BLAS holds no libblas.so.3"; exit 1; }
+    export LD_LIBRARY_PATH="$TORCH_BLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+start=$SECONDS
+
+# PyTorch: the header (torch, BLAS or device) and the check, once; without torch, ours alone
+torch_ok=1
+"$python" dev/bench/bench_pytorch.py --device "$device" --check-only >"$log.check" 2>&1
+status=$?
+grep -vE "^check [a-z]" "$log.check"
+rm -f "$log.check"
+if [ $status -ne 0 ]; then
+    echo "bench-sizes: PyTorch left out (bench_pytorch.py --check-only exited $status)"
+    torch_ok=0
+fi
+for size in $sizes; do
+    "$bench" --size "$size" --rounds "$rounds" | tee -a "$log" | grep -v "^bench_sizes"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "error: $bench --size $size failed"; exit 1; }
+    [ $torch_ok -eq 1 ] || continue
+    left=0 size_ways=$ways  # PyTorch's budget: what is left of BUDGET (0: no limit)
+    if [ "$budget" -gt 0 ]; then
+        left=$((budget - (SECONDS - start)))
+        if [ $left -le 0 ] && [ "$ways" != eager ]; then
+            echo "skip PyTorch's compiled ways at $size: the budget ($budget s) is spent (eager alone)"
+            left=0 size_ways=eager
+        fi
+    fi
+    "$python" dev/bench/bench_pytorch.py --device "$device" --no-check --size "$size" \
+        --steps "$rounds" --ways "$size_ways" --budget "$left" 2>&1 |
+        grep -E "^(size|none|full|block|best|skip|FAIL)" | sed 's/^size /PyTorch at size /' | tee -a "$log"
+done
+
+# the table: per size and mode, both sides and their ratio (PyTorch's best way)
+echo
+echo "== bench-sizes ($device, $((SECONDS - start)) s): ms/step, GFLOP/s and share of each side's own matmul rate"
+awk '
+    function num(unit,   i) { for (i = 2; i <= NF; i++) if ($i == unit) return $(i - 1); return "" }
+    /^size d=/ { split($2, a, "="); split($3, b, "="); split($4, c, "[=:]"); size = a[2] "," b[2] "," c[2]
+                 if (!(size in seen)) { seen[size] = 1; order[++n] = size } }
+    /^(none|full|block S=4) / {
+        mode = ($1 == "block") ? "block" : $1
+        key = size SUBSEP mode
+        if ($0 ~ / attnres\.c /) { ours[key] = num("ms/step"); ours_g[key] = num("GFLOP/s"); ours_s[key] = num("of") }
+    }
+    /^best / {
+        mode = ($2 == "block") ? "block" : $2
+        key = size SUBSEP mode
+        torch[key] = num("ms/step"); torch_g[key] = num("GFLOP/s"); torch_s[key] = num("of")
+        torch_way[key] = $NF
+    }
+    END {
+        printf "%-13s %-6s %10s %8s %7s   %10s %8s %7s %-29s %7s\n", "d,L,T", "mode", "attnres.c",
+               "GFLOP/s", "matmul", "PyTorch", "GFLOP/s", "matmul", " (its best way)", "ratio"
+        for (i = 1; i <= n; i++) for (m = 1; m <= 3; m++) {
+            mode = (m == 1) ? "none" : (m == 2) ? "full" : "block"
+            key = order[i] SUBSEP mode
+            if (!(key in ours)) continue
+            t = (key in torch) ? sprintf("%10.2f %8.1f %7s %-29s %6.2fx", torch[key], torch_g[key],
+                                         torch_s[key], torch_way[key], torch[key] / ours[key]) : "         -"
+            printf "%-13s %-6s %10.2f %8.1f %6s   %s\n", order[i], mode, ours[key], ours_g[key], ours_s[key], t
+        }
+    }' "$log"
