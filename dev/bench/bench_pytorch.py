@@ -45,10 +45,12 @@ stopped, and none starts after; one skip line each.
 
 BLAS (CPU): Debian's python3-torch does its matmuls in whatever libblas.so.3 the system
 resolves; with only libblas3 installed that is netlib's unoptimised reference BLAS (~2
-GFLOP/s), about 30 times slower than OpenBLAS. To time torch with OpenBLAS without
-installing it system-wide:
-  apt-get download libopenblas0-pthread && dpkg-deb -x libopenblas0-pthread_*.deb /tmp/obl
-  LD_LIBRARY_PATH=/tmp/obl/usr/lib/x86_64-linux-gnu/openblas-pthread /usr/bin/python3 ...
+GFLOP/s), about 30 times slower than OpenBLAS. Time torch with OpenBLAS's OpenMP build,
+which runs in torch's own OpenMP threads; the pthread build (libopenblas0-pthread) keeps a
+second pool of threads that spin against torch's, and on 2 cores made the step 2.6 times
+slower (docs/speed.md). Without installing it system-wide:
+  apt-get download libopenblas0-openmp && dpkg-deb -x libopenblas0-openmp_*.deb /tmp/oblomp
+  LD_LIBRARY_PATH=/tmp/oblomp/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 ...
 The BLAS in use is printed in the header.
 """
 import argparse, ctypes, glob, math, multiprocessing, multiprocessing.connection, os, signal, struct, sys, \

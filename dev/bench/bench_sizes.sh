@@ -16,8 +16,8 @@
 #   BUDGET             seconds for PyTorch's compiles over the whole sweep (0: no limit); past
 #                      it, PyTorch eager alone
 #   ROUNDS             attnres.c's rounds and PyTorch's steps per mode (default 3)
-#   TORCH_BLAS=DIR     PyTorch's matmuls through DIR/libblas.so.3 (OpenBLAS's, for one:
-#                      dev/bench/bench_pytorch.py's header says how to get it)
+#   TORCH_BLAS=DIR     PyTorch's matmuls through DIR/libblas.so.3 (OpenBLAS's OpenMP build,
+#                      for one: dev/bench/bench_pytorch.py's header says how to get it)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 device=${DEVICE:-cpu}
