@@ -366,6 +366,16 @@ TEST_CASE("a captured CUDA graph takes each walk's new arguments and refuses oth
         }, &message);
         CHECK(message.find("fewer operations") != std::string::npos);
     }
+    SUBCASE("one launch more") {
+        status = run_in_child([&] {
+            cuda_graph_prepare(&graph, [&] {
+                cuda_memset_async(d_x + 16, 0, 16 * sizeof(float));
+                launch_kernel(add_kernel, 1, 32, d_x, 1.0f);
+                launch_kernel(add_kernel, 1, 32, d_x, 1.0f);
+            });
+        }, &message);
+        CHECK(message.find("more operations") != std::string::npos);
+    }
     CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 1));
     cuda_graph_free(graph);
     cudaCheck(cudaFree(d_x));

@@ -82,8 +82,10 @@ CUDA_NOT_MUTATED = {"model.cu", "distributed.cu"}
 CUDA_TESTS = {
     "adamw.cu": ["adamw update*", "global gradient norm*"],
     "attention.cu": ["attention forward and backward*"],
-    # (add_column_sums_cuda: mHC-lite's dbeta and dsigma, the many-head variants' dq and dg)
-    "common.cu": ["rmsnorm*", "static mixing*", "mHC-lite's operators*"],
+    # (add_column_sums_cuda: mHC-lite's dbeta and dsigma, the many-head variants' dq and dg;
+    # the CUDA graphs' capture, walk and replay: the emulator's graph tests)
+    "common.cu": ["rmsnorm*", "static mixing*", "mHC-lite's operators*", "stream capture*",
+                  "a captured CUDA graph*", "the step as CUDA graphs*"],
     # the shared device helpers: warp sums (RMSNorm, both depth attentions), the causal
     # softmax of a row (attention), 16-byte loads and stores (the matmul)
     "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
