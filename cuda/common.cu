@@ -77,6 +77,15 @@ struct CudaGraph {
     size_t next;  // while walked: the operation the next launch, set or copy is compared with
 };
 
+// graph_check: cudaCheck for the capture and replay calls, naming the way around them
+static void graph_check(cudaError_t error, const char* what) {
+    if (error != cudaSuccess) {
+        fprintf(stderr, "error: CUDA graph %s failed: %s (./train_cuda --no-graph queues the step "
+                "call by call)\n", what, cudaGetErrorString(error));
+        exit(EXIT_FAILURE);
+    }
+}
+
 [[noreturn]] static void walk_differs(const CudaGraph* g, const char* what) {
     fprintf(stderr, "error: a captured CUDA graph's walk queued %s where its capture queued "
             "operation %zu of %zu differently (the step must queue the same work every time)\n",
@@ -94,15 +103,15 @@ CudaGraph* cuda_graph_capture_begin(void) {
     if (cuda_stream == 0) cudaCheck(cudaStreamCreate(&cuda_stream));
     (void)cuda_sm_count();  // asked before the capture, which refuses such queries on some drivers
     CudaGraph* g = new CudaGraph();
-    cudaCheck(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeGlobal));
+    graph_check(cudaStreamBeginCapture(cuda_stream, cudaStreamCaptureModeGlobal), "capture");
     cuda_graph_capturing = g;
     return g;
 }
 
 void cuda_graph_capture_end(CudaGraph* g) {
     cuda_graph_capturing = NULL;
-    cudaCheck(cudaStreamEndCapture(cuda_stream, &g->graph));
-    cudaCheck(cudaGraphInstantiate(&g->exec, g->graph, 0));
+    graph_check(cudaStreamEndCapture(cuda_stream, &g->graph), "capture");
+    graph_check(cudaGraphInstantiate(&g->exec, g->graph, 0), "instantiation");
 }
 
 void cuda_graph_walk_begin(CudaGraph* g) {
@@ -161,7 +170,8 @@ void cuda_graph_kernel(const void* kernel, dim3 grid, dim3 block, void* const* a
     }
     if (changed) {
         cudaKernelNodeParams params = {(void*)kernel, grid, block, 0, (void**)args, NULL};
-        cudaCheck(cudaGraphExecKernelNodeSetParams(g->exec, op->node, &params));
+        graph_check(cudaGraphExecKernelNodeSetParams(g->exec, op->node, &params),
+                    "argument update");
     }
 }
 
@@ -196,7 +206,9 @@ void cuda_memcpy_async(void* dst, const void* src, size_t bytes, cudaMemcpyKind 
         cudaCheck(cudaMemcpyAsync(dst, src, bytes, kind, cuda_stream));
 }
 
-void cuda_graph_launch(CudaGraph* g) { cudaCheck(cudaGraphLaunch(g->exec, cuda_stream)); }
+void cuda_graph_launch(CudaGraph* g) {
+    graph_check(cudaGraphLaunch(g->exec, cuda_stream), "launch");
+}
 
 void cuda_graph_free(CudaGraph* g) {
     if (g == NULL) return;
