@@ -13,8 +13,9 @@
 // TILE_COLS columns (zero-padded) that the kernel reads contiguously; A is read in place when
 // its rows are contiguous, else (dout^T) copied into row panels of TILE_ROWS rows. Each
 // TILE_ROWS x TILE_COLS tile of C belongs to one thread, which keeps it in registers while it
-// walks k: tile() in matmul_tile.h (attention.c's per-head products use it too), whose
-// innermost loop runs over one panel row, so gcc -O3 -march=native makes it vector FMAs.
+// walks k: tile_any() in matmul_tile.h (attention.c's per-head products use it too), whose
+// innermost step is vector FMAs of one panel row (12 x 32 with AVX-512, else 6 x 16).
+// k and B's columns are walked in blocks that stay in cache (KC, NC below).
 // Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in order, so
 // results are bit-identical for any thread count.
 #include <math.h>
@@ -57,8 +58,11 @@ void linear_backward_naive(float* dinp, float* dweight, const float* dout, const
 // one per thread (muon.c runs matmuls on several threads at once)
 static _Thread_local Scratch panels;
 
+#define KC 256  // the steps of k a tile walks before its sums go back to C
+#define NC 512  // the columns of B a block holds (a multiple of TILE_COLS; KC x NC floats: 512 KB)
+
 // panels (count/width rounded up, k, width): panels[t][p][w] = X(t*width + w, p), 0 past
-// count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile() reads contiguously.
+// count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile_any() reads contiguously.
 // Each thread fills whole panels, row p after row p, so its writes run contiguously.
 static void pack_panels(float* panels, const float* X, size_t stride_i, size_t stride_p,
                         size_t count, size_t k, size_t width) {
@@ -91,15 +95,27 @@ static void matmul_accumulate(float* C, const float* A, size_t a_row, size_t a_c
         a_col = TILE_ROWS;
         a_tile = k * TILE_ROWS;
     }
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (size_t tr = 0; tr < row_tiles; tr++)
-        for (size_t tc = 0; tc < col_tiles; tc++) {
-            size_t i0 = tr * TILE_ROWS, j0 = tc * TILE_COLS;
-            float* c = C + i0 * m + j0;
-            const float* a = A + tr * a_tile;
-            const float* b_panel = b_panels + tc * k * TILE_COLS;
-            tile_any(c, a, a_row, a_col, b_panel, k, m, n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
-                     m - j0 < TILE_COLS ? m - j0 : TILE_COLS);
+    // Blocked so that what the tiles read stays in cache: a block of KC steps of k and
+    // NC columns of B (half a megabyte, well within a core's L2) is walked by every row tile
+    // before the next; a tile's accumulators go back to C between blocks of k and continue
+    // from there, so each C[i][j] is still one chain over p in order.
+    size_t col_tiles_per_block = NC / TILE_COLS;
+    #pragma omp parallel
+    for (size_t tc0 = 0; tc0 < col_tiles; tc0 += col_tiles_per_block)
+        for (size_t p0 = 0; p0 < k; p0 += KC) {
+            size_t tc1 = tc0 + col_tiles_per_block < col_tiles ? tc0 + col_tiles_per_block : col_tiles;
+            size_t kb = k - p0 < KC ? k - p0 : KC;
+            #pragma omp for collapse(2) schedule(static)
+            for (size_t tr = 0; tr < row_tiles; tr++)
+                for (size_t tc = tc0; tc < tc1; tc++) {
+                    size_t i0 = tr * TILE_ROWS, j0 = tc * TILE_COLS;
+                    float* c = C + i0 * m + j0;
+                    const float* a = A + tr * a_tile + p0 * a_col;
+                    const float* b_panel = b_panels + tc * k * TILE_COLS + p0 * TILE_COLS;
+                    tile_any(c, a, a_row, a_col, b_panel, kb, m,
+                             n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
+                             m - j0 < TILE_COLS ? m - j0 : TILE_COLS);
+                }
         }
 }
 

@@ -3,12 +3,19 @@
 //
 // C (rows,cols) += A (rows,k) . B (k,cols) for one tile of at most TILE_ROWS x TILE_COLS
 // outputs. B comes as a packed panel: (k, TILE_COLS) contiguous floats, zero-padded past its
-// valid columns, so the innermost loop reads one panel row and gcc -O3 -march=native makes
-// it vector FMAs (6 x 16 tile = 12 ymm accumulators + 2 for the B row + 1 broadcast of A:
-// AVX2's 16 registers, no spills). A is read in place through two strides. Every C[i][j]
-// is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in order, whatever the tile
-// or thread, so the results are bit-identical for any thread count and equal to the plain
-// loops that compute the same chains (linear_forward_naive, attention_query).
+// valid columns, so the innermost loop reads one panel row; A is read in place through two
+// strides. Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in
+// order, whatever the tile, its shape or the thread, so the results are bit-identical for
+// any thread count, on any machine, and equal to the plain loops that compute the same
+// chains (linear_forward_naive, attention_query).
+//
+// The tile's shape is the machine's: its accumulators fill the vector registers, so that
+// each panel row loaded feeds as many independent FMAs as possible.
+//   - AVX-512 (32 registers of 16 floats): 12 x 32, 24 accumulators + 2 for the panel row
+//     (+ A's element, broadcast from memory by the FMA itself). Written with intrinsics:
+//     gcc prefers 256-bit vectors even where 512-bit ones exist, which halves the rate.
+//   - anything else: 6 x 16, the plain loop below, which gcc -O3 -march=native makes AVX2's
+//     12 ymm accumulators + 2 for the B row + 1 broadcast of A: 15 of its 16 registers.
 #ifndef ATTNRES_MATMUL_TILE_H
 #define ATTNRES_MATMUL_TILE_H
 
@@ -16,13 +23,20 @@
 #include <stddef.h>
 #include <string.h>
 
+#ifdef __AVX512F__
+#include <immintrin.h>
+#define TILE_ROWS 12
+#define TILE_COLS 32
+#else
 #define TILE_ROWS 6
 #define TILE_COLS 16
+#endif
 
 // C (rows,cols) += A (rows,k) . panel (k,TILE_COLS), A(i,p) = A[i*a_row + p*a_col], C's rows
-// m floats apart, rows <= TILE_ROWS, cols <= TILE_COLS. Full tiles pass constant rows, cols.
-static inline void tile(float* C, const float* A, size_t a_row, size_t a_col,
-                        const float* panel, size_t k, size_t m, size_t rows, size_t cols) {
+// m floats apart, rows <= TILE_ROWS, cols <= TILE_COLS. The plain version: full tiles pass
+// constant rows and cols and gcc keeps acc in registers; any other tile runs it as loops.
+static inline void tile_loops(float* C, const float* A, size_t a_row, size_t a_col,
+                              const float* panel, size_t k, size_t m, size_t rows, size_t cols) {
     float acc[TILE_ROWS][TILE_COLS] = {{0}};
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < cols; j++) acc[i][j] = C[i * m + j];
@@ -37,16 +51,65 @@ static inline void tile(float* C, const float* A, size_t a_row, size_t a_col,
         for (size_t j = 0; j < cols; j++) C[i * m + j] = acc[i][j];
 }
 
-// tile() for any rows <= TILE_ROWS and cols <= TILE_COLS: a full tile gets the version
-// compiled for constant sizes (fully unrolled, in registers), an edge tile the general one.
+#ifdef __AVX512F__
+// The same tile, row i's 32 accumulators in two 16-float registers lo[i], hi[i]. Called
+// with rows a constant (tile_any's switch), so that the loops over i unroll and lo, hi live
+// in registers. Columns past cols are masked off C's loads and stores (the panel is zero
+// there, so their sums are never used).
+static inline __attribute__((always_inline)) void tile_avx512(
+        float* C, const float* A, size_t a_row, size_t a_col, const float* panel, size_t k,
+        size_t m, size_t rows, size_t cols) {
+    __mmask16 mask_lo = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
+    __mmask16 mask_hi = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
+    __m512 lo[TILE_ROWS], hi[TILE_ROWS];
+    #pragma GCC unroll 12
+    for (size_t i = 0; i < rows; i++) {
+        lo[i] = _mm512_maskz_loadu_ps(mask_lo, C + i * m);
+        hi[i] = _mm512_maskz_loadu_ps(mask_hi, C + i * m + 16);
+    }
+    for (size_t p = 0; p < k; p++) {
+        __m512 b_lo = _mm512_loadu_ps(panel + p * TILE_COLS);
+        __m512 b_hi = _mm512_loadu_ps(panel + p * TILE_COLS + 16);
+        #pragma GCC unroll 12
+        for (size_t i = 0; i < rows; i++) {
+            __m512 a = _mm512_set1_ps(A[i * a_row + p * a_col]);
+            lo[i] = _mm512_fmadd_ps(a, b_lo, lo[i]);  // one rounding per step, as fmaf
+            hi[i] = _mm512_fmadd_ps(a, b_hi, hi[i]);
+        }
+    }
+    #pragma GCC unroll 12
+    for (size_t i = 0; i < rows; i++) {
+        _mm512_mask_storeu_ps(C + i * m, mask_lo, lo[i]);
+        _mm512_mask_storeu_ps(C + i * m + 16, mask_hi, hi[i]);
+    }
+}
+#endif
+
+// The tile for any rows <= TILE_ROWS and cols <= TILE_COLS.
 static inline void tile_any(float* C, const float* A, size_t a_row, size_t a_col,
                             const float* panel, size_t k, size_t m, size_t rows, size_t cols) {
+#ifdef __AVX512F__
+    switch (rows) {  // each case a copy compiled for its row count
+    case 12: tile_avx512(C, A, a_row, a_col, panel, k, m, 12, cols); break;
+    case 11: tile_avx512(C, A, a_row, a_col, panel, k, m, 11, cols); break;
+    case 10: tile_avx512(C, A, a_row, a_col, panel, k, m, 10, cols); break;
+    case 9: tile_avx512(C, A, a_row, a_col, panel, k, m, 9, cols); break;
+    case 8: tile_avx512(C, A, a_row, a_col, panel, k, m, 8, cols); break;
+    case 7: tile_avx512(C, A, a_row, a_col, panel, k, m, 7, cols); break;
+    case 6: tile_avx512(C, A, a_row, a_col, panel, k, m, 6, cols); break;
+    case 5: tile_avx512(C, A, a_row, a_col, panel, k, m, 5, cols); break;
+    case 4: tile_avx512(C, A, a_row, a_col, panel, k, m, 4, cols); break;
+    case 3: tile_avx512(C, A, a_row, a_col, panel, k, m, 3, cols); break;
+    case 2: tile_avx512(C, A, a_row, a_col, panel, k, m, 2, cols); break;
+    default: tile_avx512(C, A, a_row, a_col, panel, k, m, 1, cols); break;
+    }
+#else
     if (rows == TILE_ROWS && cols == TILE_COLS)
-        tile(C, A, a_row, a_col, panel, k, m, TILE_ROWS, TILE_COLS);
+        tile_loops(C, A, a_row, a_col, panel, k, m, TILE_ROWS, TILE_COLS);
     else
-        tile(C, A, a_row, a_col, panel, k, m, rows, cols);
+        tile_loops(C, A, a_row, a_col, panel, k, m, rows, cols);
+#endif
 }
-
 // One panel row: row[w] = x[w*stride] for w < valid, zeros up to width. Called with a
 // constant width (TILE_ROWS or TILE_COLS), so that once inlined the copy of a full row with
 // stride 1 becomes a few vector moves; with the width a run-time value it would be a scalar
