@@ -12,10 +12,13 @@ CFLAGS  ?= -O3 -march=native
 # -fno-trapping-math: no program here reads the floating-point exception flags, and with
 # them kept, gcc may not compute both sides of a select, so a loop that calls
 # expf_vectorizable (the softmax, SwiGLU) stays scalar on AVX2 (AVX-512's masks vectorise it
-# either way); the values are the same bits with or without it. -Wno-missing-field-initializers:
+# either way); the values are the same bits with or without it. -fno-math-errno: nothing
+# reads errno either, and with it kept a loop with sqrtf (AdamW, RMSNorm) stays scalar, as
+# sqrtf must set it on a negative input; vectorised, each square root is the same
+# correctly rounded value. -Wno-missing-field-initializers:
 # a ModelConfig written positionally ({V, d, L, H, G, F, S}) leaves the variant switches
 # after S at 0, the default model, on purpose
-override CFLAGS += -std=c11 -fopenmp -fno-trapping-math -Wall -Wextra -Wno-unused-parameter \
+override CFLAGS += -std=c11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter \
                    -Wno-missing-field-initializers -Isrc -Idata
 CXXFLAGS ?= -O2 -march=native
 override CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-missing-field-initializers -Isrc \

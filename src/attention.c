@@ -73,13 +73,15 @@ static void pack_by_dimension(float* panels, const float* x, size_t row_stride, 
                    min_size(TILE_COLS, T - c * TILE_COLS), hs, TILE_COLS);
 }
 
-// C (rows,cols) += A (rows,k) . X (k,cols), X in panels of TILE_COLS columns panel_size
-// floats apart, A(i,p) = A[i*a_row + p*a_col], C's rows m floats apart, rows <= TILE_ROWS
+// C (rows,cols) += A (rows,k) . X (k,cols), or C = A . X (accumulate 0), X in panels of
+// TILE_COLS columns panel_size floats apart, A(i,p) = A[i*a_row + p*a_col], C's rows m floats
+// apart, rows <= TILE_ROWS
 static void product(float* C, size_t m, const float* A, size_t a_row, size_t a_col,
-                    const float* panels, size_t panel_size, size_t k, size_t rows, size_t cols) {
+                    const float* panels, size_t panel_size, size_t k, size_t rows, size_t cols,
+                    int accumulate) {
     for (size_t j0 = 0; j0 < cols; j0 += TILE_COLS)
         tile_any(C + j0, A, a_row, a_col, panels + (j0 / TILE_COLS) * panel_size, k, m, rows,
-                 min_size(TILE_COLS, cols - j0));
+                 min_size(TILE_COLS, cols - j0), accumulate);
 }
 
 void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
@@ -106,11 +108,9 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
                     size_t n_scores = min_size(round_up(n_keys, TILE_COLS), T);  // whole tiles
                     float* a = att_bh + t0 * T;  // the tile's rows of A
                     float* o = out_bh + t0 * q_dim;
-                    for (size_t r = 0; r < rows; r++) { memset(a + r * T, 0, n_scores * sizeof(float)); }
-                    product(a, T, q_bh + t0 * q_dim, q_dim, 1, keys, hs * TILE_COLS, hs, rows, n_scores);
+                    product(a, T, q_bh + t0 * q_dim, q_dim, 1, keys, hs * TILE_COLS, hs, rows, n_scores, 0);
                     for (size_t r = 0; r < rows; r++) { causal_softmax(a + r * T, t0 + r + 1, T, scale); }
-                    for (size_t r = 0; r < rows; r++) { memset(o + r * q_dim, 0, hs * sizeof(float)); }
-                    product(o, q_dim, a, T, 1, values, T * TILE_COLS, n_keys, rows, hs);
+                    product(o, q_dim, a, T, 1, values, T * TILE_COLS, n_keys, rows, hs, 0);
                 }
             }
         }
@@ -156,9 +156,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         size_t n_scores = min_size(round_up(n_keys, TILE_COLS), T);
                         const float* a = att_bh + t0 * T;
                         float* ds = dscore + t0 * T;
-                        for (size_t r = 0; r < rows; r++) { memset(ds + r * T, 0, n_scores * sizeof(float)); }
                         product(ds, T, dout + q_offset + t0 * q_dim, q_dim, 1, values,
-                                hs * TILE_COLS, hs, rows, n_scores);  // dA
+                                hs * TILE_COLS, hs, rows, n_scores, 0);  // dA
                         for (size_t r = 0; r < rows; r++) {
                             size_t t = t0 + r;
                             const float* a_t = a + r * T;
@@ -170,15 +169,15 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                             for (size_t t2 = t + 1; t2 < T; t2++) { ds_t[t2] = 0.0f; }
                         }
                         product(dq + q_offset + t0 * q_dim, q_dim, ds, T, 1, keys, T * TILE_COLS,
-                                n_keys, rows, hs);  // dQ += dS K
+                                n_keys, rows, hs, 1);  // dQ += dS K
                     }
                     // keys s0 .. s0 + rows - 1 are seen by the queries from s0 on
                     for (size_t s0 = 0; s0 < T; s0 += TILE_ROWS) {
                         size_t rows = min_size(TILE_ROWS, T - s0);
                         product(dk + kv_offset + s0 * kv_dim, kv_dim, dscore + s0 * T + s0, 1, T,
-                                queries + s0 * TILE_COLS, T * TILE_COLS, T - s0, rows, hs);  // dS^T Q
+                                queries + s0 * TILE_COLS, T * TILE_COLS, T - s0, rows, hs, 1);  // dS^T Q
                         product(dv + kv_offset + s0 * kv_dim, kv_dim, att_bh + s0 * T + s0, 1, T,
-                                douts + s0 * TILE_COLS, T * TILE_COLS, T - s0, rows, hs);  // A^T dO
+                                douts + s0 * TILE_COLS, T * TILE_COLS, T - s0, rows, hs, 1);  // A^T dO
                     }
                 }
             }

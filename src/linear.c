@@ -8,7 +8,7 @@
 // agree bit for bit (tested).
 //
 // ---- the fast version ----
-// matmul_accumulate: C (n,m) += A (n,k) . B (k,m), C row-major, A and B read through strides
+// matmul: C (n,m) += A (n,k) . B (k,m) (or C = A . B), C row-major, A and B read through strides
 // so that W^T and dout^T need no separate transpose. B is copied into column panels of
 // TILE_COLS columns (zero-padded) that the kernel reads contiguously; A is read in place when
 // its rows are contiguous, else (dout^T) copied into row panels of TILE_ROWS rows. Each
@@ -75,10 +75,10 @@ static void pack_panels(float* panels, const float* X, size_t stride_i, size_t s
     }
 }
 
-// C (n,m) += A (n,k) . B (k,m), A(i,p) = A[i*a_row + p*a_col], B(p,j) = B[p*b_row + j*b_col]
-static void matmul_accumulate(float* C, const float* A, size_t a_row, size_t a_col,
-                              const float* B, size_t b_row, size_t b_col,
-                              size_t n, size_t k, size_t m) {
+// C (n,m) += A (n,k) . B (k,m), A(i,p) = A[i*a_row + p*a_col], B(p,j) = B[p*b_row + j*b_col];
+// accumulate 0: C = A . B, C's old contents never read
+static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const float* B,
+                   size_t b_row, size_t b_col, size_t n, size_t k, size_t m, int accumulate) {
     size_t row_tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
     size_t col_tiles = (m + TILE_COLS - 1) / TILE_COLS;
     // b_panels (col_tiles,k,TILE_COLS), b_panels[t][p][jj] = B(p, t*TILE_COLS + jj);
@@ -114,7 +114,7 @@ static void matmul_accumulate(float* C, const float* A, size_t a_row, size_t a_c
                     const float* b_panel = b_panels + tc * k * TILE_COLS + p0 * TILE_COLS;
                     tile_any(c, a, a_row, a_col, b_panel, kb, m,
                              n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
-                             m - j0 < TILE_COLS ? m - j0 : TILE_COLS);
+                             m - j0 < TILE_COLS ? m - j0 : TILE_COLS, accumulate || p0 > 0);
                 }
         }
 }
@@ -122,20 +122,18 @@ static void matmul_accumulate(float* C, const float* A, size_t a_row, size_t a_c
 // out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN)
 void linear_forward(float* out, const float* inp, const float* weight,
                     size_t N, size_t IN, size_t OUT) {
-    #pragma omp parallel for
-    for (size_t i = 0; i < N * OUT; i++) out[i] = 0.0f;
-    matmul_accumulate(out, inp, IN, 1, weight, 1, IN, N, IN, OUT);  // weight^T(p,j) = w[j][p]
+    matmul(out, inp, IN, 1, weight, 1, IN, N, IN, OUT, 0);  // weight^T(p,j) = w[j][p]
 }
 
 // forward was: out = inp . weight^T, so
 // dinp (N,IN) += dout (N,OUT) . weight (OUT,IN); dweight (OUT,IN) += dout^T (OUT,N) . inp (N,IN)
 void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, size_t N, size_t IN, size_t OUT) {
-    matmul_accumulate(dinp, dout, OUT, 1, weight, IN, 1, N, OUT, IN);
-    matmul_accumulate(dweight, dout, 1, OUT, inp, IN, 1, OUT, N, IN);  // dout^T(i,p) = dout[p][i]
+    matmul(dinp, dout, OUT, 1, weight, IN, 1, N, OUT, IN, 1);
+    matmul(dweight, dout, 1, OUT, inp, IN, 1, OUT, N, IN, 1);  // dout^T(i,p) = dout[p][i]
 }
 
 // out (N,M) += a (N,K) . b (K,M), both row-major as they are
 void matmul_add(float* out, const float* a, const float* b, size_t N, size_t K, size_t M) {
-    matmul_accumulate(out, a, K, 1, b, M, 1, N, K, M);
+    matmul(out, a, K, 1, b, M, 1, N, K, M, 1);
 }

@@ -2,7 +2,8 @@
 // matrix products) and attention.c (each head's scores and weighted sums).
 //
 // C (rows,cols) += A (rows,k) . B (k,cols) for one tile of at most TILE_ROWS x TILE_COLS
-// outputs. B comes as a packed panel: (k, TILE_COLS) contiguous floats, zero-padded past its
+// outputs, or C = A . B (accumulate 0: the sums start from 0 and C is not read, so it needs
+// no zeroing first). B comes as a packed panel: (k, TILE_COLS) contiguous floats, zero-padded past its
 // valid columns, so the innermost loop reads one panel row; A is read in place through two
 // strides. Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in
 // order, whatever the tile, its shape or the thread, so the results are bit-identical for
@@ -32,14 +33,16 @@
 #define TILE_COLS 16
 #endif
 
-// C (rows,cols) += A (rows,k) . panel (k,TILE_COLS), A(i,p) = A[i*a_row + p*a_col], C's rows
+// C (rows,cols) (+)= A (rows,k) . panel (k,TILE_COLS), A(i,p) = A[i*a_row + p*a_col], C's rows
 // m floats apart, rows <= TILE_ROWS, cols <= TILE_COLS. The plain version: full tiles pass
 // constant rows and cols and gcc keeps acc in registers; any other tile runs it as loops.
 static inline void tile_loops(float* C, const float* A, size_t a_row, size_t a_col,
-                              const float* panel, size_t k, size_t m, size_t rows, size_t cols) {
+                              const float* panel, size_t k, size_t m, size_t rows, size_t cols,
+                              int accumulate) {
     float acc[TILE_ROWS][TILE_COLS] = {{0}};
-    for (size_t i = 0; i < rows; i++)
-        for (size_t j = 0; j < cols; j++) acc[i][j] = C[i * m + j];
+    if (accumulate)
+        for (size_t i = 0; i < rows; i++)
+            for (size_t j = 0; j < cols; j++) acc[i][j] = C[i * m + j];
     for (size_t p = 0; p < k; p++)
         for (size_t i = 0; i < rows; i++) {
             float a = A[i * a_row + p * a_col];
@@ -58,14 +61,14 @@ static inline void tile_loops(float* C, const float* A, size_t a_row, size_t a_c
 // there, so their sums are never used).
 static inline __attribute__((always_inline)) void tile_avx512(
         float* C, const float* A, size_t a_row, size_t a_col, const float* panel, size_t k,
-        size_t m, size_t rows, size_t cols) {
+        size_t m, size_t rows, size_t cols, int accumulate) {
     __mmask16 mask_lo = cols >= 16 ? 0xFFFF : (__mmask16)((1u << cols) - 1);
     __mmask16 mask_hi = cols >= 32 ? 0xFFFF : cols <= 16 ? 0 : (__mmask16)((1u << (cols - 16)) - 1);
     __m512 lo[TILE_ROWS], hi[TILE_ROWS];
     #pragma GCC unroll 12
     for (size_t i = 0; i < rows; i++) {
-        lo[i] = _mm512_maskz_loadu_ps(mask_lo, C + i * m);
-        hi[i] = _mm512_maskz_loadu_ps(mask_hi, C + i * m + 16);
+        lo[i] = accumulate ? _mm512_maskz_loadu_ps(mask_lo, C + i * m) : _mm512_setzero_ps();
+        hi[i] = accumulate ? _mm512_maskz_loadu_ps(mask_hi, C + i * m + 16) : _mm512_setzero_ps();
     }
     for (size_t p = 0; p < k; p++) {
         __m512 b_lo = _mm512_loadu_ps(panel + p * TILE_COLS);
@@ -87,27 +90,28 @@ static inline __attribute__((always_inline)) void tile_avx512(
 
 // The tile for any rows <= TILE_ROWS and cols <= TILE_COLS.
 static inline void tile_any(float* C, const float* A, size_t a_row, size_t a_col,
-                            const float* panel, size_t k, size_t m, size_t rows, size_t cols) {
+                            const float* panel, size_t k, size_t m, size_t rows, size_t cols,
+                            int accumulate) {
 #ifdef __AVX512F__
     switch (rows) {  // each case a copy compiled for its row count
-    case 12: tile_avx512(C, A, a_row, a_col, panel, k, m, 12, cols); break;
-    case 11: tile_avx512(C, A, a_row, a_col, panel, k, m, 11, cols); break;
-    case 10: tile_avx512(C, A, a_row, a_col, panel, k, m, 10, cols); break;
-    case 9: tile_avx512(C, A, a_row, a_col, panel, k, m, 9, cols); break;
-    case 8: tile_avx512(C, A, a_row, a_col, panel, k, m, 8, cols); break;
-    case 7: tile_avx512(C, A, a_row, a_col, panel, k, m, 7, cols); break;
-    case 6: tile_avx512(C, A, a_row, a_col, panel, k, m, 6, cols); break;
-    case 5: tile_avx512(C, A, a_row, a_col, panel, k, m, 5, cols); break;
-    case 4: tile_avx512(C, A, a_row, a_col, panel, k, m, 4, cols); break;
-    case 3: tile_avx512(C, A, a_row, a_col, panel, k, m, 3, cols); break;
-    case 2: tile_avx512(C, A, a_row, a_col, panel, k, m, 2, cols); break;
-    default: tile_avx512(C, A, a_row, a_col, panel, k, m, 1, cols); break;
+    case 12: tile_avx512(C, A, a_row, a_col, panel, k, m, 12, cols, accumulate); break;
+    case 11: tile_avx512(C, A, a_row, a_col, panel, k, m, 11, cols, accumulate); break;
+    case 10: tile_avx512(C, A, a_row, a_col, panel, k, m, 10, cols, accumulate); break;
+    case 9: tile_avx512(C, A, a_row, a_col, panel, k, m, 9, cols, accumulate); break;
+    case 8: tile_avx512(C, A, a_row, a_col, panel, k, m, 8, cols, accumulate); break;
+    case 7: tile_avx512(C, A, a_row, a_col, panel, k, m, 7, cols, accumulate); break;
+    case 6: tile_avx512(C, A, a_row, a_col, panel, k, m, 6, cols, accumulate); break;
+    case 5: tile_avx512(C, A, a_row, a_col, panel, k, m, 5, cols, accumulate); break;
+    case 4: tile_avx512(C, A, a_row, a_col, panel, k, m, 4, cols, accumulate); break;
+    case 3: tile_avx512(C, A, a_row, a_col, panel, k, m, 3, cols, accumulate); break;
+    case 2: tile_avx512(C, A, a_row, a_col, panel, k, m, 2, cols, accumulate); break;
+    default: tile_avx512(C, A, a_row, a_col, panel, k, m, 1, cols, accumulate); break;
     }
 #else
     if (rows == TILE_ROWS && cols == TILE_COLS)
-        tile_loops(C, A, a_row, a_col, panel, k, m, TILE_ROWS, TILE_COLS);
+        tile_loops(C, A, a_row, a_col, panel, k, m, TILE_ROWS, TILE_COLS, accumulate);
     else
-        tile_loops(C, A, a_row, a_col, panel, k, m, rows, cols);
+        tile_loops(C, A, a_row, a_col, panel, k, m, rows, cols, accumulate);
 #endif
 }
 // One panel row: row[w] = x[w*stride] for w < valid, zeros up to width. Called with a
