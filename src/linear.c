@@ -81,37 +81,43 @@ static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const f
                    size_t b_row, size_t b_col, size_t n, size_t k, size_t m, int accumulate) {
     size_t row_tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
     size_t col_tiles = (m + TILE_COLS - 1) / TILE_COLS;
-    // b_panels (col_tiles,k,TILE_COLS), b_panels[t][p][jj] = B(p, t*TILE_COLS + jj);
-    // a_panels (row_tiles,k,TILE_ROWS) likewise, only if A's rows are not contiguous.
+    // A is read in place when its rows are contiguous, else copied whole into row panels:
+    // a_panels (row_tiles,k,TILE_ROWS), a_panels[t][p][ii] = A(t*TILE_ROWS + ii, p).
     int pack_a = a_col != 1;
-    float* b_panels = scratch_floats(&panels, k * (col_tiles * TILE_COLS + pack_a * row_tiles * TILE_ROWS));
-    pack_panels(b_panels, B, b_col, b_row, m, k, TILE_COLS);
+    float* b_block = scratch_floats(&panels, KC * NC + pack_a * k * row_tiles * TILE_ROWS);
     size_t a_tile = TILE_ROWS * a_row;  // from one row tile of A to the next
     if (pack_a) {
-        float* a_panels = b_panels + k * col_tiles * TILE_COLS;
+        float* a_panels = b_block + KC * NC;
         pack_panels(a_panels, A, a_row, a_col, n, k, TILE_ROWS);
         A = a_panels;
         a_row = 1;
         a_col = TILE_ROWS;
         a_tile = k * TILE_ROWS;
     }
-    // Blocked so that what the tiles read stays in cache: a block of KC steps of k and
-    // NC columns of B (half a megabyte, well within a core's L2) is walked by every row tile
-    // before the next; a tile's accumulators go back to C between blocks of k and continue
-    // from there, so each C[i][j] is still one chain over p in order.
+    // Blocked so that what the tiles read stays in cache: B is copied a block at a time, KC
+    // steps of k by NC columns (half a megabyte, well within a core's L2), as column panels
+    // b_block[t][p][jj] = B(p0 + p, (tc0 + t)*TILE_COLS + jj), and every row tile walks the
+    // block before the next is copied. A tile's accumulators go back to C between blocks of
+    // k and continue from there, so each C[i][j] is still one chain over p in order.
     size_t col_tiles_per_block = NC / TILE_COLS;
     #pragma omp parallel
     for (size_t tc0 = 0; tc0 < col_tiles; tc0 += col_tiles_per_block)
         for (size_t p0 = 0; p0 < k; p0 += KC) {
             size_t tc1 = tc0 + col_tiles_per_block < col_tiles ? tc0 + col_tiles_per_block : col_tiles;
             size_t kb = k - p0 < KC ? k - p0 : KC;
+            #pragma omp for schedule(static)
+            for (size_t tc = tc0; tc < tc1; tc++) {
+                size_t j0 = tc * TILE_COLS, valid = m - j0 < TILE_COLS ? m - j0 : TILE_COLS;
+                pack_panel(b_block + (tc - tc0) * kb * TILE_COLS, B + j0 * b_col + p0 * b_row,
+                           b_col, b_row, valid, kb, TILE_COLS);
+            }  // (the loop's end waits for every thread: the block is whole)
             #pragma omp for collapse(2) schedule(static)
             for (size_t tr = 0; tr < row_tiles; tr++)
                 for (size_t tc = tc0; tc < tc1; tc++) {
                     size_t i0 = tr * TILE_ROWS, j0 = tc * TILE_COLS;
                     float* c = C + i0 * m + j0;
                     const float* a = A + tr * a_tile + p0 * a_col;
-                    const float* b_panel = b_panels + tc * k * TILE_COLS + p0 * TILE_COLS;
+                    const float* b_panel = b_block + (tc - tc0) * kb * TILE_COLS;
                     tile_any(c, a, a_row, a_col, b_panel, kb, m,
                              n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
                              m - j0 < TILE_COLS ? m - j0 : TILE_COLS, accumulate || p0 > 0);
