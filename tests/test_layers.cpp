@@ -229,7 +229,7 @@ TEST_CASE("linear backward matches finite differences, tiled and naive, on sizes
     size_t N = 0, IN = 0, OUT = 0;
     SUBCASE("N=1 IN=1 OUT=1") { N = 1; IN = 1; OUT = 1; }
     SUBCASE("N=5 IN=7 OUT=3") { N = 5; IN = 7; OUT = 3; }
-    // whole 6x16 register tiles, then tiles with remainders in every dimension
+    // whole register tiles (6x16, or 12x32 with AVX-512), then remainders in every dimension
     SUBCASE("N=12 IN=32 OUT=32, whole tiles") { N = 12; IN = 32; OUT = 32; }
     SUBCASE("N=9 IN=33 OUT=70, tiles plus remainders") { N = 9; IN = 33; OUT = 70; }
     CAPTURE(N);
@@ -264,6 +264,10 @@ TEST_CASE("the tiled linear equals the naive three loops bit for bit, forward an
     SUBCASE("N=6 IN=16 OUT=16, one whole tile") { N = 6; IN = 16; OUT = 16; }
     SUBCASE("N=13 IN=35 OUT=50, remainders everywhere") { N = 13; IN = 35; OUT = 50; }
     SUBCASE("N=64 IN=48 OUT=176, the default model's MLP") { N = 64; IN = 48; OUT = 176; }
+    // past linear.c's blocks (KC = 256 steps of k, NC = 512 columns): the forward's k = 600
+    // and m = 1100, the backward's dinp k = 1100, m = 600 and dweight k = N = 530, so every
+    // product walks several blocks of k, or of columns, or both
+    SUBCASE("N=530 IN=600 OUT=1100, several blocks of k and of columns") { N = 530; IN = 600; OUT = 1100; }
     CAPTURE(N);
     CAPTURE(IN);
     CAPTURE(OUT);

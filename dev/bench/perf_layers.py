@@ -13,7 +13,7 @@ import sys
 # (what, the pattern of a function name), the first that matches a frame wins
 LAYERS = [
     ("setup (not the step)", r"^(model_init_params|model_build|model_free|rng_|bench_batch)"),
-    ("matmuls (linear)", r"^(linear_|matmul_|pack_panels)"),
+    ("matmuls (linear)", r"^(linear_|matmul\b|matmul_|pack_panels)"),
     ("causal attention", r"^attention_"),
     ("depth attention (AttnRes)", r"^(depth_|attnres_)"),
     ("AdamW", r"^(adamw_|model_update)"),
