@@ -2,7 +2,8 @@
 """Where a CPU training step's time goes, layer by layer, from a perf profile with call chains:
 each sample goes to the first function of its chain, from the leaf up, that names a layer
 (the layers' OpenMP regions, `*._omp_fn.N`, carry their function's name, so samples on the
-worker threads are counted too); model setup (allocation, initialisation) is left out.
+worker threads are counted too); model setup (allocation, initialisation) and page faults
+(the first touch of fresh memory, in the warm-up step) are left out.
 
   perf record -F 999 --call-graph dwarf -o perf.data build/bench_sizes --size d,L,T --mode M
   perf script -i perf.data | dev/bench/perf_layers.py          (docs/sizes.md)
@@ -13,6 +14,9 @@ import sys
 # (what, the pattern of a function name), the first that matches a frame wins
 LAYERS = [
     ("setup (not the step)", r"^(model_init_params|model_build|model_free|rng_|bench_batch)"),
+    # the first touch of fresh memory (the warm-up step's, of AdamW's moments and the
+    # gradients above all): later steps reuse every buffer and take no page faults
+    ("setup (not the step)", r"^(asm_exc_page_fault|exc_page_fault)$"),
     ("matmuls (linear)", r"^(linear_|matmul\b|matmul_|pack_panels)"),
     ("causal attention", r"^attention_"),
     ("depth attention (AttnRes)", r"^(depth_|attnres_)"),
