@@ -167,7 +167,9 @@ static inline double sum_of_squares(const float* x, size_t n) {
     const size_t chunk = (size_t)1 << 16;
     size_t n_chunks = (n + chunk - 1) / chunk;
     double* partial = (double*)mallocCheck((n_chunks + 1) * sizeof(double));
+#ifdef _OPENMP  // (nvcc reads this header too, without OpenMP)
     #pragma omp parallel for schedule(static)
+#endif
     for (size_t c = 0; c < n_chunks; c++) {
         size_t i = c * chunk, end = n - i < chunk ? n : i + chunk;
         double acc[8] = {0.0};
