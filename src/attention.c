@@ -22,7 +22,6 @@
 #include "matmul_tile.h"
 #include "util.h"
 
-static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
 
 // row[0..n) = softmax(row * scale) over its first n scores, row[n..len) = 0 (the future)

@@ -69,7 +69,7 @@ static void pack_panels(float* panels, const float* X, size_t stride_i, size_t s
     size_t n_panels = (count + width - 1) / width;
     #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < n_panels; t++) {
-        size_t valid = count - t * width < width ? count - t * width : width;
+        size_t valid = min_size(count - t * width, width);
         pack_panel(panels + t * k * width, X + t * width * stride_i, stride_i, stride_p, valid,
                    k, width);
     }
@@ -101,15 +101,15 @@ static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const f
     // k and continue from there, so each C[i][j] is still one chain over p in order.
     size_t col_tiles_per_block = NC / TILE_COLS;
     #pragma omp parallel
-    for (size_t tc0 = 0; tc0 < col_tiles; tc0 += col_tiles_per_block)
+    for (size_t tc0 = 0; tc0 < col_tiles; tc0 += col_tiles_per_block) {
+        size_t tc1 = min_size(tc0 + col_tiles_per_block, col_tiles);
         for (size_t p0 = 0; p0 < k; p0 += KC) {
-            size_t tc1 = tc0 + col_tiles_per_block < col_tiles ? tc0 + col_tiles_per_block : col_tiles;
-            size_t kb = k - p0 < KC ? k - p0 : KC;
+            size_t kb = min_size(k - p0, KC);
             #pragma omp for schedule(static)
             for (size_t tc = tc0; tc < tc1; tc++) {
-                size_t j0 = tc * TILE_COLS, valid = m - j0 < TILE_COLS ? m - j0 : TILE_COLS;
+                size_t j0 = tc * TILE_COLS;
                 pack_panel(b_block + (tc - tc0) * kb * TILE_COLS, B + j0 * b_col + p0 * b_row,
-                           b_col, b_row, valid, kb, TILE_COLS);
+                           b_col, b_row, min_size(m - j0, TILE_COLS), kb, TILE_COLS);
             }  // (the loop's end waits for every thread: the block is whole)
             #pragma omp for collapse(2) schedule(static)
             for (size_t tr = 0; tr < row_tiles; tr++)
@@ -118,11 +118,11 @@ static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const f
                     float* c = C + i0 * m + j0;
                     const float* a = A + tr * a_tile + p0 * a_col;
                     const float* b_panel = b_block + (tc - tc0) * kb * TILE_COLS;
-                    tile_any(c, a, a_row, a_col, b_panel, kb, m,
-                             n - i0 < TILE_ROWS ? n - i0 : TILE_ROWS,
-                             m - j0 < TILE_COLS ? m - j0 : TILE_COLS, accumulate || p0 > 0);
+                    tile_any(c, a, a_row, a_col, b_panel, kb, m, min_size(n - i0, TILE_ROWS),
+                             min_size(m - j0, TILE_COLS), accumulate || p0 > 0);
                 }
         }
+    }
 }
 
 // out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN)

@@ -3,9 +3,9 @@
 //
 // C (rows,cols) += A (rows,k) . B (k,cols) for one tile of at most TILE_ROWS x TILE_COLS
 // outputs, or C = A . B (accumulate 0: the sums start from 0 and C is not read, so it needs
-// no zeroing first). B comes as a packed panel: (k, TILE_COLS) contiguous floats, zero-padded past its
-// valid columns, so the innermost loop reads one panel row; A is read in place through two
-// strides. Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in
+// no zeroing first). B comes as a packed panel: (k, TILE_COLS) contiguous floats, zero-padded
+// past its valid columns, so the innermost loop reads one panel row; A is read in place
+// through two strides. Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in
 // order, whatever the tile, its shape or the thread, so the results are bit-identical for
 // any thread count, on any machine, and equal to the plain loops that compute the same
 // chains (linear_forward_naive, attention_query).
@@ -32,6 +32,8 @@
 #define TILE_ROWS 6
 #define TILE_COLS 16
 #endif
+
+static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
 // C (rows,cols) (+)= A (rows,k) . panel (k,TILE_COLS), A(i,p) = A[i*a_row + p*a_col], C's rows
 // m floats apart, rows <= TILE_ROWS, cols <= TILE_COLS. The plain version: full tiles pass
@@ -114,6 +116,7 @@ static inline void tile_any(float* C, const float* A, size_t a_row, size_t a_col
         tile_loops(C, A, a_row, a_col, panel, k, m, rows, cols, accumulate);
 #endif
 }
+
 // One panel row: row[w] = x[w*stride] for w < valid, zeros up to width. Called with a
 // constant width (TILE_ROWS or TILE_COLS), so that once inlined the copy of a full row with
 // stride 1 becomes a few vector moves; with the width a run-time value it would be a scalar

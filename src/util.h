@@ -166,7 +166,7 @@ static inline float* scratch_floats(Scratch* s, size_t count) {
 static inline double sum_of_squares(const float* x, size_t n) {
     const size_t chunk = (size_t)1 << 16;
     size_t n_chunks = (n + chunk - 1) / chunk;
-    double* partial = (double*)mallocCheck((n_chunks + 1) * sizeof(double));
+    double* partial = (double*)mallocCheck((n_chunks + 1) * sizeof(double));  // (+1: n may be 0)
 #ifdef _OPENMP  // (nvcc reads this header too, without OpenMP)
     #pragma omp parallel for schedule(static)
 #endif
