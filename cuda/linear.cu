@@ -186,26 +186,55 @@ static int vectorisable(const float* x, size_t s_i, size_t s_k) {
     return ((uintptr_t)x % 16 == 0) && (s_i == 1 || s_k == 1) && other % 4 == 0;
 }
 
-template <int BM, int BN, int BK, int TM, int TN>
-static void launch_matmul(float* c, const float* a, const float* b, size_t M, size_t P,
-                          size_t K, size_t a_row, size_t a_col, size_t b_row, size_t b_col,
-                          int accumulate) {
-    constexpr int THREADS = (BM / TM) * (BN / TN);
-    const size_t tiles = (size_t)ceil_div(M, BM) * ceil_div(P, BN);
+// How one product runs: the tile shape, 128 x 128 (8 x 8 per thread) when there are enough
+// such tiles to fill the GPU, else 64 x 64 (4 x 4 per thread), four times as many blocks; and
+// into how many parts K is split.
+#define MATMUL_BK 8  // the slice of K both tile shapes copy into shared memory at a time
+typedef struct {
+    int big;                     // 1: 128 x 128 tiles, 0: 64 x 64
+    size_t splits, k_per_split;  // K in `splits` parts of k_per_split (the last may be shorter)
+} MatmulPlan;
+
+static MatmulPlan matmul_plan(size_t M, size_t P, size_t K) {
+    const size_t sms = (size_t)cuda_sm_count();
+    MatmulPlan plan;
+    plan.big = (size_t)ceil_div(M, 128) * ceil_div(P, 128) >= sms;
+    const size_t tile = plan.big ? 128 : 64;
+    const size_t tiles = (size_t)ceil_div(M, tile) * ceil_div(P, tile);
     // Split K when the tiles alone would leave the GPU short of blocks: double the splits
     // while the blocks stay under 4 per multiprocessor and each split keeps >= 64 of K (8
-    // slices of BK): at the bench shapes the tiles alone fill too few multiprocessors, and
-    // each doubling of the splits brought the products closer to cuBLAS SGEMM (docs/cuda.md,
-    // dev/bench/bench_gemm.cu).
+    // slices of MATMUL_BK): at the bench shapes the tiles alone fill too few multiprocessors,
+    // and each doubling of the splits brought the products closer to cuBLAS SGEMM
+    // (docs/cuda.md, dev/bench/bench_gemm.cu).
     size_t splits = 1;
-    while (tiles * splits * 2 <= (size_t)cuda_sm_count() * 4 && K / (splits * 2) >= 64)
-        splits *= 2;
-    size_t k_per_split = ceil_div(K, splits * BK) * (size_t)BK;
-    splits = ceil_div(K, k_per_split);
+    while (tiles * splits * 2 <= sms * 4 && K / (splits * 2) >= 64) splits *= 2;
+    plan.k_per_split = ceil_div(K, splits * MATMUL_BK) * (size_t)MATMUL_BK;
+    plan.splits = ceil_div(K, plan.k_per_split);
+    return plan;
+}
+
+// The floats of the workspace the product borrows: the split-K partial sums, one M x P slice
+// per split (none without a split)
+size_t matmul_workspace_floats_cuda(size_t M, size_t P, size_t K) {
+    MatmulPlan plan = matmul_plan(M, P, K);
+    return plan.splits > 1 ? plan.splits * M * P : 0;
+}
+
+// Split-K keeps tiles * splits <= 4 * multiprocessors (matmul_plan), and a tile covers at
+// most 128 x 128 outputs, so one product's partial sums, splits * M * P <= splits * tiles *
+// 128 * 128, never need more floats than this (on an H200, 35 MB)
+size_t linear_workspace_floats_cuda(void) { return 4 * (size_t)cuda_sm_count() * 128 * 128; }
+
+template <int BM, int BN, int TM, int TN>
+static void launch_matmul(const MatmulPlan* plan, float* c, const float* a, const float* b,
+                          size_t M, size_t P, size_t K, size_t a_row, size_t a_col,
+                          size_t b_row, size_t b_col, int accumulate) {
+    constexpr int THREADS = (BM / TM) * (BN / TN);
+    const size_t splits = plan->splits;
     float* partial = splits > 1 ? cuda_workspace(splits * M * P) : NULL;
     dim3 grid(ceil_div(M, BM), ceil_div(P, BN), (unsigned int)splits);
-    launch_kernel(matmul_kernel<BM, BN, BK, TM, TN>, grid, THREADS, c, partial, a, b, M, P, K,
-                  a_row, a_col, b_row, b_col, k_per_split, accumulate,
+    launch_kernel(matmul_kernel<BM, BN, MATMUL_BK, TM, TN>, grid, THREADS, c, partial, a, b,
+                  M, P, K, a_row, a_col, b_row, b_col, plan->k_per_split, accumulate,
                   vectorisable(a, a_row, a_col), vectorisable(b, b_col, b_row),
                   (int)((uintptr_t)c % 16 == 0 && P % 4 == 0));
     if (splits > 1) {
@@ -265,21 +294,14 @@ static int matmul_use_cublas(float* c, const float* a, const float* b, size_t M,
 #endif
 }
 
-// split-K gives tiles * splits <= 4 * (multiprocessors) (launch_matmul) on the 64 x 64 tiles
-// and never splits the 128 x 128 ones (there are >= multiprocessors of those): the partial
-// sums of one product never need more floats than this
-size_t linear_workspace_floats_cuda(void) { return 4 * (size_t)cuda_sm_count() * 64 * 64; }
-
-// the tile shape: 128 x 128 (8 x 8 per thread) when there are enough such tiles to fill the
-// GPU, else 64 x 64 (4 x 4 per thread), four times as many blocks
 static void matmul(float* c, const float* a, const float* b, size_t M, size_t P, size_t K,
                    size_t a_row, size_t a_col, size_t b_row, size_t b_col, int accumulate) {
     if (matmul_use_cublas(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate)) return;
-    size_t big_tiles = (size_t)ceil_div(M, 128) * ceil_div(P, 128);
-    if (big_tiles >= (size_t)cuda_sm_count())
-        launch_matmul<128, 128, 8, 8, 8>(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
+    MatmulPlan plan = matmul_plan(M, P, K);
+    if (plan.big)
+        launch_matmul<128, 128, 8, 8>(&plan, c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
     else
-        launch_matmul<64, 64, 8, 4, 4>(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
+        launch_matmul<64, 64, 4, 4>(&plan, c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
 }
 
 // out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN). Overwrites out.

@@ -219,6 +219,9 @@ TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around
     SUBCASE("N=33 IN=40 OUT=17, tiles plus remainders") { N = 33; IN = 40; OUT = 17; }
     SUBCASE("N=130 IN=12 OUT=260, 128 x 128 tiles (dW: split-K)") { N = 130; IN = 12; OUT = 260; }
     SUBCASE("N=600 IN=20 OUT=12, split-K of the weight gradient") { N = 600; IN = 20; OUT = 12; }
+    SUBCASE("N=256 IN=256 OUT=256, 128 x 128 tiles split in 4 (every product)") {
+        N = 256; IN = 256; OUT = 256;
+    }
     SUBCASE("N=24 IN=8 OUT=20, pointers one float off alignment") { N = 24; IN = 8; OUT = 20; offset = 1; }
     SUBCASE("N=600 IN=7 OUT=5, split-K sums of an odd count, one float off alignment") {
         N = 600; IN = 7; OUT = 5; offset = 1;
@@ -273,6 +276,33 @@ TEST_CASE("linear forward and backward on the GPU match the CPU, on sizes around
     check(cuda[0], out, tol);
     check(cuda[1], dinp, tol);
     check(cuda[2], dweight, tol);
+}
+
+// The workspace model_build_cuda reserves for the matmul must cover every product of any
+// shape: a graph-captured step cannot grow it (a GPU refuses cudaFree and cudaMalloc during
+// stream capture). The shapes span the 64 x 64 and the 128 x 128 tiles, with and without
+// split-K, up to d = 4096 and B*T = 8192, on the emulator's 4 multiprocessors or the GPU's.
+TEST_CASE("no matmul borrows more workspace than linear_workspace_floats_cuda reserves") {
+    const size_t sizes[] = {1, 7, 64, 100, 128, 130, 256, 300, 512, 704, 1024, 1408, 2816,
+                            4096, 8192};
+    const size_t most = linear_workspace_floats_cuda();
+    size_t largest = 0, split_128 = 0;  // the most any product borrowed; products that split
+    for (size_t M : sizes)
+        for (size_t P : sizes)
+            for (size_t K : sizes) {
+                size_t floats = matmul_workspace_floats_cuda(M, P, K);
+                if (floats > most) {
+                    CAPTURE(M);
+                    CAPTURE(P);
+                    CAPTURE(K);
+                    FAIL_CHECK("borrows " << floats << " floats, the reservation is " << most);
+                }
+                largest = floats > largest ? floats : largest;
+                size_t big_tiles = (size_t)ceil_div(M, 128) * ceil_div(P, 128);
+                if (floats > 0 && big_tiles >= (size_t)cuda_sm_count()) split_128++;
+            }
+    CHECK(split_128 > 0);        // 128 x 128 tiles do split K: the case the bound must cover
+    CHECK(largest * 2 > most);  // and the bound is not far above what products borrow
 }
 
 // ---- rope --------------------------------------------------------------------------------
