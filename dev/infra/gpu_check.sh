@@ -8,8 +8,8 @@
 #   2. ./train against ./train_cuda, loss by loss: a tiny model in every mode (mHC-lite with
 #      4 streams and with 2) and in two runs of SPEC's variants (within 1e-4)
 #      and the bench model (within 2e-3, see below); ./train_cuda (its step as CUDA graphs)
-#      against ./train_cuda --no-graph in four tiny runs and the bench model, every loss and
-#      the final parameters and moments bit for bit; the data-parallel NCCL path on one GPU
+#      against ./train_cuda --no-graph in four tiny runs, the bench model and a wide one
+#      (d = 1024), every loss and the final parameters and moments bit for bit; the data-parallel NCCL path on one GPU
 #      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
 #      carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
@@ -149,6 +149,13 @@ check "./train_cuda = ./train, bench model, block S=4, 10 steps (2e-3)" losses.l
     same_losses "$out/gpu_bench" "$out/cpu_bench" 2e-3
 tail -1 "$out/losses.log"
 run_flags[bench]="${bench_flags[*]} --steps 10 --eval-every 10 --log-every 1 --warmup 2"
+# A wide model (d = 1024, F = 2816, L = 2), 3 steps, for the graph check below only: its
+# products take 128 x 128 tiles that split K, the most scratch a step borrows, all of which
+# must be reserved before the capture (a GPU refuses cudaFree and cudaMalloc during one)
+run_flags[wide]="${bench_flags[*]} --d 1024 --F 2816 --L 2 --steps 3 --eval-every 3 --log-every 1 --warmup 1"
+# shellcheck disable=SC2086  # flags: words on purpose
+./train_cuda ${run_flags[wide]} --diagnostics "$out/gpu_wide" --checkpoint "$out/gpu_wide.ckpt" \
+    >>"$out/losses.log" 2>&1
 
 # ./train_cuda's step as CUDA graphs (the runs above) against --no-graph, the same calls
 # queued one by one: the same kernels in the same order with the same arguments, so every
@@ -158,9 +165,9 @@ same_run() {  # DIR_A DIR_B
     same_losses "$1" "$2" 0 && cmp <(tail -c +1025 "$1.ckpt") <(tail -c +1025 "$2.ckpt") &&
         echo "  parameters and moments after the last step: the same bytes"
 }
-for name in none mhc muon variants bench; do
+for name in none mhc muon variants bench wide; do
     in_budget "./train_cuda --no-graph, $name" 30 || continue
-    tiny=("${tiny_flags[@]}"); [ $name = bench ] && tiny=()
+    tiny=("${tiny_flags[@]}"); [ $name = bench ] || [ $name = wide ] && tiny=()
     # shellcheck disable=SC2086  # flags: words on purpose
     ./train_cuda "${tiny[@]}" ${run_flags[$name]} --no-graph --diagnostics "$out/nograph_$name" \
         --checkpoint "$out/nograph_$name.ckpt" >>"$out/losses.log" 2>&1
