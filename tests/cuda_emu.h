@@ -1,9 +1,10 @@
 // cuda_emu.h — run the kernels of cuda/ on a CPU, one fiber per CUDA thread.
 //
 // cuda/*.cu is plain CUDA: __global__ kernels, static __shared__ arrays, __syncthreads,
-// full-mask warp shuffles and __syncwarp, atomicAdd, and launches through launch_kernel()
-// (cuda/common.cuh). Compiled with `g++ -x c++` against this header instead of nvcc, the same
-// source runs on the host, so the agreement tests need no GPU. How each piece is emulated:
+// full-mask warp shuffles and __syncwarp, atomicAdd (float and unsigned), __threadfence,
+// __ldcg, and launches through launch_kernel() (cuda/common.cuh). Compiled with `g++ -x c++`
+// against this header instead of nvcc, the same source runs on the host, so the agreement
+// tests need no GPU. How each piece is emulated:
 //   - a launch runs its blocks one after another; inside a block every CUDA thread is a fiber
 //     (boost.context) that runs until it reaches __syncthreads, a warp collective or its end;
 //   - __syncthreads releases the block only when every thread waits at the same barrier
@@ -383,6 +384,20 @@ inline float atomicAdd(float* address, float value) {
     float old = *address;
     *address = old + value;
     return old;
+}
+inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
+    unsigned int old = *address;
+    *address = old + value;
+    return old;
+}
+// One memory: a write is seen by every thread and block at once, so the fence orders
+// nothing more, and a load through to L2 (__ldcg) is a plain load (16 bytes aligned, as a
+// GPU requires).
+inline void __threadfence() {}
+inline float __ldcg(const float* address) { return *address; }
+inline float4 __ldcg(const float4* address) {
+    if ((uintptr_t)address % 16 != 0) cuda_emu::fail("misaligned 16-byte load at %p", (const void*)address);
+    return *address;
 }
 
 namespace cuda_emu {
