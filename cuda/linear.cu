@@ -66,8 +66,6 @@ __device__ __forceinline__ void load_tile(float (*tile)[BI], const float* x, siz
     }
 }
 
-// One BM x BN tile of C per block, TM x TN outputs per thread, k from k_begin to k_end.
-// Writes C (accumulate: C +=) or, with `partial`, its own slice partial[blockIdx.z] (M,P).
 // The end of split-K, run by the last block of a tile to finish its slice (matmul_kernel):
 // C's tile (+)= sum over s = 0 .. splits-1 of partial[s], in that order, one float chain per
 // output. A thread takes 4 neighbouring outputs of a row, one 16-byte load per split where
@@ -91,8 +89,10 @@ __device__ void sum_splits(float* c, const float* partial, size_t M, size_t P, s
                 float4 q[SPLIT_CHUNK];
 #pragma unroll
                 for (int j = 0; j < SPLIT_CHUNK; j++)
-                    if (first + j < splits)
-                        q[j] = __ldcg(reinterpret_cast<const float4*>(partial + (first + j) * count + e));
+                    if (first + j < splits) {
+                        const float* slice = partial + (first + j) * count;
+                        q[j] = __ldcg(reinterpret_cast<const float4*>(slice + e));
+                    }
 #pragma unroll
                 for (int j = 0; j < SPLIT_CHUNK; j++) {
                     if (first + j < splits) {
@@ -123,6 +123,9 @@ __device__ void sum_splits(float* c, const float* partial, size_t M, size_t P, s
     }
 }
 
+// One BM x BN tile of C per block, TM x TN outputs per thread, k from k_begin to k_end.
+// Writes C (accumulate: C +=) or, with `partial`, its own slice partial[blockIdx.z] (M,P),
+// and the last block of a tile to finish its slice adds the tile's slices into C.
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 matmul_kernel(float* c, float* partial, unsigned int* tile_counts, const float* a,
@@ -336,9 +339,11 @@ static void matmul(float* c, const float* a, const float* b, size_t M, size_t P,
     if (matmul_use_cublas(c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate)) return;
     MatmulPlan plan = matmul_plan(M, P, K);
     if (plan.big)
-        launch_matmul<128, 128, 8, 8>(&plan, c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
+        launch_matmul<128, 128, 8, 8>(&plan, c, a, b, M, P, K, a_row, a_col, b_row, b_col,
+                                      accumulate);
     else
-        launch_matmul<64, 64, 4, 4>(&plan, c, a, b, M, P, K, a_row, a_col, b_row, b_col, accumulate);
+        launch_matmul<64, 64, 4, 4>(&plan, c, a, b, M, P, K, a_row, a_col, b_row, b_col,
+                                    accumulate);
 }
 
 // out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN). Overwrites out.

@@ -396,7 +396,8 @@ inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
 inline void __threadfence() {}
 inline float __ldcg(const float* address) { return *address; }
 inline float4 __ldcg(const float4* address) {
-    if ((uintptr_t)address % 16 != 0) cuda_emu::fail("misaligned 16-byte load at %p", (const void*)address);
+    if ((uintptr_t)address % 16 != 0)
+        cuda_emu::fail("misaligned 16-byte load at %p", (const void*)address);
     return *address;
 }
 
