@@ -4,8 +4,8 @@
 torch can run it; first checked against the reference state files that attnres.c passes.
 
   /usr/bin/python3 dev/bench/bench_pytorch.py [--device cpu|cuda] [--ways W,W,..]
-      [--modes none,full,block] [--size d,L,T ...] [--steps N] [--threads N] [--budget S]
-      [--jobs N] [--logs DIR] [--check-only | --no-check]
+      [--modes none,full,block] [--size d,L,T ...] [--steps N] [--rounds R] [--threads N]
+      [--budget S] [--jobs N] [--logs DIR] [--check-only | --no-check]
 
 The model (SPEC: RMSNorm pre-norm, GQA attention with interleaved RoPE, SwiGLU, and none /
 full / block AttnRes) is an nn.Module: nn.Linear layers in an nn.ModuleList, RoPE's cos/sin
@@ -37,7 +37,8 @@ the file's loss within 1e-5 (check_state's floor). Failing, it exits 1 before ti
 
 Sizes: --size d,L,T (default 256,8,128, the bench model: d=256 L=8 H=8 G=4 F=704 V=256); H=8,
 G=4, F = 8d/3 rounded up to a multiple of 64, V=256 and B = 1024 / T (1024 tokens a step) at
-every size. Per size, mode and way: median ms/step of --steps steps (after warm-up steps),
+every size. Per size, mode and way: median ms/step of --steps steps (after warm-up steps; with
+--rounds R > 1 the best of R such medians, the processes taking turns round after round),
 tokens/s and GFLOP/s (the matmuls and attention products, as dev/bench/bench_sizes.c counts
 them), then the best way per mode; and the matmul rate at that size, torch.mm (B*T x d)(d x F),
 and each step's share of it. --budget S: a process not ready S seconds after the start is
@@ -421,8 +422,9 @@ def setup(device, threads):
 
 def worker(c, way, steps, device, threads, log, conn):
     """One mode in one way, in its own process: builds, compiles and warms up, sends ("ready",
-    first-step loss, seconds taken), waits for "go" (the timing takes turns, nothing else
-    running), times `steps` steps and sends ("done", median ms). Its output goes to `log`."""
+    first-step loss, seconds taken), then for each "go" (the timing takes turns, nothing else
+    running) times `steps` steps and sends ("done", median ms), until "stop". Its output goes
+    to `log`."""
     try:  # Linux: killed with its parent (a timeout that stops the benchmark stops its compiles)
         ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -451,16 +453,16 @@ def worker(c, way, steps, device, threads, log, conn):
         for _ in range(1 if way == "eager" else 2):  # the rest of the warm-up (CUDA graphs:
             step()                                    # record, then replay)
         conn.send(("ready", first, time.perf_counter() - t0))
-        conn.recv()
-        ms = []
-        for _ in range(steps):
-            sync(device)
-            t0 = time.perf_counter()
-            loss = step()
-            ms.append(1000.0 * (time.perf_counter() - t0))
-        if not math.isfinite(loss):
-            raise RuntimeError(f"loss {loss} is not finite")
-        conn.send(("done", sorted(ms)[steps // 2]))  # the same (upper) median as bench.c
+        while conn.recv() == "go":
+            ms = []
+            for _ in range(steps):
+                sync(device)
+                t0 = time.perf_counter()
+                loss = step()
+                ms.append(1000.0 * (time.perf_counter() - t0))
+            if not math.isfinite(loss):
+                raise RuntimeError(f"loss {loss} is not finite")
+            conn.send(("done", sorted(ms)[steps // 2]))  # the same (upper) median as bench.c
     except Exception as e:
         print(f"{type(e).__name__}: {e}", flush=True)
         conn.send(("error", f"{type(e).__name__}: {str(e).strip()[:200]}"))
@@ -522,7 +524,11 @@ def bench_size(d, L, T, a, ways, deadline):
                     ready[key] = here.recv()
                 except EOFError:
                     ready[key] = ("error", f"the process died: {log_tail(running[key][2])}")
-        for key in pairs:  # then the timing, one at a time
+        # then the timing: a.rounds rounds, in each of which every ready process in turn
+        # times its steps, nothing else running; a way's time is the best of its rounds'
+        # medians (its spread across rounds printed beside it)
+        live, medians = [], {}
+        for key in pairs:
             if key not in running:
                 continue
             (way, mode), (p, here, log) = key, running[key]
@@ -530,22 +536,37 @@ def bench_size(d, L, T, a, ways, deadline):
                 p.terminate()
                 print(f"skip {MODE_NAMES[mode]:<10s} {way}: not compiled within the budget "
                       f"({a.budget:g} s)", flush=True)
-                continue
-            status, value, *rest = ready[key]
-            if status == "ready":
-                first, took = value, rest[0]
+            elif ready[key][0] == "ready":
+                live.append(key)
+                medians[key] = []
+            else:
+                print(f"FAIL {MODE_NAMES[mode]:<10s} {way}: {ready[key][1]} (log {log})", flush=True)
+                a.failed = True
+                p.join()
+        for _ in range(a.rounds):
+            for key in [k for k in live if k in medians]:
+                p, here, log = running[key]
                 here.send("go")
                 try:
                     status, value = here.recv()
                 except EOFError:
                     status, value = "error", f"the process died: {log_tail(log)}"
-            if status == "error":
-                print(f"FAIL {MODE_NAMES[mode]:<10s} {way}: {value} (log {log})", flush=True)
-                a.failed = True
-                p.join()
+                if status == "error":
+                    way, mode = key
+                    print(f"FAIL {MODE_NAMES[mode]:<10s} {way}: {value} (log {log})", flush=True)
+                    a.failed = True
+                    del medians[key]
+                    p.join()
+                    continue
+                medians[key].append(value)
+        for key in live:
+            if key not in medians:
                 continue
+            (way, mode), (p, here, log) = key, running[key]
+            here.send("stop")
             p.join()
-            ms = value
+            first, took = ready[key][1], ready[key][2]
+            ms = min(medians[key])
             if way == "eager":
                 eager_loss[mode] = first
             elif mode in eager_loss and abs(first - eager_loss[mode]) > TOL32 * abs(eager_loss[mode]):
@@ -554,10 +575,12 @@ def bench_size(d, L, T, a, ways, deadline):
                 a.failed = True
                 continue
             gflops = flops[mode] / (ms / 1000.0) / 1e9
+            spread = (f"   rounds {min(medians[key]):.2f} .. {max(medians[key]):.2f} ms"
+                      if a.rounds > 1 else "")
             print(f"{MODE_NAMES[mode]:<10s} {way:<27s} {ms:9.2f} ms/step "
                   f"{c0['B'] * c0['T'] / (ms / 1000.0):9.0f} tokens/s {gflops:8.1f} GFLOP/s "
                   f"{100.0 * gflops / rate:5.1f}% of torch.mm   first loss {first:.6f} "
-                  f"({took:.0f} s to build, compile and warm up)", flush=True)
+                  f"({took:.0f} s to build, compile and warm up){spread}", flush=True)
             if mode not in best or ms < best[mode][0]:
                 best[mode] = (ms, way)
     for mode in a.modes:
@@ -577,6 +600,9 @@ def main():
     ap.add_argument("--modes", default="none,full,block")
     ap.add_argument("--size", action="append", default=None, metavar="d,L,T")
     ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="rounds of --steps steps, the processes taking turns in each; a way's\n"
+                         "time is the best of its rounds' medians")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--budget", type=float, default=0.0,
                     help="seconds from the start: a way not compiled by then is stopped, and\n"
@@ -592,6 +618,8 @@ def main():
     a = ap.parse_args()
     if a.steps < 1:
         sys.exit("error: --steps must be positive")
+    if a.rounds < 1:
+        sys.exit("error: --rounds must be positive")
     a.modes = a.modes.split(",")
     if not a.modes or any(m not in MODES for m in a.modes):
         sys.exit(f"error: --modes takes a comma-separated list of {', '.join(MODES)}")
