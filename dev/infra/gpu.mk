@@ -10,7 +10,8 @@
 # ./train against ./train_cuda, the NCCL path on one GPU, and the speed benchmarks, and prints
 # a summary (OUT=DIR keeps the logs; BUDGET=seconds, 450 by default, counted from its start,
 # build included, bounds the optional profiling and sweeps at its end; QUICK=1 leaves out the
-# slowest and optional parts, to check a fix in less GPU time). Without a GPU it builds, says
+# slowest and optional parts, to check a fix in less GPU time; SWEEP=1 keeps the size sweep
+# with QUICK). Without a GPU it builds, says
 # so in one line and exits 0.
 # `make carry` first (dev/infra/carry.sh), on a machine with Debian's packages, copies
 # doctest's header and OpenMPI into .carry/ to take along to one without them; gpu-check uses
@@ -18,7 +19,7 @@
 # carry AB=commit` also keeps cuda/, src/, dev/ and the Makefile as at that commit, and
 # gpu-check times both (before/after).
 .PHONY: gpu-check carry
-gpu-check:  ## on a GPU: build with nvcc; GPU tests, sanitizers, speed [OUT= BUDGET= QUICK=1]
+gpu-check:  ## on a GPU: build with nvcc; GPU tests, sanitizers, speed [OUT= BUDGET= QUICK=1 SWEEP=1]
 	@test -x $(NVCC) || { echo "gpu-check: no nvcc at $(NVCC) (the CUDA toolkit is needed)"; exit 1; }
 	@bash -c 'export GPU_CHECK_START=$$(date +%s); \
 	          if ! command -v $(MPICC) >/dev/null 2>&1 && [ -f .carry/openmpi/env.sh ]; then \
@@ -27,7 +28,7 @@ gpu-check:  ## on a GPU: build with nvcc; GPU tests, sanitizers, speed [OUT= BUD
 	              build/bench_gemm build/bench_depth build/bench_sizes_cuda $(if $(filter-out 0,$(QUICK)),,build/bench_attention) $(SHAPE_BINS) \
 	              $$(command -v $(MPICC) >/dev/null 2>&1 && echo build/train_cuda_mpi) \
 	          && GPU_CHECK_OUT=$(OUT) GPU_CHECK_BUDGET=$(BUDGET) DEPTH_SHAPES="$(DEPTH_SHAPES)" \
-	             GPU_CHECK_QUICK=$(QUICK) dev/infra/gpu_check.sh'
+	             GPU_CHECK_QUICK=$(QUICK) GPU_CHECK_SWEEP=$(SWEEP) dev/infra/gpu_check.sh'
 
 carry:  ## doctest and OpenMPI into .carry/, for a GPU machine without them [AB=commit]
 	@dev/infra/carry.sh $(AB)

@@ -26,26 +26,31 @@
 #      a part starts only if its longest expected time still fits, else a skip line), the
 #      most telling first: the depth attention's kernels (dev/bench/bench_depth.cu), checked
 #      against the CPU and timed, with the step, in the plain build and with each block shape
-#      of DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); how cost grows
-#      with size (attnres.c and PyTorch per mode at four sizes, dev/bench/bench_sizes.sh);
-#      PyTorch compiled with max-autotune; the causal
-#      attention's two versions (dev/bench/bench_attention.cu), checked and timed; Nsight
-#      Compute's time per kernel of a block and of a none step (dev/bench/profile_cuda.py); the
-#      benchmarks built with cuda/, src/, dev/ and the Makefile of an earlier commit when make
-#      carry AB=commit put them in .carry/ab (before/after on one GPU)
+#      of DEPTH_SHAPES (dev/infra/gpu.mk; which shape to make the default); the benchmarks
+#      built with cuda/, src/, dev/ and the Makefile of an earlier commit when make carry
+#      AB=commit put them in .carry/ab (before/after on one GPU); how cost grows with size
+#      (attnres.c and PyTorch per mode at four sizes, dev/bench/bench_sizes.sh); PyTorch
+#      compiled with max-autotune; the causal attention's two versions
+#      (dev/bench/bench_attention.cu), checked and timed; Nsight Compute's time per kernel of
+#      a block and of a none step (dev/bench/profile_cuda.py)
 #
 # GPU_CHECK_OUT=DIR keeps every log there (make gpu-check OUT=DIR); GPU_CHECK_START is when
 # make gpu-check began (seconds since 1970; the build counts against the budget).
 # GPU_CHECK_QUICK=1 (make gpu-check QUICK=1), to check a fix when the GPU's time is short:
 # parts 1 to 3 whole, part 4 without racecheck (by far its slowest tool: on an H200 at
 # b804e4a 148 s for the whole-model test, 107 s for the step; the emulator proves the
-# barriers), and of part 5 the block shapes only; a skip line for each part left out.
+# barriers), and of part 5 the block shapes and the before/after only; a skip line for each
+# part left out.
+# GPU_CHECK_SWEEP=1 (make gpu-check SWEEP=1): the size sweep even with QUICK (on an H200,
+# QUICK took 3 min 25 s and the sweep's budget is 230 s: both fit one 10-minute call).
 set -u
 cd "$(dirname "$0")/../.."
 start=${GPU_CHECK_START:-$(date +%s)}
 budget=${GPU_CHECK_BUDGET:-450}
 quick=${GPU_CHECK_QUICK:-}
 [ "$quick" = 0 ] && quick=
+sweep=${GPU_CHECK_SWEEP:-}
+[ "$sweep" = 0 ] && sweep=
 out=${GPU_CHECK_OUT:-$(mktemp -d)}
 mkdir -p "$out"
 summary=()
@@ -94,6 +99,11 @@ optional() {
         return 1
     fi
     in_budget "$@"
+}
+# sweep_optional NAME SECONDS: the size sweep, optional unless SWEEP=1 (then the budget alone
+# decides)
+sweep_optional() {
+    if [ -n "$sweep" ]; then in_budget "$@"; else optional "$@"; fi
 }
 # the bench model (d=256 L=8 H=8 G=4 F=704, V=256 bytes), block AttnRes, one step of B=8 T=128
 bench_flags=(--task text --text README.md --seq-len 128 --batch 8 --d 256 --L 8 --H 8 --G 4
@@ -312,12 +322,43 @@ if [ ${#shape_table[@]} -gt 0 ]; then
             }'
     } >>"$out/speed.log"
 fi
+# Before/after on this one GPU: the benchmarks built with cuda/, src/, dev/ and the Makefile
+# as at an earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
+# under build/ab, then the current build again right after, so that the two runs are
+# neighbours in time. Like for like: the step per mode (bench_cuda, whose flags every
+# version has), and the matmul and the depth attention where that commit has their
+# benchmarks (make -k builds what it can). Carried on purpose, it runs with QUICK too, before
+# the sweeps.
+if [ -f .carry/ab/COMMIT ] && in_budget "before/after (.carry/ab)" 90; then
+    ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
+    rm -rf build/ab && mkdir -p build/ab
+    cp -r Makefile train.c src cuda data dev tests build/ab/
+    for part in cuda src dev; do
+        if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
+    done
+    if [ -f .carry/ab/Makefile ]; then cp .carry/ab/Makefile build/ab/; fi
+    make -C build/ab --no-print-directory -k -j"$(nproc)" build/bench_cuda build/bench_depth \
+        build/bench_gemm >>"$out/ab.log" 2>&1
+    if check "benchmarks built with cuda/, src/, dev/ and the Makefile as at $ab_commit (build/ab)" ab.log 10 \
+        test -x build/ab/build/bench_cuda; then
+        for version in "before:build/ab/build" "after:build"; do
+            name=${version%%:*} dir=${version#*:}
+            echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
+            check "$name: training step speed ($dir/bench_cuda --rounds 100)" speed.log 120 \
+                "$dir/bench_cuda" --rounds 100
+            for bench in bench_gemm bench_depth; do
+                [ -x build/ab/build/$bench ] || continue
+                check "$name: $bench ($dir/$bench)" speed.log 120 "$dir/$bench"
+            done
+        done
+    fi
+fi
 # How cost grows with size: attnres.c's step and PyTorch's (eager, compiled, CUDA graphs)
 # per mode at the sweep's largest size and three others, each dimension grown alone
 # (dev/bench/bench_sizes.sh; PyTorch's compiles within 150 s, the largest size's first, then
 # PyTorch eager alone; at the bench size its run, check and nine processes, took 104 s on an
 # H200)
-if optional "the size sweep (bench-sizes on the GPU)" 230; then
+if sweep_optional "the size sweep (bench-sizes on the GPU)" 230; then
     check "how cost grows with size, attnres.c and PyTorch (DEVICE=cuda dev/bench/bench_sizes.sh)" \
         sizes.log 280 env DEVICE=cuda ROUNDS=10 WAYS=eager,default,reduce-overhead BUDGET=150 \
         SIZES="1024,16,1024 1024,8,128 256,16,128 256,8,1024" dev/bench/bench_sizes.sh
@@ -356,36 +397,6 @@ if [ -s "$out/profile_block.log" ] && [ -s "$out/profile_none.log" ] &&
    python3 dev/bench/profile_cuda.py --diff "$out/profile_block.log" "$out/profile_none.log" \
        >"$out/profile_diff.log" 2>&1; then
     cat "$out/profile_diff.log" >>"$out/speed.log"  # where block's overhead goes, per kernel
-fi
-# Before/after on this one GPU: the benchmarks built with cuda/, src/, dev/ and the Makefile
-# as at an earlier commit (make carry AB=commit put those files in .carry/ab), in a copy of the tree
-# under build/ab, then the current build again right after, so that the two runs are
-# neighbours in time. Like for like: the step per mode (bench_cuda, whose flags every
-# version has), and the matmul and the depth attention where that commit has their
-# benchmarks (make -k builds what it can)
-if [ -f .carry/ab/COMMIT ] && optional "before/after (.carry/ab)" 90; then
-    ab_commit=$(cut -d' ' -f1 .carry/ab/COMMIT)
-    rm -rf build/ab && mkdir -p build/ab
-    cp -r Makefile train.c src cuda data dev tests build/ab/
-    for part in cuda src dev; do
-        if [ -d .carry/ab/$part ]; then cp -r .carry/ab/$part/. build/ab/$part/; fi
-    done
-    if [ -f .carry/ab/Makefile ]; then cp .carry/ab/Makefile build/ab/; fi
-    make -C build/ab --no-print-directory -k -j"$(nproc)" build/bench_cuda build/bench_depth \
-        build/bench_gemm >>"$out/ab.log" 2>&1
-    if check "benchmarks built with cuda/, src/, dev/ and the Makefile as at $ab_commit (build/ab)" ab.log 10 \
-        test -x build/ab/build/bench_cuda; then
-        for version in "before:build/ab/build" "after:build"; do
-            name=${version%%:*} dir=${version#*:}
-            echo "== $name ($([ "$name" = before ] && cat .carry/ab/COMMIT || echo this tree))" >>"$out/speed.log"
-            check "$name: training step speed ($dir/bench_cuda --rounds 100)" speed.log 120 \
-                "$dir/bench_cuda" --rounds 100
-            for bench in bench_gemm bench_depth; do
-                [ -x build/ab/build/$bench ] || continue
-                check "$name: $bench ($dir/$bench)" speed.log 120 "$dir/$bench"
-            done
-        done
-    fi
 fi
 echo
 cat "$out/speed.log" | grep -vE "^\s*$"
