@@ -240,11 +240,15 @@ static MatmulPlan matmul_plan(size_t M, size_t P, size_t K) {
     return plan;
 }
 
-// The floats of the workspace the product borrows: the split-K partial sums, one M x P slice
-// per split (none without a split)
+// The floats of the workspace a product run by `plan` borrows: the split-K partial sums, one
+// M x P slice per split (none without a split)
+static size_t plan_workspace_floats(const MatmulPlan* plan, size_t M, size_t P) {
+    return plan->splits > 1 ? plan->splits * M * P : 0;
+}
+
 size_t matmul_workspace_floats_cuda(size_t M, size_t P, size_t K) {
     MatmulPlan plan = matmul_plan(M, P, K);
-    return plan.splits > 1 ? plan.splits * M * P : 0;
+    return plan_workspace_floats(&plan, M, P);
 }
 
 // Split-K keeps tiles * splits <= 4 * multiprocessors (matmul_plan), and a tile covers at
@@ -275,7 +279,7 @@ static void launch_matmul(const MatmulPlan* plan, float* c, const float* a, cons
                           size_t b_row, size_t b_col, int accumulate) {
     constexpr int THREADS = (BM / TM) * (BN / TN);
     const size_t splits = plan->splits;
-    float* partial = splits > 1 ? cuda_workspace(splits * M * P) : NULL;
+    float* partial = splits > 1 ? cuda_workspace(plan_workspace_floats(plan, M, P)) : NULL;
     unsigned int* counts = splits > 1 ? split_counts() : NULL;
     dim3 grid(ceil_div(M, BM), ceil_div(P, BN), (unsigned int)splits);
     launch_kernel(matmul_kernel<BM, BN, MATMUL_BK, TM, TN>, grid, THREADS, c, partial, counts,

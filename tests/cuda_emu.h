@@ -379,14 +379,11 @@ inline void sincospif(float x, float* sin_pi_x, float* cos_pi_x) {  // sin, cos 
     *sin_pi_x = (float)sin(M_PI * (double)x);
     *cos_pi_x = (float)cos(M_PI * (double)x);
 }
-// Threads switch only inside the emulator's calls, so a read-modify-write is atomic.
-inline float atomicAdd(float* address, float value) {
-    float old = *address;
-    *address = old + value;
-    return old;
-}
-inline unsigned int atomicAdd(unsigned int* address, unsigned int value) {
-    unsigned int old = *address;
+// Threads switch only inside the emulator's calls, so a read-modify-write is atomic (for any
+// of CUDA's overloads: linear.cu counts blocks in an unsigned int).
+template <typename T>
+inline T atomicAdd(T* address, T value) {
+    T old = *address;
     *address = old + value;
     return old;
 }

@@ -11,8 +11,7 @@
 # a summary (OUT=DIR keeps the logs; BUDGET=seconds, 450 by default, counted from its start,
 # build included, bounds the optional profiling and sweeps at its end; QUICK=1 leaves out the
 # slowest and optional parts, to check a fix in less GPU time; SWEEP=1 keeps the size sweep
-# with QUICK). Without a GPU it builds, says
-# so in one line and exits 0.
+# with QUICK). Without a GPU it builds, says so in one line and exits 0.
 # `make carry` first (dev/infra/carry.sh), on a machine with Debian's packages, copies
 # doctest's header and OpenMPI into .carry/ to take along to one without them; gpu-check uses
 # that OpenMPI when the machine has none (for build/train_cuda_mpi and its mpirun). `make

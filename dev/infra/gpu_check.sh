@@ -9,9 +9,9 @@
 #      4 streams and with 2) and in two runs of SPEC's variants (within 1e-4)
 #      and the bench model (within 2e-3, see below); ./train_cuda (its step as CUDA graphs)
 #      against ./train_cuda --no-graph in four tiny runs, the bench model and a wide one
-#      (d = 1024), every loss and the final parameters and moments bit for bit; the data-parallel NCCL path on one GPU
-#      (mpirun -np 1 build/train_cuda_mpi) against ./train_cuda, where MPI is installed or
-#      carried (make carry: .carry/openmpi)
+#      (d = 1024), every loss and the final parameters and moments bit for bit; the
+#      data-parallel NCCL path on one GPU (mpirun -np 1 build/train_cuda_mpi) against
+#      ./train_cuda, where MPI is installed or carried (make carry: .carry/openmpi)
 #   3. speed: ms/step and tokens/s per mode and of SPEC's variants with our matmul, per mode
 #      with cuBLAS, per mode as CUDA graphs against queued call by call; the matmul version by
 #      version (naive, 16x16 tiles, ours) and cuBLAS SGEMM on the bench shapes; PyTorch on the
