@@ -41,7 +41,8 @@ every size. Per size, mode and way: median ms/step of --steps steps (after warm-
 --rounds R > 1 the best of R such medians, the processes taking turns round after round),
 tokens/s and GFLOP/s (the matmuls and attention products, as dev/bench/bench_sizes.c counts
 them), then the best way per mode; and the matmul rate at that size, torch.mm (B*T x d)(d x F),
-and each step's share of it. --budget S: a process not ready S seconds after the start is
+and each step's share of it (on the CPU also of its rate with its operands out of cache,
+matmul_rate_cold). --budget S: a process not ready S seconds after the start is
 stopped, and none starts after; one skip line each.
 
 BLAS (CPU): Debian's python3-torch does its matmuls in whatever libblas.so.3 the system
@@ -410,6 +411,22 @@ def matmul_rate(c, device, repeats=5):
     return 2.0 * a.shape[0] * c["d"] * c["F"] / best * 1e-9
 
 
+def matmul_rate_cold(c, repeats=5, pool_bytes=256 << 20):
+    """The same torch.mm with its operands out of cache, as bench_sizes.c's matmul_rate_cold
+    measures ours (CPU): sets of (a, b, out) of 256 MB together, multiplied in turn into
+    their own outputs, best of the passes over them. Returns (GFLOP/s, sets)."""
+    N, d, F = c["B"] * c["T"], c["d"], c["F"]
+    sets = pool_bytes // (4 * (N * d + d * F + N * F)) + 1
+    ops = [(torch.randn(N, d), torch.randn(d, F), torch.empty(N, F)) for _ in range(sets)]
+    best = math.inf
+    for _ in range(repeats + 1):  # the first pass warms up
+        t0 = time.perf_counter()
+        for a, b, out in ops:
+            torch.mm(a, b, out=out)
+        best = min(best, (time.perf_counter() - t0) / sets)
+    return 2.0 * N * d * F / best * 1e-9, sets
+
+
 def setup(device, threads):
     """float32 products as ours: no TF32 anywhere; torch's CPU threads."""
     if device == "cuda":
@@ -486,6 +503,11 @@ def log_tail(path, lines=3):
         return ""
 
 
+def of_cold(gflops, cold_rate):
+    """', X% of it out of cache' where the out-of-cache rate was measured (the CPU)"""
+    return "" if cold_rate is None else f", {100.0 * gflops / cold_rate:.1f}% of it out of cache"
+
+
 def bench_size(d, L, T, a, ways, deadline):
     """Times every mode in every way at one size: a worker process per (mode, way), a.jobs of
     them compiling at once; once they are ready (or the budget is spent: the late ones are
@@ -494,9 +516,13 @@ def bench_size(d, L, T, a, ways, deadline):
     c0 = config(d, L, T, 0)
     flops = {m: step_flops(config(d, L, T, S)) for m, S in MODES.items()}
     rate = matmul_rate(c0, a.device)
+    cold, cold_rate = "", None
+    if a.device == "cpu":
+        cold_rate, sets = matmul_rate_cold(c0)
+        cold = f", {cold_rate:.1f} with its operands out of cache ({sets} sets in turn)"
     print(f"size d={d} L={L} T={T}: H={c0['H']} G={c0['G']} F={c0['F']} V={c0['V']} "
           f"B={c0['B']}, {flops['none'] / 1e9:.2f} GFLOP/step counted; torch.mm "
-          f"({c0['B'] * c0['T']} x {d})({d} x {c0['F']}): {rate:.1f} GFLOP/s", flush=True)
+          f"({c0['B'] * c0['T']} x {d})({d} x {c0['F']}): {rate:.1f} GFLOP/s{cold}", flush=True)
     mp = multiprocessing.get_context("spawn")
     pairs = [(way, mode) for way in ways for mode in a.modes]
     best, eager_loss = {}, {}
@@ -579,7 +605,7 @@ def bench_size(d, L, T, a, ways, deadline):
                       if a.rounds > 1 else "")
             print(f"{MODE_NAMES[mode]:<10s} {way:<27s} {ms:9.2f} ms/step "
                   f"{c0['B'] * c0['T'] / (ms / 1000.0):9.0f} tokens/s {gflops:8.1f} GFLOP/s "
-                  f"{100.0 * gflops / rate:5.1f}% of torch.mm   first loss {first:.6f} "
+                  f"{100.0 * gflops / rate:5.1f}% of torch.mm{of_cold(gflops, cold_rate)}   first loss {first:.6f} "
                   f"({took:.0f} s to build, compile and warm up){spread}", flush=True)
             if mode not in best or ms < best[mode][0]:
                 best[mode] = (ms, way)
@@ -588,7 +614,8 @@ def bench_size(d, L, T, a, ways, deadline):
             ms, way = best[mode]
             gflops = flops[mode] / (ms / 1000.0) / 1e9
             print(f"best {MODE_NAMES[mode]:<10s} d={d} L={L} T={T}: {ms:9.2f} ms/step "
-                  f"{gflops:8.1f} GFLOP/s {100.0 * gflops / rate:5.1f}% of torch.mm ({way})",
+                  f"{gflops:8.1f} GFLOP/s {100.0 * gflops / rate:5.1f}% of torch.mm"
+                  f"{of_cold(gflops, cold_rate)} ({way})",
                   flush=True)
 
 

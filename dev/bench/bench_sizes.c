@@ -1,12 +1,15 @@
 // bench_sizes.c — how a training step's cost grows with the model: at each size (width d,
 // depth L, context T) ms/step, tokens/s and GFLOP/s of one training step in each mode (none,
-// full, block S=4), and that rate as a share of the matmul's own rate at that size.
+// full, block S=4), and that rate as a share of the matmul's own rate at that size (and on the
+// CPU, of its rate with its operands out of cache, as a step's products find them).
 // `make bench-sizes` runs it (dev/bench/bench_sizes.sh, PyTorch beside each size). Built
 // twice: build/bench_sizes times ./train's step (as dev/bench/bench.c), build/bench_sizes_cuda
 // (-DBENCH_CUDA, `make gpu-check`) ./train_cuda's, as CUDA graphs (as bench_cuda --graph).
 //
 // ./build/bench_sizes [--size d,L,T]... [--mode none|full|block] [--rounds N] [--threads N]
-//     (--mode: that mode alone, e.g. under perf; by default all three)
+//                     [--no-rates]
+//     (--mode: that mode alone, e.g. under perf; by default all three. --no-rates: the step
+//     alone, without the matmul's rates, whose products perf would count as the step's)
 //
 // A size is the bench model grown: H=8 G=4 heads (head size d/8), F = 8d/3 rounded up to a
 // multiple of 64, V=256, and B = 1024/T, so that every size trains 1024 tokens a step (the
@@ -123,8 +126,38 @@ static double matmul_rate(BenchModel* bm, size_t N, size_t d, size_t F, int roun
     return 2.0 * N * d * F / best * 1e-9;
 }
 
-// modes[0 .. n_modes-1]: the modes to time (0 none, 1 full, 2 block S=4)
-static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_modes) {
+#ifndef BENCH_CUDA
+// The same product with its operands out of cache, as they are in a step: there each product
+// reads a weight that AdamW last touched a step ago and an input, and writes an output, among
+// the step's 300 MB of activations and training state (at the bench size), far more than the
+// cores' caches hold. So the sets (input, weight, output) of COLD_BYTES together are
+// multiplied in turn, each gone from the caches before it comes round again. GFLOP/s per
+// product, best of `rounds` passes over the sets (a warm-up pass first); *sets_out: how many.
+#define COLD_BYTES ((size_t)256 << 20)
+static double matmul_rate_cold(size_t N, size_t d, size_t F, int rounds, size_t* sets_out) {
+    size_t per_set = N * d + d * F + N * F;
+    size_t sets = COLD_BYTES / (per_set * sizeof(float)) + 1;
+    float* pool = (float*)mallocCheck(sets * per_set * sizeof(float));
+    for (size_t i = 0; i < sets * per_set; i++) { pool[i] = (float)(i % 7) * 0.125f; }
+    double best = 1e30;
+    for (int r = 0; r < rounds + 1; r++) {
+        double t0 = now_seconds();
+        for (size_t s = 0; s < sets; s++) {
+            float* inp = pool + s * per_set;
+            linear_forward(inp + N * d + d * F, inp, inp + N * d, N, d, F);
+        }
+        double t = (now_seconds() - t0) / (double)sets;
+        if (r > 0 && t < best) { best = t; }
+    }
+    free(pool);
+    *sets_out = sets;
+    return 2.0 * N * d * F / best * 1e-9;
+}
+#endif
+
+// modes[0 .. n_modes-1]: the modes to time (0 none, 1 full, 2 block S=4); rates 0: the matmul's
+// rates left out
+static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_modes, int rates) {
     const size_t tokens = 1024, B = tokens / (size_t)T;
     BenchModel models[N_MODES];
     ModelConfig configs[N_MODES];
@@ -139,18 +172,29 @@ static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_
     for (int i = 0; i < n_modes; i++) { ms[i] = (double*)mallocCheck((size_t)rounds * sizeof(double)); }
     time_rounds(ms, n_modes, rounds, 1, bench_step, &bench);
     const ModelConfig* c = &configs[0];
-    double rate = matmul_rate(&models[0], tokens, (size_t)d, (size_t)c->ffn_hidden, rounds);
-    printf("size d=%d L=%d T=%d: H=%d G=%d F=%d V=%d B=%zu, %.2f GFLOP/step counted; matmul "
-           "(%zu x %d)(%d x %d): %.1f GFLOP/s\n", d, L, T, c->n_heads, c->n_kv_heads,
-           c->ffn_hidden, c->vocab_size, B, step_flops(c, B, (size_t)T) * 1e-9, tokens, d, d,
-           c->ffn_hidden, rate);
+    size_t F = (size_t)c->ffn_hidden, sets = 0;
+    double rate = 0.0, cold = 0.0;  // 0: not measured
+    if (rates) {
+        rate = matmul_rate(&models[0], tokens, (size_t)d, F, rounds);
+#ifndef BENCH_CUDA
+        cold = matmul_rate_cold(tokens, (size_t)d, F, rounds, &sets);
+#endif
+    }
+    printf("size d=%d L=%d T=%d: H=%d G=%d F=%d V=%d B=%zu, %.2f GFLOP/step counted", d, L, T,
+           c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size, B,
+           step_flops(c, B, (size_t)T) * 1e-9);
+    if (rate > 0.0) { printf("; matmul (%zu x %d)(%d x %zu): %.1f GFLOP/s", tokens, d, d, F, rate); }
+    if (cold > 0.0) { printf(", %.1f with its operands out of cache (%zu sets in turn)", cold, sets); }
+    printf("\n");
     for (int i = 0; i < n_modes; i++) {
         sort_values(ms[i], rounds);
         double median = quantile(ms[i], rounds, 0.5);
         double gflops = step_flops(&configs[i], B, (size_t)T) / (median / 1000.0) * 1e-9;
-        printf("%-10s %-27s %9.2f ms/step %9.0f tokens/s %8.1f GFLOP/s %5.1f%% of the matmul\n",
-               BENCH_MODE_NAMES[modes[i]], "attnres.c", median, tokens / (median / 1000.0), gflops,
-               100.0 * gflops / rate);
+        printf("%-10s %-27s %9.2f ms/step %9.0f tokens/s %8.1f GFLOP/s", BENCH_MODE_NAMES[modes[i]],
+               "attnres.c", median, tokens / (median / 1000.0), gflops);
+        if (rate > 0.0) { printf(" %5.1f%% of the matmul", 100.0 * gflops / rate); }
+        if (cold > 0.0) { printf(", %.1f%% of it out of cache", 100.0 * gflops / cold); }
+        printf("\n");
         fflush(stdout);
         free(ms[i]);
         release(&models[i]);
@@ -161,11 +205,13 @@ static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_
 
 static const char* const USAGE =
     "usage: bench_sizes [--size d,L,T]... [--mode none|full|block] [--rounds N] [--threads N]\n"
+    "                   [--no-rates]\n"
     "  ms/step, tokens/s, GFLOP/s and the share of the matmul's rate per mode at each size\n"
     "  (default 256,8,128; d a multiple of 64, L even, T one of 128, 256, 512, 1024)\n";
 
 int main(int argc, char** argv) {
     int rounds = 3, n_sizes = 0, sizes[MAX_SIZES][3], modes[N_MODES] = {0, 1, 2}, n_modes = N_MODES;
+    int rates = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--rounds") == 0 && i + 1 < argc) { rounds = atoi(argv[++i]); }
 #ifndef BENCH_CUDA
@@ -195,10 +241,11 @@ int main(int argc, char** argv) {
             }
             n_sizes++;
         }
+        else if (strcmp(argv[i], "--no-rates") == 0) { rates = 0; }
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) { printf("%s", USAGE); return 0; }
         else {
             fprintf(stderr, "error: unknown argument '%s' (usage: bench_sizes [--size d,L,T]... "
-                    "[--mode M] [--rounds N] [--threads N])\n", argv[i]);
+                    "[--mode M] [--rounds N] [--threads N] [--no-rates])\n", argv[i]);
             return 1;
         }
     }
@@ -216,7 +263,7 @@ int main(int argc, char** argv) {
            omp_get_max_threads(), rounds);
 #endif
     for (int i = 0; i < n_sizes; i++) {
-        bench_size(sizes[i][0], sizes[i][1], sizes[i][2], rounds, modes, n_modes);
+        bench_size(sizes[i][0], sizes[i][1], sizes[i][2], rounds, modes, n_modes, rates);
     }
     return 0;
 }

@@ -77,7 +77,9 @@ echo "== bench-sizes ($device, $((SECONDS - start)) s): ms/step, GFLOP/s and sha
 awk '
     function num(unit,   i) { for (i = 2; i <= NF; i++) if ($i == unit) return $(i - 1); return "" }
     /^size d=/ { split($2, a, "="); split($3, b, "="); split($4, c, "[=:]"); size = a[2] "," b[2] "," c[2]
-                 if (!(size in seen)) { seen[size] = 1; order[++n] = size } }
+                 if (!(size in seen)) { seen[size] = 1; order[++n] = size }
+                 rate[size] = num("GFLOP/s,"); cold[size] = num("with") }
+    /^PyTorch at size d=/ { torch_rate[size] = num("GFLOP/s,"); torch_cold[size] = num("with") }
     /^(none|full|block S=4) / {
         mode = ($1 == "block") ? "block" : $1
         key = size SUBSEP mode
@@ -99,5 +101,11 @@ awk '
             t = (key in torch) ? sprintf("%10.2f %8.1f %7s %-29s %6.2fx", torch[key], torch_g[key],
                                          torch_s[key], torch_way[key], torch[key] / ours[key]) : "         -"
             printf "%-13s %-6s %10.2f %8.1f %6s   %s\n", order[i], mode, ours[key], ours_g[key], ours_s[key], t
+        }
+        for (i = 1; i <= n; i++) {  # the CPU measures each matmul out of cache too
+            if (cold[order[i]] == "") continue
+            if (!printed++) print "\nthe matmul rates, GFLOP/s: in cache / its operands out of cache (bench_sizes.c, matmul_rate_cold)"
+            t = (order[i] in torch_rate) ? sprintf(", torch.mm %s / %s", torch_rate[order[i]], torch_cold[order[i]]) : ""
+            printf "%-13s attnres.c %s / %s%s\n", order[i], rate[order[i]], cold[order[i]], t
         }
     }' "$log"

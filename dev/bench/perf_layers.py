@@ -5,7 +5,8 @@ each sample goes to the first function of its chain, from the leaf up, that name
 worker threads are counted too); model setup (allocation, initialisation) and page faults
 (the first touch of fresh memory, in the warm-up step) are left out.
 
-  perf record -F 999 --call-graph dwarf -o perf.data build/bench_sizes --size d,L,T --mode M
+  perf record -F 999 --call-graph dwarf -o perf.data build/bench_sizes --size d,L,T --mode M \
+      --no-rates
   perf script -i perf.data | dev/bench/perf_layers.py          (docs/sizes.md)
 """
 import re
