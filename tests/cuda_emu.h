@@ -7,6 +7,8 @@
 // tests need no GPU. How each piece is emulated:
 //   - a launch runs its blocks one after another; inside a block every CUDA thread is a fiber
 //     (boost.context) that runs until it reaches __syncthreads, a warp collective or its end;
+//     at the launch's first atomic, its block waits while every block not started yet runs
+//     to its end (after_atomic), so a block that counts itself done too early is caught;
 //   - __syncthreads releases the block only when every thread waits at the same barrier
 //     (same file and line); a thread that finishes or waits elsewhere meanwhile is a divergent
 //     barrier, and the program aborts with both places;
@@ -379,12 +381,17 @@ inline void sincospif(float x, float* sin_pi_x, float* cos_pi_x) {  // sin, cos 
     *sin_pi_x = (float)sin(M_PI * (double)x);
     *cos_pi_x = (float)cos(M_PI * (double)x);
 }
+namespace cuda_emu {
+void after_atomic();
+}
 // Threads switch only inside the emulator's calls, so a read-modify-write is atomic (for any
-// of CUDA's overloads: linear.cu counts blocks in an unsigned int).
+// of CUDA's overloads: linear.cu counts blocks in an unsigned int). The first atomic of a
+// launch then lets every block not yet started run to its end (cuda_emu::after_atomic).
 template <typename T>
 inline T atomicAdd(T* address, T value) {
     T old = *address;
     *address = old + value;
+    cuda_emu::after_atomic();
     return old;
 }
 // One memory: a write is seen by every thread and block at once, so the fence orders
@@ -602,17 +609,55 @@ inline void run_block(const std::function<void()>& body) {
     }
 }
 
-// Fills the __shared__ section with 0xFF bytes (skipping AddressSanitizer's red zones).
+// The __shared__ section's bytes, AddressSanitizer's red zones skipped: f(byte) for each.
 extern "C" char __start_cuda_emu_shared[] __attribute__((weak));
 extern "C" char __stop_cuda_emu_shared[] __attribute__((weak));
-inline void poison_shared_memory() {
+template <typename F>
+void for_each_shared_byte(F f) {
     uintptr_t begin = (uintptr_t)__start_cuda_emu_shared, end = (uintptr_t)__stop_cuda_emu_shared;
     for (uintptr_t address = begin; address < end; address++) {
 #ifdef __SANITIZE_ADDRESS__
         if (__asan_address_is_poisoned((void*)address)) continue;
 #endif
-        *(volatile unsigned char*)address = 0xFF;
+        f((volatile unsigned char*)address);
     }
+}
+
+// Fills the __shared__ section with 0xFF bytes.
+inline void poison_shared_memory() {
+    for_each_shared_byte([](volatile unsigned char* byte) { *byte = 0xFF; });
+}
+
+// The launch running now: its blocks in the order they start, the next to start, and
+// whether one has been suspended at an atomic yet.
+struct Launch {
+    size_t next = 0, n_blocks = 0;
+    bool suspended = false;
+    std::function<void(size_t)> run;  // runs the k-th block to start to its end
+};
+inline Launch launch_now;
+
+// A block that publishes with an atomic (linear.cu's split-K counts each block's finished
+// slice in its tile's counter, and the block that counts last sums the slices) must have
+// finished what it publishes: a GPU may run the other blocks to their ends before this one
+// goes on. So at the first atomic of a launch the emulator does that: it suspends the block
+// there, runs every block not started yet to its end, then resumes the block. Had the
+// block's other threads not written their part before the count (a missing __syncthreads),
+// the block that sums adds whatever that part of the scratch held (0xFF bytes, NaN, or an
+// earlier product's slice) and the product comes out wrong.
+inline void after_atomic() {
+    if (current == NULL || launch_now.suspended) return;
+    launch_now.suspended = true;
+    std::vector<unsigned char> shared;  // the suspended block's shared memory
+    for_each_shared_byte([&shared](volatile unsigned char* byte) { shared.push_back((unsigned char)*byte); });
+    Thread* self = current;
+    uint3 block = blockIdx, thread = threadIdx;
+    while (launch_now.next < launch_now.n_blocks) launch_now.run(launch_now.next++);
+    size_t i = 0;
+    for_each_shared_byte([&shared, &i](volatile unsigned char* byte) { *byte = shared[i++]; });
+    current = self;
+    blockIdx = block;
+    threadIdx = thread;
 }
 
 template <typename T>
@@ -642,13 +687,17 @@ void execute(void (*kernel)(Params...), dim3 grid, dim3 block, const std::tuple<
     gridDim = grid;
     blockDim = block;
     size_t n_blocks = (size_t)grid.x * grid.y * grid.z;
-    for (size_t k = 0; k < n_blocks; k++) {
+    launch_now.next = 0;
+    launch_now.n_blocks = n_blocks;
+    launch_now.suspended = false;
+    launch_now.run = [&params, kernel, grid, n_blocks](size_t k) {
         size_t b = order == Order::forward ? k : n_blocks - 1 - k;
         blockIdx = uint3((unsigned int)(b % grid.x), (unsigned int)(b / grid.x % grid.y),
                          (unsigned int)(b / ((size_t)grid.x * grid.y)));
         poison_shared_memory();
         run_block([&params, kernel] { std::apply(kernel, params); });
-    }
+    };
+    while (launch_now.next < n_blocks) launch_now.run(launch_now.next++);
 }
 
 // A launch recorded by stream capture: the kernel and its own copy of the parameters, which

@@ -1,7 +1,8 @@
 // cuda_test_emulator.cpp — the emulator in tests/cuda_emu.h catches what the agreement tests
 // rely on it to catch: a missing __syncthreads (in one of the two thread orders), a divergent
-// barrier or warp collective (the program aborts; checked in a forked child), reads of shared
-// memory that the block never wrote, host code touching device memory and kernels handed host
+// barrier or warp collective (the program aborts; checked in a forked child), a block that
+// counts itself done in an atomic before its threads have written, reads of shared memory
+// that the block never wrote, host code touching device memory and kernels handed host
 // pointers; and its warp shuffles follow CUDA's definitions.
 #include <doctest/doctest.h>
 
@@ -57,6 +58,65 @@ TEST_CASE("a missing __syncthreads gives a wrong result in one of the two thread
         CHECK(neighbour_is_right(order, +1, 1));
         CHECK(neighbour_is_right(order, -1, 1));
     }
+}
+
+// Each block writes its threads' values into its slot of parts (parts[b][t] = 100 b + t),
+// then thread 0 counts the block done; the block that counts last adds up every block's
+// slot (sums[t] = sum over b of parts[b][t]) and sets the count back, as linear.cu's split-K
+// does. Correct only with the barrier between the writes and the count.
+__global__ void count_last_kernel(float* parts, float* sums, unsigned int* count, int with_barrier) {
+    __shared__ int last;
+    unsigned int t = threadIdx.x, b = blockIdx.x;
+    parts[b * blockDim.x + t] = (float)(100 * b + t);
+    __threadfence();
+    if (with_barrier) __syncthreads();
+    if (t == 0) {
+        last = atomicAdd(count, 1u) == gridDim.x - 1;
+        if (last) *count = 0;
+    }
+    __syncthreads();
+    if (last) {
+        float sum = 0.0f;
+        for (unsigned int k = 0; k < gridDim.x; k++) sum += parts[k * blockDim.x + t];
+        sums[t] = sum;
+    }
+}
+
+// Runs count_last_kernel on 3 blocks of 32 threads in the given order; true if sums is right.
+static bool count_last_is_right(cuda_emu::Order order, int with_barrier) {
+    const unsigned int blocks = 3, n = 32;
+    cuda_emu::Order saved = cuda_emu::order;
+    cuda_emu::order = order;
+    float *d_parts, *d_sums;
+    unsigned int* d_count;
+    cudaCheck(cudaMalloc(&d_parts, blocks * n * sizeof(float)));  // 0xFF bytes: NaN
+    cudaCheck(cudaMalloc(&d_sums, n * sizeof(float)));
+    cudaCheck(cudaMalloc(&d_count, sizeof(unsigned int)));
+    cudaCheck(cudaMemset(d_count, 0, sizeof(unsigned int)));
+    launch_kernel(count_last_kernel, blocks, n, d_parts, d_sums, d_count, with_barrier);
+    std::vector<float> sums(n);
+    unsigned int count;
+    cudaCheck(cudaMemcpy(sums.data(), d_sums, n * sizeof(float), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(&count, d_count, sizeof(unsigned int), cudaMemcpyDeviceToHost));
+    cudaCheck(cudaFree(d_parts));
+    cudaCheck(cudaFree(d_sums));
+    cudaCheck(cudaFree(d_count));
+    cuda_emu::order = saved;
+    for (unsigned int t = 0; t < n; t++)
+        if (sums[t] != (float)(100 * (0 + 1 + 2) + 3 * t)) return false;  // NaN included
+    return count == 0;
+}
+
+TEST_CASE("a block that counts itself done in an atomic before its threads have written is caught") {
+    // The launch's first atomic suspends its block while every block not started yet runs to
+    // its end: in forward order thread 0 counts block 0 done before threads 1.. have written
+    // their part, and the block that counts last (block 2) adds what is there instead (NaN).
+    // In reverse order thread 0 runs last in its block, after the others have written.
+    CHECK_FALSE(count_last_is_right(cuda_emu::Order::forward, 0));
+    CHECK(count_last_is_right(cuda_emu::Order::reverse, 0));
+    // with the barrier, right in both
+    CHECK(count_last_is_right(cuda_emu::Order::forward, 1));
+    CHECK(count_last_is_right(cuda_emu::Order::reverse, 1));
 }
 
 // out[block] = the value shared memory holds before the block writes it, then the block's sum
