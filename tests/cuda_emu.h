@@ -649,7 +649,8 @@ inline void after_atomic() {
     if (current == NULL || launch_now.suspended) return;
     launch_now.suspended = true;
     std::vector<unsigned char> shared;  // the suspended block's shared memory
-    for_each_shared_byte([&shared](volatile unsigned char* byte) { shared.push_back((unsigned char)*byte); });
+    for_each_shared_byte(
+        [&shared](volatile unsigned char* byte) { shared.push_back((unsigned char)*byte); });
     Thread* self = current;
     uint3 block = blockIdx, thread = threadIdx;
     while (launch_now.next < launch_now.n_blocks) launch_now.run(launch_now.next++);

@@ -64,7 +64,8 @@ TEST_CASE("a missing __syncthreads gives a wrong result in one of the two thread
 // then thread 0 counts the block done; the block that counts last adds up every block's
 // slot (sums[t] = sum over b of parts[b][t]) and sets the count back, as linear.cu's split-K
 // does. Correct only with the barrier between the writes and the count.
-__global__ void count_last_kernel(float* parts, float* sums, unsigned int* count, int with_barrier) {
+__global__ void count_last_kernel(float* parts, float* sums, unsigned int* count,
+                                  int with_barrier) {
     __shared__ int last;
     unsigned int t = threadIdx.x, b = blockIdx.x;
     parts[b * blockDim.x + t] = (float)(100 * b + t);
@@ -107,7 +108,7 @@ static bool count_last_is_right(cuda_emu::Order order, int with_barrier) {
     return count == 0;
 }
 
-TEST_CASE("a block that counts itself done in an atomic before its threads have written is caught") {
+TEST_CASE("a block that counts itself done in an atomic before its threads write is caught") {
     // The launch's first atomic suspends its block while every block not started yet runs to
     // its end: in forward order thread 0 counts block 0 done before threads 1.. have written
     // their part, and the block that counts last (block 2) adds what is there instead (NaN).

@@ -605,7 +605,8 @@ def bench_size(d, L, T, a, ways, deadline):
                       if a.rounds > 1 else "")
             print(f"{MODE_NAMES[mode]:<10s} {way:<27s} {ms:9.2f} ms/step "
                   f"{c0['B'] * c0['T'] / (ms / 1000.0):9.0f} tokens/s {gflops:8.1f} GFLOP/s "
-                  f"{100.0 * gflops / rate:5.1f}% of torch.mm{of_cold(gflops, cold_rate)}   first loss {first:.6f} "
+                  f"{100.0 * gflops / rate:5.1f}% of torch.mm{of_cold(gflops, cold_rate)}   "
+                  f"first loss {first:.6f} "
                   f"({took:.0f} s to build, compile and warm up){spread}", flush=True)
             if mode not in best or ms < best[mode][0]:
                 best[mode] = (ms, way)

@@ -183,8 +183,12 @@ static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_
     printf("size d=%d L=%d T=%d: H=%d G=%d F=%d V=%d B=%zu, %.2f GFLOP/step counted", d, L, T,
            c->n_heads, c->n_kv_heads, c->ffn_hidden, c->vocab_size, B,
            step_flops(c, B, (size_t)T) * 1e-9);
-    if (rate > 0.0) { printf("; matmul (%zu x %d)(%d x %zu): %.1f GFLOP/s", tokens, d, d, F, rate); }
-    if (cold > 0.0) { printf(", %.1f with its operands out of cache (%zu sets in turn)", cold, sets); }
+    if (rate > 0.0) {
+        printf("; matmul (%zu x %d)(%d x %zu): %.1f GFLOP/s", tokens, d, d, F, rate);
+    }
+    if (cold > 0.0) {
+        printf(", %.1f with its operands out of cache (%zu sets in turn)", cold, sets);
+    }
     printf("\n");
     for (int i = 0; i < n_modes; i++) {
         sort_values(ms[i], rounds);

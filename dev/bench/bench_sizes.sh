@@ -104,8 +104,11 @@ awk '
         }
         for (i = 1; i <= n; i++) {  # the CPU measures each matmul out of cache too
             if (cold[order[i]] == "") continue
-            if (!printed++) print "\nthe matmul rates, GFLOP/s: in cache / its operands out of cache (bench_sizes.c, matmul_rate_cold)"
-            t = (order[i] in torch_rate) ? sprintf(", torch.mm %s / %s", torch_rate[order[i]], torch_cold[order[i]]) : ""
-            printf "%-13s attnres.c %s / %s%s\n", order[i], rate[order[i]], cold[order[i]], t
+            if (!printed++)
+                print "\nthe matmul rates, GFLOP/s: in cache / its operands out of cache " \
+                      "(bench_sizes.c, matmul_rate_cold)"
+            s = order[i]
+            t = (s in torch_rate) ? sprintf(", torch.mm %s / %s", torch_rate[s], torch_cold[s]) : ""
+            printf "%-13s attnres.c %s / %s%s\n", s, rate[s], cold[s], t
         }
     }' "$log"
