@@ -40,9 +40,6 @@ void linear_use_cublas_cuda(int on);
 // borrows.
 size_t linear_workspace_floats_cuda(void);
 size_t matmul_workspace_floats_cuda(size_t M, size_t P, size_t K);
-// Allocates split-K's counters now (once), so that no later product allocates: for a model
-// whose step is captured as a CUDA graph (model_build_cuda calls it).
-void linear_prepare_cuda(void);
 
 // ---- rope.cu -----------------------------------------------------------------------------
 void rope_forward_cuda(float* out, const float* inp, size_t B, size_t T, size_t n_heads,

@@ -23,10 +23,10 @@
 //    k-major (As[k][m], Bs[k][p]) so the inner loop reads rows of them.
 // 4. Split-K when C is small. dW is only OUT x IN (e.g. 256 x 256 = 16 tiles of 64 x 64) but
 //    K = B*T is long; even the forward of 1024 rows has 64 tiles for 132 multiprocessors: too
-//    few blocks to fill the GPU. The K range is then split into S parts, each written to its
-//    own slice of a scratch buffer, and the last block of a tile to finish (an atomic count
-//    per tile) adds the tile's slices in order. Only the count is atomic: every output is
-//    summed in a fixed order, so results repeat bit for bit.
+//    few blocks to fill the GPU. The K range is then split into S parts,
+//    each written to its own slice of a scratch buffer, and a second kernel adds the slices
+//    in order. No atomics anywhere: every output is summed in a fixed order, so results
+//    repeat bit for bit.
 #include "common.cuh"
 #include "layers.cuh"
 #ifdef __CUDACC__
@@ -66,72 +66,14 @@ __device__ __forceinline__ void load_tile(float (*tile)[BI], const float* x, siz
     }
 }
 
-// The end of split-K, run by the last block of a tile to finish its slice (matmul_kernel):
-// C's tile (+)= sum over s = 0 .. splits-1 of partial[s], in that order, one float chain per
-// output. A thread takes 4 neighbouring outputs of a row, one 16-byte load per split where
-// the row allows it (then each slice's group is 16-byte aligned too), and reads the splits 4
-// at a time: the 4 loads are issued together (predicated, no branch between them), then
-// added, so the thread waits out one memory latency per 4 splits instead of one per split.
-// (4, not 8: the emulator's 4 multiprocessors give at most 8 splits, and a second chunk must
-// run in the tests too.) __ldcg reads through to L2, where the other blocks' slices are.
-#define SPLIT_CHUNK 4
-template <int BM, int BN, int THREADS>
-__device__ void sum_splits(float* c, const float* partial, size_t M, size_t P, size_t m0,
-                           size_t p0, int splits, int accumulate, bool vectorised_c) {
-    const size_t count = M * P;
-    for (int g = threadIdx.x; g < BM * BN / 4; g += THREADS) {
-        const size_t m = m0 + g / (BN / 4), p = p0 + g % (BN / 4) * 4;
-        if (m >= M || p >= P) continue;
-        const size_t e = m * P + p;
-        if (vectorised_c && p + 3 < P) {
-            float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            for (int first = 0; first < splits; first += SPLIT_CHUNK) {
-                float4 q[SPLIT_CHUNK];
-#pragma unroll
-                for (int j = 0; j < SPLIT_CHUNK; j++)
-                    if (first + j < splits) {
-                        const float* slice = partial + (first + j) * count;
-                        q[j] = __ldcg(reinterpret_cast<const float4*>(slice + e));
-                    }
-#pragma unroll
-                for (int j = 0; j < SPLIT_CHUNK; j++) {
-                    if (first + j < splits) {
-                        sum.x += q[j].x; sum.y += q[j].y; sum.z += q[j].z; sum.w += q[j].w;
-                    }
-                }
-            }
-            if (accumulate) {
-                float4 old = load_float4(c + e);
-                sum = make_float4(old.x + sum.x, old.y + sum.y, old.z + sum.z, old.w + sum.w);
-            }
-            store_float4(c + e, sum);
-            continue;
-        }
-        for (size_t f = e; f < e + 4 && f - e + p < P; f++) {  // one float at a time
-            float sum = 0.0f;
-            for (int first = 0; first < splits; first += SPLIT_CHUNK) {
-                float q[SPLIT_CHUNK];
-#pragma unroll
-                for (int j = 0; j < SPLIT_CHUNK; j++)
-                    if (first + j < splits) q[j] = __ldcg(partial + (first + j) * count + f);
-#pragma unroll
-                for (int j = 0; j < SPLIT_CHUNK; j++)
-                    if (first + j < splits) sum += q[j];
-            }
-            c[f] = accumulate ? c[f] + sum : sum;
-        }
-    }
-}
-
 // One BM x BN tile of C per block, TM x TN outputs per thread, k from k_begin to k_end.
-// Writes C (accumulate: C +=) or, with `partial`, its own slice partial[blockIdx.z] (M,P),
-// and the last block of a tile to finish its slice adds the tile's slices into C.
+// Writes C (accumulate: C +=) or, with `partial`, its own slice partial[blockIdx.z] (M,P).
 template <int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
-matmul_kernel(float* c, float* partial, unsigned int* tile_counts, const float* a,
-              const float* b, size_t M, size_t P, size_t K, size_t a_row, size_t a_col,
-              size_t b_row, size_t b_col, size_t k_per_split, int accumulate, int vectorised_a,
-              int vectorised_b, int vectorised_c) {
+matmul_kernel(float* c, float* partial, const float* a, const float* b, size_t M, size_t P,
+              size_t K, size_t a_row, size_t a_col, size_t b_row, size_t b_col,
+              size_t k_per_split, int accumulate, int vectorised_a, int vectorised_b,
+              int vectorised_c) {
     constexpr int THREADS = (BM / TM) * (BN / TN);
     __shared__ float As[BK][BM];
     __shared__ float Bs[BK][BN];
@@ -186,24 +128,55 @@ matmul_kernel(float* c, float* partial, unsigned int* tile_counts, const float* 
             }
         }
     }
-    if (partial == NULL) return;
-    // Split-K: the tile's last block to finish adds the slices. Each block makes its slice
-    // visible to the whole GPU (__threadfence), then counts itself in its tile's counter; the
-    // one that counts last sums, and sets the counter back to 0 for the next product. Which
-    // block is last changes from run to run, the order of the sum does not: the results
-    // repeat bit for bit.
-    __shared__ int last;
-    __threadfence();
-    __syncthreads();  // every thread's part of the slice written and fenced
-    if (threadIdx.x == 0) {
-        unsigned int* count = tile_counts + (size_t)blockIdx.y * gridDim.x + blockIdx.x;
-        last = atomicAdd(count, 1u) == gridDim.z - 1;
-        if (last) *count = 0;
+}
+
+// C (M,P) (+)= sum over s = 0 .. splits-1 of partial[s] (M,P), in that order. A thread takes
+// 4 neighbouring elements, one 16-byte load per split where the count and c allow it (each
+// partial slice then starts 16-byte aligned in the workspace), and reads the splits 4 at a
+// time: the 4 loads are issued together (predicated, no branch between them), then added, so
+// the thread waits out one memory latency per 4 splits instead of one per split. (4, not 8:
+// the emulator's 4 multiprocessors give at most 8 splits, and a second chunk must run in
+// the tests too.)
+#define SPLIT_CHUNK 4
+__global__ void split_k_sum_kernel(float* c, const float* partial, size_t count, int splits,
+                                   int accumulate) {
+    size_t i = ((size_t)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (i >= count) return;
+    if (count % 4 == 0 && (uintptr_t)c % 16 == 0) {
+        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int first = 0; first < splits; first += SPLIT_CHUNK) {
+            float4 p[SPLIT_CHUNK];
+#pragma unroll
+            for (int j = 0; j < SPLIT_CHUNK; j++)
+                if (first + j < splits)
+                    p[j] = load_float4(partial + (size_t)(first + j) * count + i);
+#pragma unroll
+            for (int j = 0; j < SPLIT_CHUNK; j++) {
+                if (first + j < splits) {
+                    sum.x += p[j].x; sum.y += p[j].y; sum.z += p[j].z; sum.w += p[j].w;
+                }
+            }
+        }
+        if (accumulate) {
+            float4 old = load_float4(c + i);
+            sum = make_float4(old.x + sum.x, old.y + sum.y, old.z + sum.z, old.w + sum.w);
+        }
+        store_float4(c + i, sum);
+        return;
     }
-    __syncthreads();
-    if (last)
-        sum_splits<BM, BN, THREADS>(c, partial, M, P, m0, p0, (int)gridDim.z, accumulate,
-                                    vectorised_c);
+    for (size_t e = i; e < i + 4 && e < count; e++) {  // one float at a time
+        float sum = 0.0f;
+        for (int first = 0; first < splits; first += SPLIT_CHUNK) {
+            float p[SPLIT_CHUNK];
+#pragma unroll
+            for (int j = 0; j < SPLIT_CHUNK; j++)
+                if (first + j < splits) p[j] = partial[(size_t)(first + j) * count + e];
+#pragma unroll
+            for (int j = 0; j < SPLIT_CHUNK; j++)
+                if (first + j < splits) sum += p[j];
+        }
+        c[e] = accumulate ? c[e] + sum : sum;
+    }
 }
 
 // 16-byte loads of X(i,k) = x[i*s_i + k*s_k] are possible when x is 16-byte aligned, the
@@ -256,23 +229,6 @@ size_t matmul_workspace_floats_cuda(size_t M, size_t P, size_t K) {
 // 128 * 128, never need more floats than this (on an H200, 35 MB)
 size_t linear_workspace_floats_cuda(void) { return 4 * (size_t)cuda_sm_count() * 128 * 128; }
 
-// Split-K's counters, one per tile of a product that splits (matmul_kernel): at most
-// 2 x multiprocessors tiles split (matmul_plan), so 4 x multiprocessors of them are plenty.
-// All 0 between products (the last block of each tile sets its counter back), allocated and
-// zeroed once, by model_build_cuda before any capture (linear_prepare_cuda) or by the first
-// product that splits.
-static unsigned int* split_counts(void) {
-    static unsigned int* counts = NULL;
-    if (counts == NULL) {
-        size_t bytes = 4 * (size_t)cuda_sm_count() * sizeof(unsigned int);
-        counts = (unsigned int*)cuda_malloc_checked(bytes);
-        cudaCheck(cudaMemset(counts, 0, bytes));
-    }
-    return counts;
-}
-
-void linear_prepare_cuda(void) { split_counts(); }
-
 template <int BM, int BN, int TM, int TN>
 static void launch_matmul(const MatmulPlan* plan, float* c, const float* a, const float* b,
                           size_t M, size_t P, size_t K, size_t a_row, size_t a_col,
@@ -280,12 +236,16 @@ static void launch_matmul(const MatmulPlan* plan, float* c, const float* a, cons
     constexpr int THREADS = (BM / TM) * (BN / TN);
     const size_t splits = plan->splits;
     float* partial = splits > 1 ? cuda_workspace(plan_workspace_floats(plan, M, P)) : NULL;
-    unsigned int* counts = splits > 1 ? split_counts() : NULL;
     dim3 grid(ceil_div(M, BM), ceil_div(P, BN), (unsigned int)splits);
-    launch_kernel(matmul_kernel<BM, BN, MATMUL_BK, TM, TN>, grid, THREADS, c, partial, counts,
-                  a, b, M, P, K, a_row, a_col, b_row, b_col, plan->k_per_split, accumulate,
+    launch_kernel(matmul_kernel<BM, BN, MATMUL_BK, TM, TN>, grid, THREADS, c, partial, a, b,
+                  M, P, K, a_row, a_col, b_row, b_col, plan->k_per_split, accumulate,
                   vectorisable(a, a_row, a_col), vectorisable(b, b_col, b_row),
                   (int)((uintptr_t)c % 16 == 0 && P % 4 == 0));
+    if (splits > 1) {
+        const size_t block_size = 256;
+        launch_kernel(split_k_sum_kernel, ceil_div(ceil_div(M * P, 4), block_size), block_size,
+                      c, partial, M * P, (int)splits, accumulate);
+    }
 }
 
 // ---- the reference: the same products through cuBLAS (linear_use_cublas_cuda) ----------

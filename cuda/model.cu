@@ -137,7 +137,6 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     size_t most = 0;
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;
     cuda_workspace(most);
-    linear_prepare_cuda();
     rope_prepare_cuda(max_T, z->hs);
     m->graph = 0;
     m->step_graph = NULL;

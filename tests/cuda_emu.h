@@ -1,8 +1,8 @@
 // cuda_emu.h — run the kernels of cuda/ on a CPU, one fiber per CUDA thread.
 //
 // cuda/*.cu is plain CUDA: __global__ kernels, static __shared__ arrays, __syncthreads,
-// full-mask warp shuffles and __syncwarp, atomicAdd (float and unsigned), __threadfence,
-// __ldcg, and launches through launch_kernel() (cuda/common.cuh). Compiled with `g++ -x c++`
+// full-mask warp shuffles and __syncwarp, atomicAdd (any type), __threadfence, and
+// launches through launch_kernel() (cuda/common.cuh). Compiled with `g++ -x c++`
 // against this header instead of nvcc, the same source runs on the host, so the agreement
 // tests need no GPU. How each piece is emulated:
 //   - a launch runs its blocks one after another; inside a block every CUDA thread is a fiber
@@ -385,8 +385,8 @@ namespace cuda_emu {
 void after_atomic();
 }
 // Threads switch only inside the emulator's calls, so a read-modify-write is atomic (for any
-// of CUDA's overloads: linear.cu counts blocks in an unsigned int). The first atomic of a
-// launch then lets every block not yet started run to its end (cuda_emu::after_atomic).
+// of CUDA's overloads: float, or an unsigned count of blocks). The first atomic of a launch
+// then lets every block not yet started run to its end (cuda_emu::after_atomic).
 template <typename T>
 inline T atomicAdd(T* address, T value) {
     T old = *address;
@@ -395,15 +395,8 @@ inline T atomicAdd(T* address, T value) {
     return old;
 }
 // One memory: a write is seen by every thread and block at once, so the fence orders
-// nothing more, and a load through to L2 (__ldcg) is a plain load (16 bytes aligned, as a
-// GPU requires).
+// nothing more.
 inline void __threadfence() {}
-inline float __ldcg(const float* address) { return *address; }
-inline float4 __ldcg(const float4* address) {
-    if ((uintptr_t)address % 16 != 0)
-        cuda_emu::fail("misaligned 16-byte load at %p", (const void*)address);
-    return *address;
-}
 
 namespace cuda_emu {
 
@@ -637,14 +630,14 @@ struct Launch {
 };
 inline Launch launch_now;
 
-// A block that publishes with an atomic (linear.cu's split-K counts each block's finished
-// slice in its tile's counter, and the block that counts last sums the slices) must have
-// finished what it publishes: a GPU may run the other blocks to their ends before this one
-// goes on. So at the first atomic of a launch the emulator does that: it suspends the block
-// there, runs every block not started yet to its end, then resumes the block. Had the
-// block's other threads not written their part before the count (a missing __syncthreads),
-// the block that sums adds whatever that part of the scratch held (0xFF bytes, NaN, or an
-// earlier product's slice) and the product comes out wrong.
+// A block that publishes with an atomic (say each block counts itself done once its part of
+// a sum is written, and the block that counts last adds the parts) must have finished what
+// it publishes: a GPU may run the other blocks to their ends before this one goes on. So at
+// the first atomic of a launch the emulator does that: it suspends the block there, runs
+// every block not started yet to its end, then resumes the block. Had the block's other
+// threads not written their part before the count (a missing __syncthreads), the block
+// that adds reads whatever that part held (0xFF bytes, NaN, when fresh) and the sum comes
+// out wrong (tests/cuda_test_emulator.cpp).
 inline void after_atomic() {
     if (current == NULL || launch_now.suspended) return;
     launch_now.suspended = true;

@@ -62,8 +62,8 @@ TEST_CASE("a missing __syncthreads gives a wrong result in one of the two thread
 
 // Each block writes its threads' values into its slot of parts (parts[b][t] = 100 b + t),
 // then thread 0 counts the block done; the block that counts last adds up every block's
-// slot (sums[t] = sum over b of parts[b][t]) and sets the count back, as linear.cu's split-K
-// does. Correct only with the barrier between the writes and the count.
+// slot (sums[t] = sum over b of parts[b][t]) and sets the count back: a split-K sum done by
+// its last block. Correct only with the barrier between the writes and the count.
 __global__ void count_last_kernel(float* parts, float* sums, unsigned int* count,
                                   int with_barrier) {
     __shared__ int last;

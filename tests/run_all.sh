@@ -256,8 +256,8 @@ if [ -x build/emu/train_cuda ]; then
         train_cuda_emu_graph_is_no_graph --mode full --depth-score sigmoid --depth-heads 2 --depth-query input
     # d = 128, F = 512, B*T = 288: on the emulator's 4 multiprocessors the MLP's weight
     # gradients take 128 x 128 tiles split in 4, the most matmul scratch a step borrows; the
-    # process's first step is captured, so a workspace or a split-K counter not reserved at
-    # build would be allocated inside the capture, which the emulator refuses as a GPU does
+    # process's first step is captured, so a workspace not reserved at build would be
+    # allocated inside the capture, which the emulator refuses as a GPU does
     single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, a wide model's first step captured" \
         train_cuda_emu_graph_is_no_graph --mode full --d 128 --F 512 --H 4 --G 2 --batch 32 --steps 2 --eval-every 2
 fi

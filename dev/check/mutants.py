@@ -20,8 +20,7 @@ same thing). Prints `file: killed K / total T` per file and names every survivor
 With --cuda the same is done to the CUDA kernels (cuda/*.cu): every function of a kernel
 file (kernels, device helpers, launchers) gets those mutants, a deleted __syncthreads() or
 __syncwarp() among them, and is judged by its agreement tests under the emulator
-(./test_cuda_emu) in both thread orders (CUDA_TESTS), and linear.cu's also by an emulated
-./train_cuda whose first step is captured, in a process of its own (CUDA_PROCESS_RUNS).
+(./test_cuda_emu) in both thread orders (CUDA_TESTS).
 
 With --shape RxTxK (--cuda) the kernels are built with the depth attention's block shape
 DEPTH_ROWS x ROW_THREADS x DEPTH_COLS (DEPTH_SHAPES in dev/infra/gpu.mk) instead of the default:
@@ -80,17 +79,6 @@ CHECK_STATE_FILES = {"model.c"}
 # barrier may show in one order only). A new kernel file needs its line here;
 # CUDA_NOT_MUTATED hold no layer arithmetic (the whole-model tests cover them).
 CUDA_NOT_MUTATED = {"model.cu", "distributed.cu"}
-# What the one-process doctest suite cannot show, run as processes of their own: by the time
-# a test captures a step, earlier tests have allocated split-K's counters, so a
-# linear_prepare_cuda that does not reserve them at build passes there. make test's emulated
-# ./train_cuda of a wide model (tests/run_all.sh) captures its process's first step with
-# products split 4 ways; the emulator aborts on an allocation inside the capture.
-CUDA_PROCESS_RUNS = {
-    "linear.cu": [["build/emu/train_cuda", "--task", "reverse", "--length", "4", "--symbols", "6",
-                   "--mode", "full", "--d", "128", "--L", "2", "--H", "4", "--G", "2",
-                   "--F", "512", "--batch", "32", "--steps", "2", "--warmup", "2",
-                   "--eval-every", "2", "--eval-examples", "16", "--threads", "1"]],
-}
 CUDA_TESTS = {
     "adamw.cu": ["adamw update*", "global gradient norm*"],
     "attention.cu": ["attention forward and backward*"],
@@ -424,7 +412,7 @@ def commands_for(path, scratch):
     if is_cuda(path):
         tests = "--test-case=" + ",".join(CUDA_TESTS[name])
         return [["env", f"CUDA_EMU_ORDER={order}", "./test_cuda_emu", "--abort-after=1", tests]
-                for order in ("forward", "reverse")] + CUDA_PROCESS_RUNS.get(name, [])
+                for order in ("forward", "reverse")]
     commands = []
     if name in CHECK_STATE_FILES:
         commands += [["./check_state", str(p.relative_to(scratch))]
@@ -481,13 +469,10 @@ def emulator_flags_without_werror(scratch, shape):
     return "EMU_FLAGS=" + " ".join(flags)
 
 
-def build(scratch, cuda, shape=None, files=()):
-    """Build the test binaries (of the CUDA files, or of src/), and those that files'
-    process runs need; (ok, compiler output)."""
+def build(scratch, cuda, shape=None):
+    """Build the test binaries (of the CUDA files, or of src/); (ok, compiler output)."""
     targets = ([emulator_flags_without_werror(scratch, shape), "test_cuda_emu"] if cuda
                else ["test_attnres", "all"])  # all: ./train (the CLI tests) and ./check_state
-    targets += sorted({run[0] for path in files
-                       for run in CUDA_PROCESS_RUNS.get(Path(path).name, [])})
     status, output = run(["make", f"-j{os.cpu_count() or 2}", "--no-print-directory", *targets],
                          scratch)
     return status == 0, output
@@ -499,9 +484,7 @@ def first_failure(scratch, commands):
     for command in commands:
         is_state = command[0] == "./check_state"
         check = (f"check_state {Path(command[1]).name}" if is_state else
-                 f"test_cuda_emu ({command[1]})" if command[0] == "env" else
-                 "test_attnres" if command[0] == "./test_attnres" else
-                 f"{command[0]} (a process of its own)")
+                 f"test_cuda_emu ({command[1]})" if command[0] == "env" else "test_attnres")
         try:
             status, output = run(command, scratch, TEST_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -542,7 +525,7 @@ def run_study(files, mutants, shape=None):
         started = time.monotonic()
         cuda = any(is_cuda(path) for path in files)
         print(f"building the unmutated copy in {scratch} ...", flush=True)
-        ok, output = build(scratch, cuda, shape, files)
+        ok, output = build(scratch, cuda, shape)
         if not ok:
             fail(f"the unmutated tree does not build:\n{output}")
         check_baseline(scratch, files)
@@ -557,7 +540,7 @@ def run_study(files, mutants, shape=None):
                 number += 1
                 print(f"[{number:{width}}/{len(mutants)}] {m.name()} ... ", end="", flush=True)
                 (scratch / path).write_text(m.source)
-                ok, output = build(scratch, cuda, shape, [path])
+                ok, output = build(scratch, cuda, shape)
                 if not ok:  # a mutant the parser got wrong: show the compiler's complaint
                     results[path][2].append(m)
                     error = next((l for l in output.splitlines() if "error:" in l), "")
