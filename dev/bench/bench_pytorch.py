@@ -50,7 +50,8 @@ resolves; with only libblas3 installed that is netlib's unoptimised reference BL
 GFLOP/s), about 30 times slower than OpenBLAS. Time torch with OpenBLAS's OpenMP build,
 which runs in torch's own OpenMP threads; the pthread build (libopenblas0-pthread) keeps a
 second pool of threads that spin against torch's, and on 2 cores made the step 2.6 times
-slower (docs/speed.md). Without installing it system-wide:
+slower (docs/speed.md). dev/bench/bench_sizes.sh runs it so (TORCH_BLAS=DIR for another).
+By hand, without installing it system-wide:
   apt-get download libopenblas0-openmp && dpkg-deb -x libopenblas0-openmp_*.deb /tmp/oblomp
   LD_LIBRARY_PATH=/tmp/oblomp/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 ...
 The BLAS in use, and which build, is printed in the header.
