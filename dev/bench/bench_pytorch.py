@@ -50,10 +50,11 @@ resolves; with only libblas3 installed that is netlib's unoptimised reference BL
 GFLOP/s), about 30 times slower than OpenBLAS. Time torch with OpenBLAS's OpenMP build,
 which runs in torch's own OpenMP threads; the pthread build (libopenblas0-pthread) keeps a
 second pool of threads that spin against torch's, and on 2 cores made the step 2.6 times
-slower (docs/speed.md). Without installing it system-wide:
+slower (docs/speed.md). dev/bench/bench_sizes.sh runs it so (TORCH_BLAS=DIR for another).
+By hand, without installing it system-wide:
   apt-get download libopenblas0-openmp && dpkg-deb -x libopenblas0-openmp_*.deb /tmp/oblomp
   LD_LIBRARY_PATH=/tmp/oblomp/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 ...
-The BLAS in use is printed in the header.
+The BLAS in use, and which build, is printed in the header.
 """
 import argparse, ctypes, glob, math, multiprocessing, multiprocessing.connection, os, signal, struct, sys, \
     tempfile, time
@@ -486,14 +487,38 @@ def worker(c, way, steps, device, threads, log, conn):
 
 
 def blas_library():
-    """The BLAS shared library torch's matmuls go to (torch 1.13 Debian: BLAS_INFO=generic, i.e.
-    whatever libblas.so.3 resolves to; netlib's reference BLAS is ~30x slower than OpenBLAS)."""
+    """The BLAS torch's matmuls go to, as "WHAT: PATHS": every BLAS library mapped into this
+    process, and what the one torch's sgemm_ binds to is (blas_kind). That is a libblas*:
+    torch 1.13 Debian (BLAS_INFO=generic) links libblas.so.3 before liblapack.so.3, whose
+    OpenBLAS may be another."""
     try:
-        libs = {ln.split()[-1] for ln in open("/proc/self/maps") if ln.split()[-1:] and
-                any(k in ln.split()[-1] for k in ("blas", "mkl", "blis"))}
+        libs = sorted({os.path.realpath(ln.split()[-1]) for ln in open("/proc/self/maps")
+                       if ln.split()[-1:] and any(k in ln.split()[-1] for k in ("blas", "mkl", "blis"))})
+    except OSError:
+        return "unknown: /proc/self/maps unreadable"
+    if not libs:
+        return "unknown: no BLAS library mapped (one inside torch?)"
+    return f"{blas_kind(min(libs, key=lambda p: not os.path.basename(p).startswith('libblas')))}: " \
+           f"{', '.join(libs)}"
+
+
+def blas_kind(path):
+    """What the BLAS library at path is: OpenBLAS with its version and build (OpenMP, pthread or
+    single-threaded, as openblas_get_parallel says), the reference BLAS (a libblas without
+    OpenBLAS in it: netlib's, ~30x slower than OpenBLAS), MKL, BLIS or unknown."""
+    name = os.path.basename(path)
+    try:
+        lib = ctypes.CDLL(path)  # dlsym searches its dependencies too: libblas.so.3 -> libopenblas
     except OSError:
         return "unknown"
-    return ", ".join(sorted(os.path.realpath(p) for p in libs)) or "none found"
+    if hasattr(lib, "openblas_get_parallel"):
+        lib.openblas_get_config.restype = ctypes.c_char_p
+        version = " ".join(lib.openblas_get_config().decode().split()[:2])  # "OpenBLAS 0.3.21"
+        build = {0: "single-threaded", 1: "pthread", 2: "OpenMP"}.get(lib.openblas_get_parallel(), "unknown")
+        return f"{version}, {build} build"
+    if "mkl" in name or "blis" in name:
+        return "MKL" if "mkl" in name else "BLIS"
+    return "reference BLAS" if name.startswith("libblas") else "unknown"
 
 
 def log_tail(path, lines=3):

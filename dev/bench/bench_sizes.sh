@@ -16,8 +16,14 @@
 #   BUDGET             seconds for PyTorch's compiles over the whole sweep (0: no limit); past
 #                      it, PyTorch eager alone
 #   ROUNDS             attnres.c's rounds and PyTorch's steps per mode (default 3)
-#   TORCH_BLAS=DIR     PyTorch's matmuls through DIR/libblas.so.3 (OpenBLAS's OpenMP build,
-#                      for one: dev/bench/bench_pytorch.py's header says how to get it)
+#   TORCH_BLAS=DIR     PyTorch's matmuls through DIR/libblas.so.3. By default on the CPU,
+#                      OpenBLAS's OpenMP build (libopenblas0-openmp), installed when missing
+#                      (dev/infra/ensure_deps.sh blas): the pthread build's threads spin
+#                      against torch's, and the reference BLAS is ~30 times slower. The table
+#                      names the BLAS PyTorch ran on; on one of those two (or the
+#                      single-threaded build) that TORCH_BLAS did not name, it gives no ratio
+#                      but one line with the TORCH_BLAS that fixes it
+#   OPENMP_BLAS=DIR    where that OpenMP build is (default /usr/lib/*/openblas-openmp)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 device=${DEVICE:-cpu}
@@ -36,9 +42,26 @@ else
     bench=build/bench_sizes python=${PYTHON:-/usr/bin/python3}
 fi
 [ -x "$bench" ] || { echo "error: no $bench (make $bench)"; exit 1; }
-if [ -n "${TORCH_BLAS:-}" ]; then
-    [ -e "$TORCH_BLAS/libblas.so.3" ] || { echo "error: TORCH_BLAS=$TORCH_BLAS holds no libblas.so.3"; exit 1; }
-    export LD_LIBRARY_PATH="$TORCH_BLAS${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+# PyTorch's BLAS: TORCH_BLAS's, else on the CPU (where torch imports) OpenBLAS's OpenMP build
+openmp_blas() {  # the folder of OpenBLAS's OpenMP build, if it is installed
+    local lib
+    for lib in ${OPENMP_BLAS:-/usr/lib/*/openblas-openmp}/libblas.so.3; do
+        [ -e "$lib" ] && { dirname "$lib"; return 0; }
+    done
+    return 1
+}
+blas=${TORCH_BLAS:-}
+if [ -z "$blas" ] && [ "$device" = cpu ] && "$python" -c "import torch" 2>/dev/null; then
+    blas=$(openmp_blas) || { dev/infra/ensure_deps.sh blas && blas=$(openmp_blas); } || {
+        echo "error: PyTorch's matmuls want OpenBLAS's OpenMP build (above), or TORCH_BLAS=DIR:" \
+             "the folder of the libblas.so.3 to run them on"
+        exit 1
+    }
+fi
+if [ -n "$blas" ]; then
+    [ -e "$blas/libblas.so.3" ] || { echo "error: TORCH_BLAS=$blas holds no libblas.so.3"; exit 1; }
+    export LD_LIBRARY_PATH="$blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -49,6 +72,7 @@ torch_ok=1
 "$python" dev/bench/bench_pytorch.py --device "$device" --check-only >"$log.check" 2>&1
 status=$?
 grep -vE "^check [a-z]" "$log.check"
+torch_blas=$(sed -n 's/^BLAS: //p' "$log.check")  # what it is: where it is
 rm -f "$log.check"
 if [ $status -ne 0 ]; then
     echo "bench-sizes: PyTorch left out (bench_pytorch.py --check-only exited $status)"
@@ -71,10 +95,26 @@ for size in $sizes; do
         grep -E "^(size|none|full|block|best|skip|FAIL)" | sed 's/^size /PyTorch at size /' | tee -a "$log"
 done
 
+# the ratio names the BLAS PyTorch ran on; on one known to be slow that TORCH_BLAS did not
+# name, no ratio: one line naming it and the TORCH_BLAS that fixes it
+ratio=1 note=""
+if [ $torch_ok -eq 1 ] && [ -n "$torch_blas" ]; then
+    ran_on="${torch_blas%%: *} (${TORCH_BLAS:+TORCH_BLAS=$TORCH_BLAS: }${torch_blas#*: })"
+    note="ratio: PyTorch's ms/step over attnres.c's, PyTorch on $ran_on"
+    case "$torch_blas" in
+        *"pthread build: "* | *"single-threaded build: "* | "reference BLAS: "*)
+            if [ -z "${TORCH_BLAS:-}" ]; then
+                ratio=0
+                note="no ratio: PyTorch ran on $ran_on, a BLAS that makes it slow; rerun with"
+                note+=" TORCH_BLAS=$(openmp_blas || echo "DIR, a folder with OpenBLAS's OpenMP build's libblas.so.3")"
+            fi ;;
+    esac
+fi
+
 # the table: per size and mode, both sides and their ratio (PyTorch's best way)
 echo
 echo "== bench-sizes ($device, $((SECONDS - start)) s): ms/step, GFLOP/s and share of each side's own matmul rate"
-awk '
+awk -v ratio=$ratio -v note="$note" '
     function num(unit,   i) { for (i = 2; i <= NF; i++) if ($i == unit) return $(i - 1); return "" }
     /^size d=/ { split($2, a, "="); split($3, b, "="); split($4, c, "[=:]"); size = a[2] "," b[2] "," c[2]
                  if (!(size in seen)) { seen[size] = 1; order[++n] = size }
@@ -98,10 +138,12 @@ awk '
             mode = (m == 1) ? "none" : (m == 2) ? "full" : "block"
             key = order[i] SUBSEP mode
             if (!(key in ours)) continue
-            t = (key in torch) ? sprintf("%10.2f %8.1f %7s %-29s %6.2fx", torch[key], torch_g[key],
-                                         torch_s[key], torch_way[key], torch[key] / ours[key]) : "         -"
+            t = (key in torch) ? sprintf("%10.2f %8.1f %7s %-29s %7s", torch[key], torch_g[key], torch_s[key],
+                                         torch_way[key], ratio ? sprintf("%6.2fx", torch[key] / ours[key]) : "-") \
+                               : "         -"
             printf "%-13s %-6s %10.2f %8.1f %6s   %s\n", order[i], mode, ours[key], ours_g[key], ours_s[key], t
         }
+        if (note != "") print note
         for (i = 1; i <= n; i++) {  # the CPU measures each matmul out of cache too
             if (cold[order[i]] == "") continue
             if (!printed++)

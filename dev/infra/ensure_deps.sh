@@ -5,6 +5,8 @@
 #   dev/infra/ensure_deps.sh mpi       what `make train-mpi` needs (OpenMPI: mpicc, mpirun)
 #   dev/infra/ensure_deps.sh fortunes  the English text `make ablate` trains on (fortunes:
 #                                /usr/share/games/fortunes, ~2.5 MB)
+#   dev/infra/ensure_deps.sh blas      the BLAS `make bench-sizes` runs PyTorch on (OpenBLAS's
+#                                OpenMP build, libopenblas0-openmp)
 # As root it installs what is missing (apt-get update, then apt-get install -y ...);
 # otherwise it prints the exact command to run and fails.
 set -u
@@ -22,7 +24,8 @@ for need in "${@:-test}"; do
                  || missing+=(libopenmpi-dev openmpi-bin) ;;
         gnuplot) command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox) ;;
         fortunes) [ -f /usr/share/games/fortunes/wisdom ] || missing+=(fortunes) ;;
-        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot, mpi, fortunes)" >&2; exit 1 ;;
+        blas) ls /usr/lib/*/openblas-openmp/libblas.so.3 >/dev/null 2>&1 || missing+=(libopenblas0-openmp) ;;
+        *) echo "error: ensure_deps.sh does not know '$need' (valid: test, gnuplot, mpi, fortunes, blas)" >&2; exit 1 ;;
     esac
 done
 [ ${#missing[@]} -eq 0 ] && exit 0
