@@ -1,5 +1,5 @@
-# attnres.c — `make train` trains the default model, `make test` runs every test, `make help`
-# lists every target. This file reads top to bottom: what a learner runs first (train, test,
+# attnres.c — `make train` trains the default model, `make test` runs the essential tests (a
+# few minutes), `make check` runs every test (what CI runs), `make help` lists every target. This file reads top to bottom: what a learner runs first (train, test,
 # bench, gradcheck), then the tools (sanitizers, studies, experiments), data parallel, CUDA;
 # what only a GPU machine runs (gpu-check, carry, the GPU benchmarks and the depth attention's
 # block shapes) is in dev/infra/gpu.mk, included at the end. dev/README.md says what each
@@ -20,7 +20,9 @@ CFLAGS  ?= -O3 -march=native
 # after S at 0, the default model, on purpose
 override CFLAGS += -std=c11 -fopenmp -fno-trapping-math -fno-math-errno -Wall -Wextra -Wno-unused-parameter \
                    -Wno-missing-field-initializers -Isrc -Idata
-CXXFLAGS ?= -O2 -march=native
+# the tests' own files are built at -O1: most of a test's time goes to compiling it (doctest's
+# macros), while what it calls, the product's objects, is built with CFLAGS
+CXXFLAGS ?= -O1 -march=native
 override CXXFLAGS += -std=c++17 -fopenmp -Wall -Wextra -Wno-missing-field-initializers -Isrc \
                      -Idata -Itests
 LDLIBS  = -lm
@@ -39,20 +41,37 @@ train: build/train  ## (re)build ./train and train the default model
 	@cp build/train train
 	./train
 
-# `make test`: install what is missing (doctest, boost.context), build, run every suite.
-# With nvcc present the CUDA kernels are also compiled for the GPU (cuda_check), and so are
-# ./train_cuda (cuda) and the GPU build of the whole-model test, which tests/run_all.sh runs
-# where there is a GPU. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS = all test_attnres build/asan/test_safetensors build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu test_cuda_emu_asan build/emu/train_cuda \
-            build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
-            $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
-            build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan
-test:  ## install what is missing, build, run every suite (tests/run_all.sh)
+# `make test`: install what is missing (doctest, boost.context), build, then run the essential
+# suites (tests/run_all.sh test): the unit tests (every layer's finite differences, the whole
+# model in each mode, the command line), every parity state file, gradcheck, the docs' limits
+# and one emulator pass of the CUDA kernels. `make check` (what CI runs) runs those and the
+# rest: the emulator's other thread order and block shapes, AddressSanitizer + UBSan (the
+# safetensors fuzz, the emulated kernels), ./train_cuda's step emulated, data parallel over
+# MPI, and, where nvcc is, every CUDA file compiled for the GPU and the GPU tests where there
+# is one. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
+TEST_BINS  = all test_attnres build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu
+CHECK_BINS = $(TEST_BINS) build/asan/test_safetensors test_cuda_emu_asan build/emu/train_cuda \
+             build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
+             $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
+             build/emu_asan/shape/$(ASAN_SHAPE)/test_cuda_emu_asan \
+             $(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm \
+                                      build/bench_depth build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
+.PHONY: check test-one
+test:  ## install what is missing, build, run the essential tests (a few minutes on 2 cores)
 	@dev/infra/ensure_deps.sh
-	@$(MAKE) --no-print-directory -j2 $(TEST_BINS) \
-		$(if $(wildcard $(NVCC)),cuda_check cuda build/test_cuda_gpu build/bench_cuda build/bench_gemm build/bench_depth \
-		                         build/bench_attention build/train_cuda_mpi $(SHAPE_BINS))
-	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh
+	@$(MAKE) --no-print-directory -j2 $(TEST_BINS)
+	@tests/run_all.sh test
+
+check:  ## what CI runs: make test's suites and all the rest (sanitizers, MPI, emulator orders)
+	@dev/infra/ensure_deps.sh test mpi
+	@$(MAKE) --no-print-directory -j2 $(CHECK_BINS)
+	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh check
+
+# `make test-one NAME="a test case name"`: build what the case needs and run exactly that
+# doctest case, commas and all (tests/test_one.sh); exit 2 when no case has that name
+test-one:  ## run one test case by its exact name: NAME="..."
+	@dev/infra/ensure_deps.sh
+	@tests/test_one.sh "$(NAME)"
 
 bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then the matmul's GFLOP/s
 	./build/bench
@@ -314,7 +333,7 @@ build/emu/%.cu.o: %.cu $(CUDA_DEPS) tests/cuda_emu.h
 
 build/emu/%.cpp.o: %.cpp $(CUDA_DEPS) $(wildcard tests/*.h)
 	@mkdir -p $(dir $@)
-	$(CXX) -O2 $(EMU_FLAGS) -c $< -o $@
+	$(CXX) -O1 $(EMU_FLAGS) -c $< -o $@
 
 test_cuda_emu: $(EMU_OBJ) $(OBJ)  ## ./test_cuda_emu: the CUDA kernels and model against the CPU, emulated
 	$(CXX) -fopenmp $(EMU_OBJ) $(OBJ) -o $@ -lboost_context $(LDLIBS)

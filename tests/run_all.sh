@@ -1,7 +1,18 @@
 #!/usr/bin/env bash
-# run_all.sh — what `make test` runs after building: every suite, then one summary line
-# "N passed, M failed" (doctest test cases and state files counted one each).
+# run_all.sh LEVEL — what `make test` (LEVEL test) and `make check` (LEVEL check) run after
+# building: every suite of the level, then its time and one summary line "N passed, M failed"
+# (doctest test cases and state files counted one each).
+#   test:  the unit tests, every parity state file, the tools, gradcheck, the docs' limits and
+#          one emulator pass of the CUDA kernels: a newcomer's few minutes
+#   check: all of that, then the emulator's other thread order and block shapes, the
+#          sanitizers, ./train_cuda's step emulated, data parallel over MPI, ./train_cuda
 set -u
+level=${1:-check}
+case "$level" in
+    test | check) ;;
+    *) echo "usage: tests/run_all.sh [test|check]" >&2; exit 2 ;;
+esac
+start=$(date +%s)
 passed=0
 failed=0
 failures=()
@@ -47,9 +58,30 @@ single() {
     rm -rf "$TEST_DIR"
 }
 
+# make check builds every binary it runs: one that is missing is a failure, not a skipped suite
+built() {
+    [ -x "$1" ] && return 0
+    failed=$((failed + 1))
+    failures+=("$1 was not built")
+    echo "FAIL $1 was not built"
+    return 1
+}
+check_level() { [ "$level" = check ]; }
+# the level's time, the failed tests' names and the closing line; the exit status
+summary() {
+    echo
+    echo "make $level: $(($(date +%s) - start)) s of tests"
+    [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
+    echo "${passed} passed, ${failed} failed"
+    [ "$failed" -eq 0 ]
+    exit
+}
+
 doctest_suite "unit tests" ./test_attnres
 # the safetensors reader on truncated and flipped files, under AddressSanitizer + UBSan
-doctest_suite "safetensors reader (AddressSanitizer)" build/asan/test_safetensors
+if check_level && built build/asan/test_safetensors; then
+    doctest_suite "safetensors reader (AddressSanitizer)" build/asan/test_safetensors
+fi
 
 echo "== parity with the PyTorch reference (tests/data/*.bin)"
 for f in tests/data/*.bin; do
@@ -160,120 +192,74 @@ product_includes_nothing_from_dev() {
 }
 single "src/, cuda/, data/ and train.c include nothing from dev/" product_includes_nothing_from_dev
 
-# make bench-sizes' PyTorch BLAS (dev/bench/bench_sizes.sh), with nothing timed and no torch: the
-# script in a tree of its own, where build/bench_sizes prints one size (200 ms a step) and
-# dev/infra/ensure_deps.sh logs its call, then "installs" the OpenMP build in $STUB_INSTALLS
-# (unset: it fails). PYTHON is a stub whose torch "loads" the first libblas.so.3 on
-# LD_LIBRARY_PATH (the file holds the BLAS line it prints), else OpenBLAS's pthread build, the
-# system's (always with STUB_OWN_BLAS: a torch with a BLAS of its own); its step takes 300 ms,
-# so the ratio is 1.50x
-bench_sizes_tree() {
-    local tree=$TEST_DIR/tree
-    mkdir -p "$tree/dev/bench" "$tree/dev/infra" "$tree/build" "$TEST_DIR/pthread" "$TEST_DIR/openmp"
-    cp dev/bench/bench_sizes.sh "$tree/dev/bench/"
-    cat >"$tree/build/bench_sizes" <<'STUB'
-#!/usr/bin/env bash
-echo "size d=256 L=8 T=128: H=8 G=4 F=704 V=256 B=8, 3.00 GFLOP/step counted; matmul (1024 x 256)(256 x 704): 300.0 GFLOP/s"
-echo "none       attnres.c                      200.00 ms/step      5120 tokens/s     15.0 GFLOP/s   5.0% of the matmul"
-STUB
-    cat >"$tree/dev/infra/ensure_deps.sh" <<'STUB'
-#!/usr/bin/env bash
-echo "ensure_deps.sh $*" >>"$TEST_DIR/ensure_deps.log"
-[ -n "${STUB_INSTALLS:-}" ] || { echo "error: missing packages; run: sudo apt-get install -y libopenblas0-openmp"; exit 1; }
-mkdir -p "$STUB_INSTALLS" && echo "OpenBLAS 0.3.21, OpenMP build: $STUB_INSTALLS/libblas.so.3" >"$STUB_INSTALLS/libblas.so.3"
-STUB
-    cat >"$TEST_DIR/python" <<'STUB'
-#!/usr/bin/env bash
-[ "$1" = -c ] && exit 0  # import torch
-case "$*" in
-    *--check-only*)
-        lib=${LD_LIBRARY_PATH%%:*}/libblas.so.3
-        if [ -n "${LD_LIBRARY_PATH:-}" ] && [ -f "$lib" ] && [ -z "${STUB_OWN_BLAS:-}" ]; then
-            echo "BLAS: $(cat "$lib")"
-        else
-            echo "BLAS: OpenBLAS 0.3.21, pthread build: /usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"
-        fi ;;
-    *)
-        echo "size d=256 L=8 T=128: H=8 G=4 F=704 V=256 B=8, 3.00 GFLOP/step counted; torch.mm (1024 x 256)(256 x 704): 200.0 GFLOP/s"
-        echo "best none       d=256 L=8 T=128:    300.00 ms/step     10.0 GFLOP/s   5.0% of torch.mm (eager)" ;;
-esac
-STUB
-    echo "OpenBLAS 0.3.21, pthread build: $TEST_DIR/pthread/libblas.so.3" >"$TEST_DIR/pthread/libblas.so.3"
-    echo "OpenBLAS 0.3.21, OpenMP build: $TEST_DIR/openmp/libblas.so.3" >"$TEST_DIR/openmp/libblas.so.3"
-    chmod +x "$tree/build/bench_sizes" "$tree/dev/infra/ensure_deps.sh" "$TEST_DIR/python"
-}
-bench_sizes_blas() {  # VAR=VALUE ...: bench_sizes.sh's output in $TEST_DIR/out, its status returned
-    env -u TORCH_BLAS -u LD_LIBRARY_PATH -u DEVICE TEST_DIR="$TEST_DIR" PYTHON="$TEST_DIR/python" SIZES=256,8,128 "$@" \
-        "$TEST_DIR/tree/dev/bench/bench_sizes.sh" >"$TEST_DIR/out" 2>&1
-}
-bench_sizes_blas_has() {  # TEXT...: each a line of the output; else the output, and status 1
-    local text
-    for text; do
-        grep -qxF -- "$text" "$TEST_DIR/out" || { echo "no line \"$text\" in:"; cat "$TEST_DIR/out"; return 1; }
+echo "== the front page and docs/"
+# README.md a front page and docs/ what is true today, within tests/check_docs.sh's limits
+single "README.md and docs/ within their limits (tests/check_docs.sh)" tests/check_docs.sh
+# the check itself names the number that broke each limit, on a front page that breaks them all
+check_docs_names_what_broke() {
+    local dir=$TEST_DIR long cell
+    mkdir -p "$dir/docs"
+    long=$(printf 'word %.0s' $(seq 101))
+    cell=$(printf 'x%.0s' $(seq 301))
+    { echo "# a front page"; echo; echo "$long"; echo; echo "- $long"; echo
+      echo "| a | b |"; echo "|---|---|"; echo "| $cell | mHC |"; echo
+      echo "## Numbers at a glance"; echo; echo "| machine, date | ms |"; echo "|---|---|"
+      for row in 1 2 3 4 5 6; do echo "| Xeon, 2026-11-2$row | $row |"; done
+      echo "| Xeon, undated | 7 |"; echo; echo "$long"; echo "## next"
+      echo "on a second lease, which was undone at 3cd0711"; } >"$dir/README.md"
+    seq 351 >"$dir/docs/cuda.md"
+    seq 250 >"$dir/docs/speed.md"
+    README=$dir/README.md DOCS=$dir/docs tests/check_docs.sh >"$dir/out"
+    local status=$? line ok=0
+    [ $status -eq 1 ] || { echo "status $status"; ok=1; }
+    for line in "$dir/README.md:3: a paragraph of 101 words (at most 100)" \
+                "$dir/README.md:5: a paragraph of 102 words (at most 100)" \
+                "$dir/README.md:9: a table cell of 301 characters (at most 300)" \
+                "$dir/README.md:21: a row of Numbers at a glance without its date (YYYY-MM-DD)" \
+                "$dir/README.md: Numbers at a glance has 7 rows (at most 6)" \
+                "$dir/README.md: Numbers at a glance has 101 words of prose beside its table (at most 40)" \
+                "$dir/README.md: the AttnRes paper (arXiv:2603.15031) is not cited" \
+                "$dir/README.md: mHC is named but arXiv:2512.24880 is not cited" \
+                "$dir/docs/cuda.md: 351 lines (at most 350)" \
+                "$dir/README.md:25:on a second lease, which was undone at 3cd0711: history belongs to git" \
+                "$dir/README.md:25:3cd0711: a commit hash (history belongs to git)"; do
+        grep -qxF -- "$line" "$dir/out" || { echo "no line: $line"; ok=1; }
     done
+    grep -q "speed.md" "$dir/out" && { echo "speed.md at its limit was named"; ok=1; }
+    [ $ok -eq 0 ] || cat "$dir/out"
+    return $ok
 }
-bench_sizes_row() {  # RATIO: the table's row has that ratio column; else the output, and status 1
-    grep -qE "^256,8,128 +none +200\.00 .* 300\.00 .*\(eager\) +$1\$" "$TEST_DIR/out" ||
-        { echo "no row with the ratio $1 in:"; cat "$TEST_DIR/out"; return 1; }
-}
-bench_sizes_runs_pytorch_on_openmp_blas() {
-    local dir=$TEST_DIR
-    bench_sizes_tree
-    # installed: chosen, named beside the ratio, ensure_deps not asked
-    bench_sizes_blas OPENMP_BLAS="$dir/openmp" && bench_sizes_row "1\.50x" && bench_sizes_blas_has \
-        "ratio: PyTorch's ms/step over attnres.c's, PyTorch on OpenBLAS 0.3.21, OpenMP build ($dir/openmp/libblas.so.3)" ||
-        return 1
-    [ ! -e "$dir/ensure_deps.log" ] || { echo "ensure_deps.sh ran with the OpenMP build installed"; return 1; }
-    # missing: ensure_deps.sh blas installs it, and it is chosen
-    bench_sizes_blas OPENMP_BLAS="$dir/installed" STUB_INSTALLS="$dir/installed" &&
-        grep -qx "ensure_deps.sh blas" "$dir/ensure_deps.log" && bench_sizes_row "1\.50x" && bench_sizes_blas_has \
-            "ratio: PyTorch's ms/step over attnres.c's, PyTorch on OpenBLAS 0.3.21, OpenMP build ($dir/installed/libblas.so.3)" ||
-        return 1
-    # missing and not installed: exit 1 before timing anything, naming TORCH_BLAS
-    bench_sizes_blas OPENMP_BLAS="$dir/absent"
-    local status=$?
-    [ $status -eq 1 ] && bench_sizes_blas_has \
-        "error: PyTorch's matmuls want OpenBLAS's OpenMP build (above), or TORCH_BLAS=DIR: the folder of the libblas.so.3 to run them on" &&
-        ! grep -q "ms/step" "$dir/out" || { echo "status $status"; cat "$dir/out"; return 1; }
-}
+single "tests/check_docs.sh names each limit a front page breaks, with its number" check_docs_names_what_broke
+
+# make bench-sizes' choice of PyTorch's BLAS, with stubs (tests/bench_sizes_tests.sh)
+# shellcheck source=tests/bench_sizes_tests.sh
+source tests/bench_sizes_tests.sh
 single "make bench-sizes runs PyTorch on OpenBLAS's OpenMP build (installed by ensure_deps.sh blas when missing) and names it beside the ratio" \
     bench_sizes_runs_pytorch_on_openmp_blas
-bench_sizes_no_ratio_on_a_slow_blas() {
-    local dir=$TEST_DIR
-    bench_sizes_tree
-    # a torch that keeps its pthread build: no ratio, the BLAS and the fixing TORCH_BLAS named
-    bench_sizes_blas OPENMP_BLAS="$dir/openmp" STUB_OWN_BLAS=1 && bench_sizes_row - && bench_sizes_blas_has \
-        "no ratio: PyTorch ran on OpenBLAS 0.3.21, pthread build (/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3), a BLAS that makes it slow; rerun with TORCH_BLAS=$dir/openmp" ||
-        return 1
-    # the pthread build that TORCH_BLAS names: honoured, named beside the ratio
-    bench_sizes_blas OPENMP_BLAS="$dir/openmp" TORCH_BLAS="$dir/pthread" && bench_sizes_row "1\.50x" && bench_sizes_blas_has \
-        "ratio: PyTorch's ms/step over attnres.c's, PyTorch on OpenBLAS 0.3.21, pthread build (TORCH_BLAS=$dir/pthread: $dir/pthread/libblas.so.3)"
-}
 single "make bench-sizes on a slow BLAS TORCH_BLAS did not name: no ratio, one line naming it and the TORCH_BLAS that fixes it" \
     bench_sizes_no_ratio_on_a_slow_blas
 
-if [ -x ./test_cuda_emu ]; then
-    doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
-    doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
-fi
+doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
+check_level || summary
+doctest_suite "CUDA kernels and model vs CPU (emulated, reverse thread order)" env CUDA_EMU_ORDER=reverse ./test_cuda_emu
 # the depth attention's kernels built with the other block shapes that make gpu-check times
 # (DEPTH_SHAPES from dev/infra/gpu.mk: rows per block x threads per row x columns a thread takes
 # at a time), both thread orders;
 # only those, not whatever older shapes a build folder still holds
 for shape in ${DEPTH_SHAPES:-}; do
     shape_test=build/emu/shape/$shape/test_cuda_emu
-    [ -x "$shape_test" ] || continue
+    built "$shape_test" || continue
     for order in forward reverse; do
         doctest_suite "CUDA depth attention vs CPU, block shape $shape (emulated, $order order)" \
             env CUDA_EMU_ORDER=$order "$shape_test" -tc="depth attention*"
     done
 done
-if [ -x ./test_cuda_emu_asan ]; then
+if built ./test_cuda_emu_asan; then
     doctest_suite "CUDA kernels and model vs CPU (emulated, AddressSanitizer)" ./test_cuda_emu_asan
 fi
 # and one of them (ASAN_SHAPE: the most column groups per thread) under AddressSanitizer
 asan_shape_test=build/emu_asan/shape/${ASAN_SHAPE:-none}/test_cuda_emu_asan
-if [ -x "$asan_shape_test" ]; then
+if built "$asan_shape_test"; then
     doctest_suite "CUDA depth attention vs CPU, block shape $ASAN_SHAPE (emulated, AddressSanitizer)" \
         env CUDA_EMU_ORDER=reverse "$asan_shape_test" -tc="depth attention*"
 fi
@@ -328,7 +314,7 @@ train_cuda_emu_init_from_matches_train() {
         cmp "$dir/cpu.safetensors" "$dir/cuda.safetensors" &&
         train_cuda_emu_matches_train --init-from "$dir/cpu.safetensors"
 }
-if [ -x build/emu/train_cuda ]; then
+if built build/emu/train_cuda; then
     echo "== ./train_cuda's training step with the emulated kernels, against ./train"
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
     single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
@@ -365,7 +351,7 @@ train_cuda_mpi_emu_matches_train() {
         same_numbers <(grep -v "^checkpoints:" "$dir/cuda.txt") <(grep -v "^checkpoints:" "$dir/cpu.txt") &&
         build/compare_checkpoints "$dir/cpu.ckpt" "$dir/gpu.ckpt"
 }
-if [ -x build/emu/train_cuda_mpi ]; then
+if built build/emu/train_cuda_mpi; then
     echo "== ./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full" train_cuda_mpi_emu_matches_train --mode full
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full --optimizer muon" \
@@ -373,7 +359,7 @@ if [ -x build/emu/train_cuda_mpi ]; then
 fi
 
 # data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
-if [ -x build/train_mpi ]; then
+if built build/train_mpi; then
     echo "== data-parallel training over MPI (build/train_mpi) against one process"
     # shellcheck source=tests/mpi_tests.sh
     source tests/mpi_tests.sh
@@ -408,9 +394,4 @@ if [ -x ./train_cuda ]; then
     fi
 fi
 
-echo
-if [ ${#failures[@]} -gt 0 ]; then
-    echo "failed: ${failures[*]}"
-fi
-echo "${passed} passed, ${failed} failed"
-[ "$failed" -eq 0 ]
+summary
