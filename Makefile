@@ -68,10 +68,11 @@ check:  ## what CI runs: make test's suites and all the rest (sanitizers, MPI, e
 	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh check
 
 # `make test-one NAME="a test case name"`: build what the case needs and run exactly that
-# doctest case, commas and all (tests/test_one.sh); exit 2 when no case has that name
-test-one:  ## run one test case by its exact name: NAME="..."
+# doctest case, commas and all (tests/test_one.sh); exit 2 when no case has that name.
+# `make test-one LIST=1` lists every name.
+test-one:  ## run one test case by its exact name: NAME="..." (LIST=1 lists them)
 	@dev/infra/ensure_deps.sh
-	@tests/test_one.sh "$(NAME)"
+	@tests/test_one.sh $(if $(LIST),--list,"$(NAME)")
 
 bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then the matmul's GFLOP/s
 	./build/bench

@@ -192,6 +192,22 @@ product_includes_nothing_from_dev() {
 }
 single "src/, cuda/, data/ and train.c include nothing from dev/" product_includes_nothing_from_dev
 
+# make test-one NAME=...: exactly the named case, commas and wildcard characters in its name
+# included (the other cases its wildcards match are excluded), and exit 2 on a name no case has
+test_one_runs_exactly_one() {
+    local name out status
+    for name in "rmsnorm backward matches finite differences, with a gain and without (NULL)" \
+                "with zero gradients AdamW shrinks matrices by lr*wd*p and leaves gains and queries as they are"; do
+        out=$(tests/test_one.sh "$name" 2>&1) || { echo "$name: $out"; return 1; }
+        grep -qE '^\[doctest\] test cases: +1 \| +1 passed \| 0 failed' <<<"$out" || { echo "$name: $out"; return 1; }
+    done
+    out=$(tests/test_one.sh "rmsnorm backward matches finite differences" 2>&1)
+    status=$?
+    [ $status -eq 2 ] && grep -qx 'error: no test case is named "rmsnorm backward matches finite differences"' <<<"$out" ||
+        { echo "status $status: $out"; return 1; }
+}
+single "make test-one runs exactly the named case, commas and all; a name no case has: exit 2" test_one_runs_exactly_one
+
 echo "== the front page and docs/"
 # README.md a front page and docs/ what is true today, within tests/check_docs.sh's limits
 single "README.md and docs/ within their limits (tests/check_docs.sh)" tests/check_docs.sh

@@ -2,21 +2,28 @@
 # test_one.sh NAME — `make test-one NAME="..."`: build what the doctest case NAME needs, then
 # run exactly that case, whatever characters its name holds. Exit 0 when it ran and passed,
 # 1 when it failed, 2 when no case has that name (the closest names are printed).
+# test_one.sh --list (`make test-one LIST=1`): every case's name.
 #
 # doctest's -tc filter splits at commas and treats * and ? as wildcards, so the name is
 # passed with its commas and backslashes escaped (doctest 2.4.9 reads "\," as a comma), and
 # any other case the wildcards would also match is excluded by name.
 set -u
 name=${1:-}
+# every case's name, as the sources write it
+all_names() { grep -ohE 'TEST_CASE\("[^"]*"' tests/*.cpp | sed -E 's/^TEST_CASE\("(.*)"$/\1/'; }
+if [ "$name" = --list ]; then
+    all_names
+    exit 0
+fi
 if [ -z "$name" ]; then
-    echo 'usage: make test-one NAME="a test case name"   (make test-one LIST=1 lists them)' >&2
+    echo 'usage: make test-one NAME="a test case name"   (make test-one LIST=1 lists the names)' >&2
     exit 2
 fi
 escape() { sed -e 's/\\/\\\\/g' -e 's/,/\\,/g' <<<"$1"; }
 
 # the case names a doctest binary holds that match FILTER (case-sensitive), one a line
 list_cases() {  # BINARY FILTER
-    "$1" --no-version=true --list-test-cases=true --case-sensitive=true --test-case="$2" 2>/dev/null |
+    "$1" -nv -ltc -cs --test-case="$2" 2>/dev/null |
         sed -n '/listing all test case names/,/unskipped test cases/p' | sed '1,2d;$d' | sed '$d'
 }
 
@@ -39,12 +46,11 @@ for suite in "${suites[@]}"; do
     done <<<"$matches"
     exclude=$(IFS=,; echo "${excludes[*]:-}")
     echo "== $binary: $name"
-    exec "$binary" --case-sensitive=true --test-case="$filter" ${exclude:+--test-case-exclude="$exclude"}
+    exec "$binary" -cs --test-case="$filter" ${exclude:+--test-case-exclude="$exclude"}
 done
 
 echo "error: no test case is named \"$name\"" >&2
 # the closest names: those holding the name's longest word, or the first words of the name
 word=$(tr -c '[:alnum:]_-' '\n' <<<"$name" | awk '{ print length, $0 }' | sort -rn | head -1 | cut -d' ' -f2)
-grep -ohE 'TEST_CASE\("[^"]*"' tests/*.cpp | sed -E 's/^TEST_CASE\("(.*)"$/\1/' |
-    grep -iF -- "${word:-$name}" | head -5 | sed 's/^/  did you mean: /' >&2
+all_names | grep -iF -- "${word:-$name}" | head -5 | sed 's/^/  did you mean: /' >&2
 exit 2
