@@ -626,8 +626,8 @@ int main(int argc, char** argv) {
         die("%s", err);
     }
     if (r.o.checkpoint != NULL && dist.rank == 0 &&
-        checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, err,
-                              sizeof(err)) != 0) {
+        checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, r.o.init_from,
+                              err, sizeof(err)) != 0) {
         die("%s", err);
     }
     load_data(&r);

@@ -136,14 +136,15 @@ static int same_file(const char* a, const char* b) {
 }
 
 int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
-                          char* err, size_t err_len) {
+                          const char* init_from, char* err, size_t err_len) {
     char best[4200];
     snprintf(best, sizeof(best), "%s.best", path);
     const char* written[] = {path, best};  // the latest, and the best so far
-    const char* others[] = {text_path, diagnostics};
-    const char* other_names[] = {"the --text file", "the --diagnostics directory"};
+    const char* others[] = {text_path, diagnostics, init_from};
+    const char* other_names[] = {"the --text file", "the --diagnostics directory",
+                                 "the --init-from file"};
     for (int i = 0; i < 2; i++) {
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 3; j++) {
             if (others[j] != NULL && same_file(written[i], others[j])) {
                 FAIL("--checkpoint %s: %s is %s %s, which a checkpoint would replace", path,
                      written[i], other_names[j], others[j]);

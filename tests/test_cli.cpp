@@ -801,6 +801,24 @@ TEST_CASE("--init-from refuses a model flag that contradicts the file, naming it
     check_error(run_train(dir, tiny({"--steps", "0"})), {"--steps", "positive"});  // only --init-from trains 0 steps
 }
 
+TEST_CASE("a --checkpoint path (or its .best) that is the --init-from file is refused before training, and the file kept") {
+    TempDir dir;
+    std::string trained = dir.file("model.ckpt"), weights = dir.file("w.safetensors");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", trained})));
+    check_success(run_train(dir, {"--export", weights, "--checkpoint", trained}));
+    std::string best = dir.file("w.best");  // the best checkpoint of --checkpoint w
+    fs::copy_file(weights, best);
+    const std::string bytes = read_text(weights);
+    std::string spelled = dir.path + "/./w.safetensors";
+    Run same = run_train(dir, tiny_data({"--init-from", weights, "--steps", "2", "--checkpoint", spelled}));
+    check_error(same, {spelled, "--init-from file", weights});
+    Run as_best = run_train(dir, tiny_data({"--init-from", best, "--steps", "2", "--checkpoint", dir.file("w")}));
+    check_error(as_best, {best, "--init-from file"});
+    CHECK(read_text(weights) == bytes);
+    CHECK(read_text(best) == bytes);
+    CHECK(!fs::exists(dir.file("w")));
+}
+
 TEST_CASE("--export reads only --checkpoint, and refuses a bad checkpoint or destination in one line, writing nothing") {
     TempDir dir;
     std::string trained = dir.file("model.ckpt"), out = dir.file("out.safetensors");
