@@ -607,7 +607,8 @@ int main(int argc, char** argv) {
     if (r.o.export_path != NULL) {  // the host reads and writes the files, in every binary
         int step;
         size_t tensors;
-        if (safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
+        if (export_path_check(r.o.export_path, r.o.checkpoint, err, sizeof(err)) != 0 ||
+            safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
                                           sizeof(err)) != 0) {
             die("%s", err);
         }

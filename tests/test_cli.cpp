@@ -840,6 +840,36 @@ TEST_CASE("--export reads only --checkpoint, and refuses a bad checkpoint or des
     CHECK(read_text(trained) == bytes);
 }
 
+TEST_CASE("--export writes a new file or replaces an earlier export, and refuses every other file, keeping it") {
+    TempDir dir;
+    std::string trained = dir.file("run.ckpt"), out = dir.file("out.safetensors");
+    check_success(run_train(dir, tiny({"--steps", "4", "--eval-every", "2", "--checkpoint", trained})));
+    check_success(run_train(dir, {"--export", out, "--checkpoint", trained}));
+    check_success(run_train(dir, {"--export", out, "--checkpoint", trained}));  // an earlier export
+    std::string other = dir.file("other.ckpt"), text = dir.file("input.txt"), link = dir.file("link.ckpt");
+    std::string pipe = dir.file("pipe"), fresh = dir.file("fresh.ckpt");
+    fs::copy_file(trained, other);
+    fs::copy_file(trained, fresh);  // a checkpoint without a .best yet
+    write_text(text, "the quick brown fox jumps over the lazy dog\n");
+    REQUIRE(symlink(trained.c_str(), link.c_str()) == 0);
+    REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
+    const std::string best_bytes = read_text(trained + ".best"), other_bytes = read_text(other);
+    auto export_to = [&](const std::string& path, const std::string& from) {
+        return run_train(dir, {"--export", path, "--checkpoint", from});
+    };
+    check_error(export_to(trained + ".best", trained), {trained + ".best", "best checkpoint", trained});
+    check_error(export_to(fresh + ".best", fresh), {fresh + ".best", "best checkpoint"});
+    check_error(export_to(other, trained), {other, "is a checkpoint", "earlier export"});
+    check_error(export_to(link, trained), {link, "is the checkpoint it reads"});
+    check_error(export_to(text, trained), {text, "not an earlier export"});
+    check_error(export_to(pipe, trained), {pipe, "not a regular file"});
+    CHECK(read_text(trained + ".best") == best_bytes);
+    CHECK(read_text(other) == other_bytes);
+    CHECK(read_text(text) == "the quick brown fox jumps over the lazy dog\n");
+    CHECK(fs::is_fifo(pipe));
+    CHECK(!fs::exists(fresh + ".best"));
+}
+
 // ---- --help and a tiny run ---------------------------------------------------------------
 
 TEST_CASE("--help exits 0 and lists every flag with a default that the parser accepts") {
