@@ -553,6 +553,23 @@ TEST_CASE("bad text files exit 1 with one error line naming the file and the pro
     check_error(run_train(dir, with(huge)), {huge, "1073741825 bytes, more than the 1073741824"});
 }
 
+TEST_CASE("a --text that is no regular file (a pipe with no writer, a device) is refused, not waited on") {
+    // under timeout: a run that waits for a writer that never comes fails the test (status
+    // 124) rather than hang the suite
+    TempDir dir;
+    std::string pipe = dir.file("pipe");
+    REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
+    const std::string timeout = "/usr/bin/timeout";
+    REQUIRE_MESSAGE(fs::exists(timeout), "this test needs timeout (coreutils)");
+    for (const std::string& text : {pipe, std::string("/dev/zero")}) {
+        Args command = {"20", train_binary()};
+        Args args = tiny({"--task", "text", "--text", text, "--steps", "2"});
+        command.insert(command.end(), args.begin(), args.end());
+        check_error(run_program(dir, timeout, command), {text, "not a regular file"});
+    }
+    CHECK(fs::is_fifo(pipe));
+}
+
 TEST_CASE("an error about a long path still says what is wrong, after the whole path") {
     // 7 folders of 200 characters: the messages were cut at 512 or 1024 bytes, mid-path
     TempDir dir;
