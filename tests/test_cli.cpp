@@ -636,6 +636,33 @@ TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming t
     CHECK(read_text(good) == bytes);  // none of this touched the checkpoint
 }
 
+TEST_CASE("a checkpoint with one NaN in an optimiser moment is refused by --resume, --sample and --export, naming the file and the tensor") {
+    TempDir dir;
+    std::string good = dir.file("good.ckpt"), bad = dir.file("bad.ckpt");
+    for (const char* optimizer : {"adamw", "muon"}) {
+        INFO("--optimizer ", optimizer);
+        Args first = {"--steps", "4", "--eval-every", "2", "--stop-after", "2", "--checkpoint", good,
+                      "--optimizer", optimizer};
+        check_success(run_train(dir, tiny(first)));
+        // one NaN in the first moments (after the P parameters) at wq's first element, a
+        // matrix that Muon keeps its momentum for
+        std::string bytes = read_text(good);
+        size_t header = 256 * sizeof(int), P = (bytes.size() - header) / (3 * sizeof(float));
+        size_t wte = 7 * 16, attn_norm = 16;  // V x d, then L x d
+        const float nan_value = NAN;
+        std::memcpy(&bytes[header + (P + wte + attn_norm) * sizeof(float)], &nan_value, sizeof nan_value);
+        write_text(bad, bytes);
+        Args resume = {"--steps", "4", "--eval-every", "2", "--checkpoint", bad, "--resume",
+                       "--optimizer", optimizer};
+        check_error(run_train(dir, tiny(resume)), {bad, "NaN/Inf first moments", "(in wq)"});
+        check_error(run_train(dir, {"--sample", "--checkpoint", bad}), {bad, "NaN/Inf first moments", "(in wq)"});
+        check_error(run_train(dir, {"--export", dir.file("out.safetensors"), "--checkpoint", bad}),
+                    {bad, "NaN/Inf first moments", "(in wq)"});
+        CHECK(read_text(bad) == bytes);
+        CHECK(!fs::exists(dir.file("out.safetensors")));
+    }
+}
+
 TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sample end cleanly") {
     // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..37]
     // the run record, the schedule at [34..35], the optimiser at [36..37]; [64] the text
