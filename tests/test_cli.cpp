@@ -397,6 +397,16 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
                                   "--temperature", "1", "--top-k", "2", "--tokens", "3"}));
 }
 
+TEST_CASE("--sample refuses --top-k without a --temperature above 0: greedy decoding ignores it") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path})));
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--top-k", "5"}), {"--top-k needs --temperature", "greedy"});
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--top-k", "5", "--temperature", "0"}),
+                {"--top-k needs --temperature"});
+    check_success(run_train(dir, {"--sample", "--checkpoint", path, "--top-k", "5", "--temperature", "0.5"}));
+}
+
 TEST_CASE("--depth-heads 1 and 0 are one head: a checkpoint trained with either resumes and samples with the other") {
     TempDir dir;
     const Args one = {"--depth-heads", "1"}, none = {};
