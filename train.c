@@ -195,8 +195,7 @@ static void parse_flags(Options* o, int argc, char** argv) {
 static float learning_rate(const Options* o, int step) {
     if (step < o->warmup) { return o->lr * (float)(step + 1) / (float)o->warmup; }
     if (o->schedule_kind == SCHEDULE_WSD) {
-        int decay_steps = (int)floor((double)o->decay_frac * o->steps + 0.5);
-        if (decay_steps < 1) { decay_steps = 1; }
+        int decay_steps = wsd_decay_steps(o);
         if (step < o->steps - decay_steps) { return o->lr; }
         float decayed = (float)(step - o->steps + decay_steps + 1) / (float)decay_steps;
         return o->lr * (1.0f - (1.0f - o->final_lr_frac) * decayed);
@@ -351,10 +350,19 @@ static void print_header(const Run* r) {
     char waiting[128];
     threads_describe_waiting(waiting, sizeof(waiting));
     printf("attnres.c | mode %s (%s=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
-           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB\n", o->mode,
+           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB", o->mode,
            c->streams ? "m" : "S", c->streams ? c->streams : c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
            waiting, (double)r->memory_bytes / 1048576.0);
+    // the default warmup in a short run (a --warmup given that does not fit is refused)
+    int fit = o->steps > 0 ? warmup_fit(o) : WARMUP_FITS;
+    if (fit == WARMUP_PAST_STEPS) {
+        printf(" | the run ends inside its warmup (--warmup %d, --steps %d)", o->warmup, o->steps);
+    } else if (fit == WARMUP_INTO_DECAY) {
+        printf(" | the warmup (--warmup %d) reaches into wsd's decay (the last %d of %d steps)",
+               o->warmup, wsd_decay_steps(o), o->steps);
+    }
+    printf("\n");
     char variant[128];
     variant_describe(c, variant, sizeof(variant));
     if (strcmp(variant, "no variant") != 0) { printf("depth-attention variant: %s\n", variant); }

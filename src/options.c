@@ -105,6 +105,20 @@ static int check_export_flags(const Options* o, char* err, size_t err_len) {
     return 0;
 }
 
+int wsd_decay_steps(const Options* o) {
+    int decay_steps = (int)floor((double)o->decay_frac * o->steps + 0.5);
+    return decay_steps < 1 ? 1 : decay_steps;
+}
+
+int warmup_fit(const Options* o) {
+    if (o->warmup == 0) { return WARMUP_FITS; }  // no warmup
+    if (o->warmup >= o->steps) { return WARMUP_PAST_STEPS; }
+    if (o->schedule_kind == SCHEDULE_WSD && o->warmup > o->steps - wsd_decay_steps(o)) {
+        return WARMUP_INTO_DECAY;
+    }
+    return WARMUP_FITS;
+}
+
 int options_check(Options* o, char* err, size_t err_len) {
     if (o->export_path != NULL) { return check_export_flags(o, err, err_len); }
     for (int i = 0; i < o->n_given && o->sample; i++) {
@@ -149,6 +163,17 @@ int options_check(Options* o, char* err, size_t err_len) {
     }
     if (!(o->decay_frac > 0.0f && o->decay_frac < 1.0f)) {
         FAIL("--decay-frac must be in (0, 1), got %g", (double)o->decay_frac);
+    }
+    int fit = option_given(o, "--warmup") ? warmup_fit(o) : WARMUP_FITS;
+    if (fit == WARMUP_PAST_STEPS) {
+        FAIL("--warmup %d is not shorter than --steps %d: the run would end inside its warmup, "
+             "before the lr decays to lr * --final-lr-frac", o->warmup, o->steps);
+    }
+    if (fit == WARMUP_INTO_DECAY) {
+        FAIL("--warmup %d reaches into --schedule wsd's decay, the last %d of the %d --steps "
+             "(--decay-frac %g): a warmup of at most %d steps ends before it", o->warmup,
+             wsd_decay_steps(o), o->steps, (double)o->decay_frac,
+             o->steps - wsd_decay_steps(o));
     }
     if (strcmp(o->optimizer, "adamw") == 0) {
         o->optimizer_kind = OPTIMIZER_ADAMW;

@@ -74,6 +74,15 @@ void options_print(const Flag* flags, int n);
 // Checks every flag that the model and data do not check themselves, and turns the words
 // (--mode, the variants') into o->model's numbers. 0, or -1 with one line in err.
 int options_check(Options* o, char* err, size_t err_len);
+// --schedule wsd's decay steps: D = max(1, floor(decay_frac * steps + 0.5)), the last D of
+// --steps
+int wsd_decay_steps(const Options* o);
+// Whether the warmup fits the schedule: it must end before the last step (or the run never
+// decays to lr * final_lr_frac), and under wsd before the decay begins (or the lr would still
+// climb inside it). options_check refuses a --warmup given that does not fit; the default one
+// is left as it is, and the header says so.
+enum { WARMUP_FITS = 0, WARMUP_PAST_STEPS, WARMUP_INTO_DECAY };
+int warmup_fit(const Options* o);
 // --init-from: the model flags not on the command line take the values of `held`, the file's
 // config (before options_check, which turns them into o->model)
 void options_take_config(Options* o, const ModelConfig* held);

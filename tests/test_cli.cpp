@@ -1326,6 +1326,27 @@ TEST_CASE("--schedule wsd: the lr column follows SPEC's warmup, stable and linea
     CHECK(expected[6] == "1.00e-02");      // the stable phase's last step, s = steps - D - 1
 }
 
+TEST_CASE("a --warmup the schedule cannot finish is refused; the default one in a short run is named in the header") {
+    TempDir dir;
+    // the run would end inside its warmup, never decaying to lr * final-lr-frac
+    check_error(run_train(dir, tiny({"--warmup", "30", "--steps", "20"})), {"--warmup 30", "--steps 20", "inside its warmup"});
+    check_error(run_train(dir, tiny({"--warmup", "20", "--steps", "20"})), {"--warmup 20", "--steps 20"});
+    // wsd: D = floor(0.5 * 20 + 0.5) = 10 decay steps, so at most 10 warmup steps
+    check_error(run_train(dir, tiny({"--schedule", "wsd", "--warmup", "11", "--decay-frac", "0.5", "--steps", "20"})),
+                {"--warmup 11", "wsd's decay", "last 10 of the 20", "at most 10"});
+    Run fits = run_train(dir, tiny({"--schedule", "wsd", "--warmup", "10", "--decay-frac", "0.5", "--steps", "20",
+                                    "--eval-every", "20"}));
+    check_success(fits);
+    CHECK(!contains(lines_of(fits.out).at(0), "warmup"));
+    // the default warmup (100) is kept, and the header says where the run ends
+    Run short_run = run_train(dir, tiny({"--steps", "20", "--eval-every", "20"}));
+    check_success(short_run);
+    CHECK(contains(lines_of(short_run.out).at(0), "| the run ends inside its warmup (--warmup 100, --steps 20)"));
+    Run wsd = run_train(dir, tiny({"--schedule", "wsd", "--steps", "110", "--eval-every", "110"}));
+    check_success(wsd);
+    CHECK(contains(lines_of(wsd.out).at(0), "| the warmup (--warmup 100) reaches into wsd's decay (the last 22 of 110 steps)"));
+}
+
 TEST_CASE("a --schedule wsd run interrupted in its stable phase and resumed prints what the uninterrupted run prints") {
     // --steps 20 --decay-frac 0.25: stable to step 15, decay over the last 5; interrupted at
     // step 10, so the resumed run crosses into the decay.
