@@ -249,7 +249,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--batch", "0"}, {"--batch", "positive"}},
         {{"--steps", "0"}, {"--steps", "positive"}},
         {{"--eval-every", "-5"}, {"--eval-every", "positive"}},
-        {{"--lr", "0"}, {"--lr", "positive"}},
+        {{"--lr", "0"}, {"--lr", "out of range", "(0, 3.40282e+38]"}},
         {{"--beta2", "1"}, {"--beta2"}},
         {{"--mode", "bogus"}, {"--mode", "bogus"}},
         {{"--mode", "block", "--block-size", "1"}, {"--block-size"}},
@@ -329,6 +329,24 @@ TEST_CASE("an integer out of range says so, naming the flag and the range") {
     check_error(run_train(dir, {"--seed", "99999999999999999999999"}),
                 {"--seed", "out of range", "18446744073709551615"});
     check_error(run_train(dir, {"--steps", "12x"}), {"--steps", "expects an integer", "12x"});
+}
+
+TEST_CASE("a float out of range says so, naming the flag and the range, also where float32 rounding takes it there") {
+    TempDir dir;
+    check_error(run_train(dir, {"--lr", "1e39"}), {"--lr", "out of range", "1e39 is not in (0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--lr", "1e-50"}), {"--lr", "out of range", "1e-50 is 0 as a float32", "(0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--lr", "-0.001"}), {"--lr", "out of range", "-0.001 is not in (0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--optimizer", "muon", "--muon-momentum", "0.99999999999"}),
+                {"--muon-momentum", "out of range", "0.99999999999 is 1 as a float32", "[0, 1)"});
+    check_error(run_train(dir, {"--beta1", "0.999999999"}), {"--beta1", "out of range", "is 1 as a float32", "[0, 1)"});
+    check_error(run_train(dir, {"--schedule", "wsd", "--decay-frac", "1e-60"}),
+                {"--decay-frac", "out of range", "is 0 as a float32", "(0, 1)"});
+    check_error(run_train(dir, {"--weight-decay", "1e400"}), {"--weight-decay", "out of range", "[0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--grad-clip", "-1"}), {"--grad-clip", "out of range", "[0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--final-lr-frac", "-0.1"}), {"--final-lr-frac", "out of range"});
+    check_error(run_train(dir, {"--sample", "--checkpoint", "x.ckpt", "--temperature", "-1"}),
+                {"--temperature", "out of range", "[0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--lr", "1e3x"}), {"--lr", "expects a number", "1e3x"});
 }
 
 TEST_CASE("--help says that --seed under --sample sets the draws and picks the task prompt") {
