@@ -52,7 +52,8 @@ static Options defaults(void) {
     return o;
 }
 
-// Every flag: what it sets in o, its help line (--help prints them with their defaults).
+// Every flag: what it sets in o, its help line (--help prints them with their defaults), and
+// for a float the values it may take (options.h: the parser refuses the others, by range).
 // Fills flags (when not NULL) and returns the count.
 static int flag_table(Options* o, Flag* flags) {
     Flag table[] = {
@@ -78,17 +79,17 @@ static int flag_table(Options* o, Flag* flags) {
         {"--batch", OPT_INT, &o->batch, "batch size B"},
         {"--seq-len", OPT_INT, &o->seq_len, "sequence length T (text: 0 = 64; tasks: 0 or 2*length)"},
         {"--steps", OPT_INT, &o->steps, "training steps"},
-        {"--lr", OPT_FLOAT, &o->lr, "peak learning rate"},
+        {"--lr", OPT_FLOAT, &o->lr, "peak learning rate", FLOAT_POSITIVE},
         {"--warmup", OPT_INT, &o->warmup, "linear warmup steps"},
         {"--schedule", OPT_STRING, &o->schedule, "lr after warmup: cosine | wsd (stable, then linear decay)"},
-        {"--decay-frac", OPT_FLOAT, &o->decay_frac, "wsd: the share of --steps that decays"},
-        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "the decay ends at lr * this"},
-        {"--weight-decay", OPT_FLOAT, &o->weight_decay, "AdamW weight decay (matrices only)"},
+        {"--decay-frac", OPT_FLOAT, &o->decay_frac, "wsd: the share of --steps that decays", FLOAT_OPEN_FRACTION},
+        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "the decay ends at lr * this", FLOAT_NON_NEGATIVE},
+        {"--weight-decay", OPT_FLOAT, &o->weight_decay, "AdamW weight decay (matrices only)", FLOAT_NON_NEGATIVE},
         {"--optimizer", OPT_STRING, &o->optimizer, "adamw | muon (Muon on the layers' matrices, AdamW on the rest)"},
-        {"--muon-momentum", OPT_FLOAT, &o->muon_momentum, "muon: Nesterov momentum mu, in [0, 1)"},
-        {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)"},
-        {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1"},
-        {"--beta2", OPT_FLOAT, &o->beta2, "AdamW beta2"},
+        {"--muon-momentum", OPT_FLOAT, &o->muon_momentum, "muon: Nesterov momentum mu, in [0, 1)", FLOAT_FRACTION},
+        {"--grad-clip", OPT_FLOAT, &o->grad_clip, "clip the global gradient norm (0 = off)", FLOAT_NON_NEGATIVE},
+        {"--beta1", OPT_FLOAT, &o->beta1, "AdamW beta1", FLOAT_FRACTION},
+        {"--beta2", OPT_FLOAT, &o->beta2, "AdamW beta2", FLOAT_FRACTION},
         {"--seed", OPT_U64, &o->seed, "random seed (init and data; --sample: the draws and the task prompt)"},
         {"--threads", OPT_INT, &o->threads, "OpenMP threads (0 = all cores)"},
         {"--eval-every", OPT_INT, &o->eval_every, "evaluate (and checkpoint) every N steps"},
@@ -103,7 +104,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--prompt", OPT_STRING, &o->prompt, "--sample: text prompt (text models, V = 256)"},
         {"--prompt-tokens", OPT_STRING, &o->prompt_tokens, "--sample: prompt token ids, e.g. 3,1,4"},
         {"--tokens", OPT_INT, &o->sample_tokens, "--sample: tokens to generate (0: answer / 256)"},
-        {"--temperature", OPT_FLOAT, &o->temperature, "--sample: softmax temperature (0 = greedy)"},
+        {"--temperature", OPT_FLOAT, &o->temperature, "--sample: softmax temperature (0 = greedy)", FLOAT_NON_NEGATIVE},
         {"--top-k", OPT_INT, &o->top_k, "--sample: draw among the K likeliest (0 = all)"},
         {"--cublas", OPT_SWITCH, &o->cublas, "./train_cuda: every matmul through cuBLAS SGEMM"},
         {"--no-graph", OPT_SWITCH, &o->no_graph, "./train_cuda: queue the step call by call, not as CUDA graphs"},
@@ -195,8 +196,7 @@ static void parse_flags(Options* o, int argc, char** argv) {
 static float learning_rate(const Options* o, int step) {
     if (step < o->warmup) { return o->lr * (float)(step + 1) / (float)o->warmup; }
     if (o->schedule_kind == SCHEDULE_WSD) {
-        int decay_steps = (int)floor((double)o->decay_frac * o->steps + 0.5);
-        if (decay_steps < 1) { decay_steps = 1; }
+        int decay_steps = wsd_decay_steps(o);
         if (step < o->steps - decay_steps) { return o->lr; }
         float decayed = (float)(step - o->steps + decay_steps + 1) / (float)decay_steps;
         return o->lr * (1.0f - (1.0f - o->final_lr_frac) * decayed);
@@ -351,10 +351,19 @@ static void print_header(const Run* r) {
     char waiting[128];
     threads_describe_waiting(waiting, sizeof(waiting));
     printf("attnres.c | mode %s (%s=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
-           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB\n", o->mode,
+           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB", o->mode,
            c->streams ? "m" : "S", c->streams ? c->streams : c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
            waiting, (double)r->memory_bytes / 1048576.0);
+    // the default warmup in a short run (a --warmup given that does not fit is refused)
+    int fit = o->steps > 0 ? warmup_fit(o) : WARMUP_FITS;
+    if (fit == WARMUP_PAST_STEPS) {
+        printf(" | the run ends inside its warmup (--warmup %d, --steps %d)", o->warmup, o->steps);
+    } else if (fit == WARMUP_INTO_DECAY) {
+        printf(" | the warmup (--warmup %d) reaches into wsd's decay (the last %d of %d steps)",
+               o->warmup, wsd_decay_steps(o), o->steps);
+    }
+    printf("\n");
     char variant[128];
     variant_describe(c, variant, sizeof(variant));
     if (strcmp(variant, "no variant") != 0) { printf("depth-attention variant: %s\n", variant); }
@@ -607,7 +616,8 @@ int main(int argc, char** argv) {
     if (r.o.export_path != NULL) {  // the host reads and writes the files, in every binary
         int step;
         size_t tensors;
-        if (safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
+        if (export_path_check(r.o.export_path, r.o.checkpoint, err, sizeof(err)) != 0 ||
+            safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
                                           sizeof(err)) != 0) {
             die("%s", err);
         }
@@ -626,8 +636,8 @@ int main(int argc, char** argv) {
         die("%s", err);
     }
     if (r.o.checkpoint != NULL && dist.rank == 0 &&
-        checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, err,
-                              sizeof(err)) != 0) {
+        checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, r.o.init_from,
+                              err, sizeof(err)) != 0) {
         die("%s", err);
     }
     load_data(&r);

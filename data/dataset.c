@@ -214,6 +214,12 @@ int dataset_init_text(Dataset* ds, const char* path, int seq_len, size_t max_byt
     if (S_ISDIR(st.st_mode)) {
         return fail(err, err_len, "text '%s': is a directory, not a file", path);
     }
+    // a pipe with no writer would block the open forever, and a device such as /dev/zero
+    // never ends: only a regular file is read
+    if (!S_ISREG(st.st_mode)) {
+        return fail(err, err_len, "text '%s': is not a regular file (a device, pipe or socket)",
+                    path);
+    }
     if (st.st_size > 0 && (uintmax_t)st.st_size > max_bytes) {
         return fail(err, err_len, "text '%s': %jd bytes, more than the %zu --task text reads",
                     path, (intmax_t)st.st_size, max_bytes);
@@ -222,8 +228,9 @@ int dataset_init_text(Dataset* ds, const char* path, int seq_len, size_t max_byt
     if (!f) {
         return fail(err, err_len, "text '%s': cannot open: %s", path, strerror(errno));
     }
-    // read in doubling chunks, so a file whose size changes, or a pipe, reads correctly too;
-    // one byte more than max_bytes tells a file that is too large (or endless)
+    // read in doubling chunks, so a file whose size changes (or that stat says is empty, as
+    // /proc's files do) reads correctly too; one byte more than max_bytes tells a file that
+    // has grown too large
     size_t capacity = st.st_size > 0 ? (size_t)st.st_size + 1 : 4096, n = 0;
     unsigned char* text = NULL;
     for (;;) {

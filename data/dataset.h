@@ -41,9 +41,9 @@ typedef struct {
 // Each returns 0 on success, or -1 after writing a one-line reason into err.
 int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symbols,
                       size_t n_eval, uint64_t seed, char* err, size_t err_len);
-// Text: the whole file in memory, at most max_bytes of it (a larger file, or an endless one
-// such as /dev/zero, is refused, never read until memory runs out); ./train passes
-// TEXT_MAX_BYTES.
+// Text: the whole file in memory, a regular file of at most max_bytes (a larger one is
+// refused, and so are a pipe, which could block forever, and a device such as the endless
+// /dev/zero); ./train passes TEXT_MAX_BYTES.
 #define TEXT_MAX_BYTES ((size_t)1 << 30)  // 1 GiB: enwik9's 10^9 bytes fit
 int dataset_init_text(Dataset* ds, const char* path, int seq_len, size_t max_bytes,
                       uint64_t seed, char* err, size_t err_len);

@@ -346,18 +346,23 @@ int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err
         free(state);
         return -1;
     }
-    // a NaN or Inf parameter would only train into more of them: refuse it, naming the tensor
+    // a NaN or Inf parameter would only train into more of them, and so would one in the
+    // optimiser's moments (AdamW's m and v; Muon keeps its momentum in m) at the first update
+    // of a resumed run: refuse either, naming the buffer and the tensor
+    const char* buffers[] = {"parameters", "first moments", "second moments"};
     const float* p = state;
-    for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        for (size_t j = 0; j < m->param_sizes[i]; j++) {
-            if (!isfinite(p[j])) {
-                snprintf(err, err_len, "checkpoint %s holds NaN/Inf parameters (in %s): not "
-                         "loading it", path, PARAM_INFO[i].name);
-                free(state);
-                return -1;
+    for (int b = 0; b < 3; b++) {
+        for (int i = 0; i < N_PARAM_TENSORS; i++) {
+            for (size_t j = 0; j < m->param_sizes[i]; j++) {
+                if (!isfinite(p[j])) {
+                    snprintf(err, err_len, "checkpoint %s holds NaN/Inf %s (in %s): not loading "
+                             "it", path, buffers[b], PARAM_INFO[i].name);
+                    free(state);
+                    return -1;
+                }
             }
+            p += m->param_sizes[i];
         }
-        p += m->param_sizes[i];
     }
     memcpy(m->params_memory, state, P * sizeof(float));
     memcpy(m->m_memory, state + P, P * sizeof(float));

@@ -18,8 +18,8 @@
 // version. Files
 // are written to PATH.tmp.<pid> (the process's own: two runs saving to one PATH never write
 // into the same file), synced to the disk and renamed over PATH, so neither a crash, a power
-// cut nor a second run leaves a torn file. A file whose parameters hold NaN or Inf is
-// refused at load.
+// cut nor a second run leaves a torn file. A file whose parameters or moments hold NaN or
+// Inf is refused at load.
 #ifndef ATTNRES_CHECKPOINT_H
 #define ATTNRES_CHECKPOINT_H
 

@@ -1,6 +1,7 @@
 // options.c — reading, printing and checking the flags of train.c's flag table (options.h).
 #include <ctype.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -11,6 +12,25 @@
 #include "trainer.h"  // trainer_on_gpu
 
 #define FAIL(...) do { snprintf(err, err_len, __VA_ARGS__); return -1; } while (0)
+
+// Each FloatRange's bounds, and whether each bound is left out of it
+static const struct {
+    double min, max;
+    int min_open, max_open;
+} FLOAT_RANGES[] = {
+    [FLOAT_ANY] = {-FLT_MAX, FLT_MAX, 0, 0},
+    [FLOAT_NON_NEGATIVE] = {0.0, FLT_MAX, 0, 0},
+    [FLOAT_POSITIVE] = {0.0, FLT_MAX, 1, 0},
+    [FLOAT_FRACTION] = {0.0, 1.0, 0, 1},
+    [FLOAT_OPEN_FRACTION] = {0.0, 1.0, 1, 1},
+};
+
+static int in_float_range(double x, FloatRange range) {
+    double min = FLOAT_RANGES[range].min, max = FLOAT_RANGES[range].max;
+    int above_min = FLOAT_RANGES[range].min_open ? x > min : x >= min;
+    int below_max = FLOAT_RANGES[range].max_open ? x < max : x <= max;
+    return above_min && below_max;
+}
 
 int options_parse_value(const Flag* f, const char* s, char* err, size_t err_len) {
     char* end = NULL;
@@ -38,11 +58,22 @@ int options_parse_value(const Flag* f, const char* s, char* err, size_t err_len)
         *(unsigned long long*)f->value = v;
     } else if (f->kind == OPT_FLOAT) {
         float v = strtof(s, &end);
-        // ERANGE for a tiny number is underflow (a subnormal or 0): still a number
-        int overflow = errno == ERANGE && fabsf(v) == HUGE_VALF;
-        if (s[0] == '\0' || strspn(s, "0123456789+-.eE") != strlen(s) || *end != '\0' ||
-            overflow || !isfinite(v)) {
+        if (s[0] == '\0' || strspn(s, "0123456789+-.eE") != strlen(s) || *end != '\0') {
             FAIL("flag '%s' expects a number, got '%s'", f->flag, s);
+        }
+        // the number as written (to double precision), and the float32 it becomes: a value
+        // too large for a float32 becomes inf, a tiny one 0, and 0.99999999999 is 1
+        double written = strtod(s, NULL);
+        char range[64];
+        snprintf(range, sizeof(range), "%c%g, %g%c", FLOAT_RANGES[f->range].min_open ? '(' : '[',
+                 FLOAT_RANGES[f->range].min, FLOAT_RANGES[f->range].max,
+                 FLOAT_RANGES[f->range].max_open ? ')' : ']');
+        if (!in_float_range(written, f->range)) {
+            FAIL("flag '%s' is out of range: %s is not in %s", f->flag, s, range);
+        }
+        if (!in_float_range(v, f->range)) {
+            FAIL("flag '%s' is out of range: %s is %g as a float32, not in %s", f->flag, s,
+                 (double)v, range);
         }
         *(float*)f->value = v;
     } else {
@@ -105,6 +136,20 @@ static int check_export_flags(const Options* o, char* err, size_t err_len) {
     return 0;
 }
 
+int wsd_decay_steps(const Options* o) {
+    int decay_steps = (int)floor((double)o->decay_frac * o->steps + 0.5);
+    return decay_steps < 1 ? 1 : decay_steps;
+}
+
+int warmup_fit(const Options* o) {
+    if (o->warmup == 0) { return WARMUP_FITS; }  // no warmup
+    if (o->warmup >= o->steps) { return WARMUP_PAST_STEPS; }
+    if (o->schedule_kind == SCHEDULE_WSD && o->warmup > o->steps - wsd_decay_steps(o)) {
+        return WARMUP_INTO_DECAY;
+    }
+    return WARMUP_FITS;
+}
+
 int options_check(Options* o, char* err, size_t err_len) {
     if (o->export_path != NULL) { return check_export_flags(o, err, err_len); }
     for (int i = 0; i < o->n_given && o->sample; i++) {
@@ -133,13 +178,6 @@ int options_check(Options* o, char* err, size_t err_len) {
         FAIL("--stop-after %d is more than --steps %d: the run would end at --steps anyway",
              o->stop_after, o->steps);
     }
-    if (!(o->lr > 0.0f) || o->final_lr_frac < 0.0f || o->weight_decay < 0.0f ||
-        o->grad_clip < 0.0f) {
-        FAIL("--lr must be positive; --final-lr-frac, --weight-decay, --grad-clip non-negative");
-    }
-    if (!(o->beta1 >= 0.0f && o->beta1 < 1.0f && o->beta2 >= 0.0f && o->beta2 < 1.0f)) {
-        FAIL("--beta1 and --beta2 must be in [0, 1)");
-    }
     if (strcmp(o->schedule, "cosine") == 0) {
         o->schedule_kind = SCHEDULE_COSINE;
     } else if (strcmp(o->schedule, "wsd") == 0) {
@@ -147,8 +185,16 @@ int options_check(Options* o, char* err, size_t err_len) {
     } else {
         FAIL("unknown --schedule '%s' (valid: cosine, wsd)", o->schedule);
     }
-    if (!(o->decay_frac > 0.0f && o->decay_frac < 1.0f)) {
-        FAIL("--decay-frac must be in (0, 1), got %g", (double)o->decay_frac);
+    int fit = option_given(o, "--warmup") ? warmup_fit(o) : WARMUP_FITS;
+    if (fit == WARMUP_PAST_STEPS) {
+        FAIL("--warmup %d is not shorter than --steps %d: the run would end inside its warmup, "
+             "before the lr decays to lr * --final-lr-frac", o->warmup, o->steps);
+    }
+    if (fit == WARMUP_INTO_DECAY) {
+        FAIL("--warmup %d reaches into --schedule wsd's decay, the last %d of the %d --steps "
+             "(--decay-frac %g): a warmup of at most %d steps ends before it", o->warmup,
+             wsd_decay_steps(o), o->steps, (double)o->decay_frac,
+             o->steps - wsd_decay_steps(o));
     }
     if (strcmp(o->optimizer, "adamw") == 0) {
         o->optimizer_kind = OPTIMIZER_ADAMW;
@@ -156,9 +202,6 @@ int options_check(Options* o, char* err, size_t err_len) {
         o->optimizer_kind = OPTIMIZER_MUON;
     } else {
         FAIL("unknown --optimizer '%s' (valid: adamw, muon)", o->optimizer);
-    }
-    if (!(o->muon_momentum >= 0.0f && o->muon_momentum < 1.0f)) {
-        FAIL("--muon-momentum must be in [0, 1), got %g", (double)o->muon_momentum);
     }
     if (strcmp(o->mode, "none") == 0) {
         o->model.block_size = 0;

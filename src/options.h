@@ -57,23 +57,44 @@ static inline int option_given(const Options* o, const char* flag) {
     return 0;
 }
 
-// One row of train.c's flag table: the flag, what its value is, where it goes, its help line
+// One row of train.c's flag table: the flag, what its value is, where it goes, its help line,
+// and for a number with a fraction the values it may take
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_U64, OPT_SWITCH } OptionKind;
+typedef enum {
+    FLOAT_ANY,            // any float32: [-3.40282e+38, 3.40282e+38]
+    FLOAT_NON_NEGATIVE,   // [0, 3.40282e+38]
+    FLOAT_POSITIVE,       // (0, 3.40282e+38]
+    FLOAT_FRACTION,       // [0, 1)
+    FLOAT_OPEN_FRACTION,  // (0, 1)
+} FloatRange;
 typedef struct {
     const char* flag;
     OptionKind kind;
     void* value;
     const char* help;
+    FloatRange range;     // OPT_FLOAT only
 } Flag;
 
 // Reads s, the value given to flag f, into f->value: plain decimal numbers only (no spaces,
-// no hexadecimal, no inf or nan). 0, or -1 with one line in err.
+// no hexadecimal, no inf or nan), in the range of the flag's type (an int, or for OPT_FLOAT
+// f->range, which the value must be in both as written and as the float32 it becomes).
+// 0, or -1 with one line in err.
 int options_parse_value(const Flag* f, const char* s, char* err, size_t err_len);
 // --help: one line per flag, with its default (the value it points to now)
 void options_print(const Flag* flags, int n);
-// Checks every flag that the model and data do not check themselves, and turns the words
+// Checks every flag that the model and data do not check themselves (a float flag's range is
+// options_parse_value's), and turns the words
 // (--mode, the variants') into o->model's numbers. 0, or -1 with one line in err.
 int options_check(Options* o, char* err, size_t err_len);
+// --schedule wsd's decay steps: D = max(1, floor(decay_frac * steps + 0.5)), the last D of
+// --steps
+int wsd_decay_steps(const Options* o);
+// Whether the warmup fits the schedule: it must end before the last step (or the run never
+// decays to lr * final_lr_frac), and under wsd before the decay begins (or the lr would still
+// climb inside it). options_check refuses a --warmup given that does not fit; the default one
+// is left as it is, and the header says so.
+enum { WARMUP_FITS = 0, WARMUP_PAST_STEPS, WARMUP_INTO_DECAY };
+int warmup_fit(const Options* o);
 // --init-from: the model flags not on the command line take the values of `held`, the file's
 // config (before options_check, which turns them into o->model)
 void options_take_config(Options* o, const ModelConfig* held);

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include "inference.h"  // decoder_floats
 #include "run_record.h"
+#include "safetensors.h"  // safetensors_load: an earlier export
 #include "util.h"
 
 RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, float best_val_loss) {
@@ -136,14 +137,15 @@ static int same_file(const char* a, const char* b) {
 }
 
 int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
-                          char* err, size_t err_len) {
+                          const char* init_from, char* err, size_t err_len) {
     char best[4200];
     snprintf(best, sizeof(best), "%s.best", path);
     const char* written[] = {path, best};  // the latest, and the best so far
-    const char* others[] = {text_path, diagnostics};
-    const char* other_names[] = {"the --text file", "the --diagnostics directory"};
+    const char* others[] = {text_path, diagnostics, init_from};
+    const char* other_names[] = {"the --text file", "the --diagnostics directory",
+                                 "the --init-from file"};
     for (int i = 0; i < 2; i++) {
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < 3; j++) {
             if (others[j] != NULL && same_file(written[i], others[j])) {
                 FAIL("--checkpoint %s: %s is %s %s, which a checkpoint would replace", path,
                      written[i], other_names[j], others[j]);
@@ -176,6 +178,49 @@ int checkpoint_path_check(const char* path, const char* text_path, const char* d
     if (f == NULL) { FAIL("cannot write checkpoint %s: %s", tmp, strerror(errno)); }
     fclose(f);
     remove(tmp);
+    return 0;
+}
+
+// 1 if the file at path begins with the checkpoint magic number (checkpoint.h)
+static int has_checkpoint_magic(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) { return 0; }
+    int magic = 0;
+    int read = fread(&magic, sizeof(magic), 1, f) == 1;
+    fclose(f);
+    return read && magic == CHECKPOINT_MAGIC;
+}
+
+int export_path_check(const char* out, const char* checkpoint, char* err, size_t err_len) {
+    char best[4200];
+    snprintf(best, sizeof(best), "%s.best", checkpoint);
+    if (same_file(out, checkpoint)) {
+        FAIL("--export %s is the checkpoint it reads (--checkpoint %s)", out, checkpoint);
+    }
+    if (same_file(out, best)) {
+        FAIL("--export %s is the best checkpoint of --checkpoint %s, which the export would "
+             "replace", out, checkpoint);
+    }
+    struct stat info;
+    if (stat(out, &info) != 0) { return 0; }  // a new file
+    if (!S_ISREG(info.st_mode)) {
+        FAIL("--export %s is not a regular file (a directory, device, pipe or socket): an "
+             "export is renamed over its path, and would replace it", out);
+    }
+    if (has_checkpoint_magic(out)) {
+        FAIL("--export %s is a checkpoint, which the export would replace (an existing file is "
+             "replaced only if it is an earlier export)", out);
+    }
+    // an earlier export is any file --init-from reads: a safetensors file of attnres.c
+    ModelConfig config;
+    float* params = NULL;
+    char reason[ERROR_MAX];
+    int earlier_export = safetensors_load(out, &config, &params, reason, sizeof(reason)) == 0;
+    free(params);
+    if (!earlier_export) {
+        FAIL("--export %s exists and is not an earlier export (a safetensors file of "
+             "attnres.c), the only file an export replaces", out);
+    }
     return 0;
 }
 

@@ -27,8 +27,14 @@ static int check_sample_flags(const Options* o, char* err, size_t err_len) {
     if (o->prompt != NULL && o->prompt_tokens != NULL) {
         FAIL("give --prompt or --prompt-tokens, not both");
     }
-    if (o->sample_tokens < 0 || o->top_k < 0 || o->temperature < 0.0f) {
-        FAIL("--tokens, --top-k and --temperature must not be negative");
+    if (o->sample_tokens < 0 || o->top_k < 0) {  // --temperature's range is the parser's
+        FAIL("--tokens and --top-k must not be negative");
+    }
+    // greedy decoding takes the likeliest token, whatever --top-k says: a flag that would do
+    // nothing
+    if (option_given(o, "--top-k") && !(o->temperature > 0.0f)) {
+        FAIL("--top-k needs --temperature above 0 (at temperature 0, the default, decoding is "
+             "greedy and --top-k changes nothing)");
     }
     return 0;
 }

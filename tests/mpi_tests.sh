@@ -90,7 +90,8 @@ mpi_rank_killed() {
 }
 
 # one line and status 1: a batch that does not divide, processes given different flags,
-# --sample under mpirun
+# --sample under mpirun, a --text that is a pipe with no writer (under timeout: a job that
+# waits for one fails rather than hangs)
 mpi_refuses() {
     local out
     out=$(mpi_run 3 build/train_mpi "${MPI_FLAGS[@]}" --batch 8 2>&1 >/dev/null)
@@ -101,4 +102,8 @@ mpi_refuses() {
     echo "$out" | grep -qx "error: --sample runs in one process: start it without mpirun" || { echo "$out"; return 1; }
     out=$(mpi_run 2 build/train_mpi --export "$TEST_DIR/out.safetensors" --checkpoint /nonexistent 2>&1 >/dev/null)
     echo "$out" | grep -qx "error: --export runs in one process: start it without mpirun" || { echo "$out"; return 1; }
+    mkfifo "$TEST_DIR/pipe"
+    out=$(export -f mpi_run; timeout 60 bash -c 'mpi_run 2 build/train_mpi --task text --text "$0"' \
+          "$TEST_DIR/pipe" 2>&1 >/dev/null)
+    echo "$out" | grep -qx "error: text '$TEST_DIR/pipe': is not a regular file (a device, pipe or socket)" || { echo "$out"; return 1; }
 }

@@ -295,12 +295,23 @@ TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the p
     b = good;  // the first parameter (wte) made NaN: checkpoint_load refuses it
     const float nan_value = std::numeric_limits<float>::quiet_NaN();
     std::memcpy(b.data() + 256 * sizeof(int), &nan_value, sizeof(float));
-    cases.push_back({"nan_parameter", b, {"NaN", "wte"}});
+    cases.push_back({"nan_parameter", b, {"NaN", "parameters", "wte"}});
+    // the moments too (the file holds P parameters, then m, then v): the last float of m
+    // (lm_head's) NaN, the first of v (wte's) Inf
+    const size_t P = source.m.num_params;
+    b = good;
+    std::memcpy(b.data() + 256 * sizeof(int) + (2 * P - 1) * sizeof(float), &nan_value, sizeof(float));
+    cases.push_back({"nan_first_moment", b, {"NaN/Inf first moments", "lm_head"}});
+    b = good;
+    const float inf_value = std::numeric_limits<float>::infinity();
+    std::memcpy(b.data() + 256 * sizeof(int) + 2 * P * sizeof(float), &inf_value, sizeof(float));
+    cases.push_back({"inf_second_moment", b, {"NaN/Inf second moments", "wte"}});
 
     for (const Case& k : cases) {
         std::string path = dir.file(std::string(k.name) + ".ckpt");
         write_bytes(path, k.bytes);
-        bool header_ok = std::string(k.name) == "nan_parameter";  // only the load refuses it
+        const std::string name = k.name;  // only the load refuses a value that is not finite
+        bool header_ok = name == "nan_parameter" || name == "nan_first_moment" || name == "inf_second_moment";
         for (int load = header_ok ? 1 : 0; load <= 1; load++) {
             RandomModel target(CONFIG, 8), untouched(CONFIG, 8);
             ModelConfig config;

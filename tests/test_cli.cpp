@@ -249,7 +249,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--batch", "0"}, {"--batch", "positive"}},
         {{"--steps", "0"}, {"--steps", "positive"}},
         {{"--eval-every", "-5"}, {"--eval-every", "positive"}},
-        {{"--lr", "0"}, {"--lr", "positive"}},
+        {{"--lr", "0"}, {"--lr", "out of range", "(0, 3.40282e+38]"}},
         {{"--beta2", "1"}, {"--beta2"}},
         {{"--mode", "bogus"}, {"--mode", "bogus"}},
         {{"--mode", "block", "--block-size", "1"}, {"--block-size"}},
@@ -331,6 +331,24 @@ TEST_CASE("an integer out of range says so, naming the flag and the range") {
     check_error(run_train(dir, {"--steps", "12x"}), {"--steps", "expects an integer", "12x"});
 }
 
+TEST_CASE("a float out of range says so, naming the flag and the range, also where float32 rounding takes it there") {
+    TempDir dir;
+    check_error(run_train(dir, {"--lr", "1e39"}), {"--lr", "out of range", "1e39 is not in (0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--lr", "1e-50"}), {"--lr", "out of range", "1e-50 is 0 as a float32", "(0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--lr", "-0.001"}), {"--lr", "out of range", "-0.001 is not in (0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--optimizer", "muon", "--muon-momentum", "0.99999999999"}),
+                {"--muon-momentum", "out of range", "0.99999999999 is 1 as a float32", "[0, 1)"});
+    check_error(run_train(dir, {"--beta1", "0.999999999"}), {"--beta1", "out of range", "is 1 as a float32", "[0, 1)"});
+    check_error(run_train(dir, {"--schedule", "wsd", "--decay-frac", "1e-60"}),
+                {"--decay-frac", "out of range", "is 0 as a float32", "(0, 1)"});
+    check_error(run_train(dir, {"--weight-decay", "1e400"}), {"--weight-decay", "out of range", "[0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--grad-clip", "-1"}), {"--grad-clip", "out of range", "[0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--final-lr-frac", "-0.1"}), {"--final-lr-frac", "out of range"});
+    check_error(run_train(dir, {"--sample", "--checkpoint", "x.ckpt", "--temperature", "-1"}),
+                {"--temperature", "out of range", "[0, 3.40282e+38]"});
+    check_error(run_train(dir, {"--lr", "1e3x"}), {"--lr", "expects a number", "1e3x"});
+}
+
 TEST_CASE("--help says that --seed under --sample sets the draws and picks the task prompt") {
     TempDir dir;
     Run help = run_train(dir, {"--help"});
@@ -395,6 +413,16 @@ TEST_CASE("--sample refuses every flag it does not read, naming it") {
     // the flags it reads still work
     check_success(run_train(dir, {"--sample", "--checkpoint", path, "--threads", "1", "--seed", "3",
                                   "--temperature", "1", "--top-k", "2", "--tokens", "3"}));
+}
+
+TEST_CASE("--sample refuses --top-k without a --temperature above 0: greedy decoding ignores it") {
+    TempDir dir;
+    std::string path = dir.file("model.ckpt");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", path})));
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--top-k", "5"}), {"--top-k needs --temperature", "greedy"});
+    check_error(run_train(dir, {"--sample", "--checkpoint", path, "--top-k", "5", "--temperature", "0"}),
+                {"--top-k needs --temperature"});
+    check_success(run_train(dir, {"--sample", "--checkpoint", path, "--top-k", "5", "--temperature", "0.5"}));
 }
 
 TEST_CASE("--depth-heads 1 and 0 are one head: a checkpoint trained with either resumes and samples with the other") {
@@ -553,6 +581,23 @@ TEST_CASE("bad text files exit 1 with one error line naming the file and the pro
     check_error(run_train(dir, with(huge)), {huge, "1073741825 bytes, more than the 1073741824"});
 }
 
+TEST_CASE("a --text that is no regular file (a pipe with no writer, a device) is refused, not waited on") {
+    // under timeout: a run that waits for a writer that never comes fails the test (status
+    // 124) rather than hang the suite
+    TempDir dir;
+    std::string pipe = dir.file("pipe");
+    REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
+    const std::string timeout = "/usr/bin/timeout";
+    REQUIRE_MESSAGE(fs::exists(timeout), "this test needs timeout (coreutils)");
+    for (const std::string& text : {pipe, std::string("/dev/zero")}) {
+        Args command = {"20", train_binary()};
+        Args args = tiny({"--task", "text", "--text", text, "--steps", "2"});
+        command.insert(command.end(), args.begin(), args.end());
+        check_error(run_program(dir, timeout, command), {text, "not a regular file"});
+    }
+    CHECK(fs::is_fifo(pipe));
+}
+
 TEST_CASE("an error about a long path still says what is wrong, after the whole path") {
     // 7 folders of 200 characters: the messages were cut at 512 or 1024 bytes, mid-path
     TempDir dir;
@@ -617,6 +662,33 @@ TEST_CASE("bad checkpoints given to --resume exit 1 with one error line naming t
     Args past = tiny({"--steps", "1", "--resume", "--checkpoint", good});
     check_error(run_train(dir, past), {"good.ckpt", "step 2", "--steps 1"});
     CHECK(read_text(good) == bytes);  // none of this touched the checkpoint
+}
+
+TEST_CASE("a checkpoint with one NaN in an optimiser moment is refused by --resume, --sample and --export, naming the file and the tensor") {
+    TempDir dir;
+    std::string good = dir.file("good.ckpt"), bad = dir.file("bad.ckpt");
+    for (const char* optimizer : {"adamw", "muon"}) {
+        INFO("--optimizer ", optimizer);
+        Args first = {"--steps", "4", "--eval-every", "2", "--stop-after", "2", "--checkpoint", good,
+                      "--optimizer", optimizer};
+        check_success(run_train(dir, tiny(first)));
+        // one NaN in the first moments (after the P parameters) at wq's first element, a
+        // matrix that Muon keeps its momentum for
+        std::string bytes = read_text(good);
+        size_t header = 256 * sizeof(int), P = (bytes.size() - header) / (3 * sizeof(float));
+        size_t wte = 7 * 16, attn_norm = 16;  // V x d, then L x d
+        const float nan_value = NAN;
+        std::memcpy(&bytes[header + (P + wte + attn_norm) * sizeof(float)], &nan_value, sizeof nan_value);
+        write_text(bad, bytes);
+        Args resume = {"--steps", "4", "--eval-every", "2", "--checkpoint", bad, "--resume",
+                       "--optimizer", optimizer};
+        check_error(run_train(dir, tiny(resume)), {bad, "NaN/Inf first moments", "(in wq)"});
+        check_error(run_train(dir, {"--sample", "--checkpoint", bad}), {bad, "NaN/Inf first moments", "(in wq)"});
+        check_error(run_train(dir, {"--export", dir.file("out.safetensors"), "--checkpoint", bad}),
+                    {bad, "NaN/Inf first moments", "(in wq)"});
+        CHECK(read_text(bad) == bytes);
+        CHECK(!fs::exists(dir.file("out.safetensors")));
+    }
 }
 
 TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sample end cleanly") {
@@ -801,6 +873,24 @@ TEST_CASE("--init-from refuses a model flag that contradicts the file, naming it
     check_error(run_train(dir, tiny({"--steps", "0"})), {"--steps", "positive"});  // only --init-from trains 0 steps
 }
 
+TEST_CASE("a --checkpoint path (or its .best) that is the --init-from file is refused before training, and the file kept") {
+    TempDir dir;
+    std::string trained = dir.file("model.ckpt"), weights = dir.file("w.safetensors");
+    check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", trained})));
+    check_success(run_train(dir, {"--export", weights, "--checkpoint", trained}));
+    std::string best = dir.file("w.best");  // the best checkpoint of --checkpoint w
+    fs::copy_file(weights, best);
+    const std::string bytes = read_text(weights);
+    std::string spelled = dir.path + "/./w.safetensors";
+    Run same = run_train(dir, tiny_data({"--init-from", weights, "--steps", "2", "--checkpoint", spelled}));
+    check_error(same, {spelled, "--init-from file", weights});
+    Run as_best = run_train(dir, tiny_data({"--init-from", best, "--steps", "2", "--checkpoint", dir.file("w")}));
+    check_error(as_best, {best, "--init-from file"});
+    CHECK(read_text(weights) == bytes);
+    CHECK(read_text(best) == bytes);
+    CHECK(!fs::exists(dir.file("w")));
+}
+
 TEST_CASE("--export reads only --checkpoint, and refuses a bad checkpoint or destination in one line, writing nothing") {
     TempDir dir;
     std::string trained = dir.file("model.ckpt"), out = dir.file("out.safetensors");
@@ -820,6 +910,36 @@ TEST_CASE("--export reads only --checkpoint, and refuses a bad checkpoint or des
     check_error(run_train(dir, {"--export", out, "--checkpoint", dir.file("cut.ckpt")}), {"cut.ckpt", "truncated"});
     CHECK(!std::filesystem::exists(out));
     CHECK(read_text(trained) == bytes);
+}
+
+TEST_CASE("--export writes a new file or replaces an earlier export, and refuses every other file, keeping it") {
+    TempDir dir;
+    std::string trained = dir.file("run.ckpt"), out = dir.file("out.safetensors");
+    check_success(run_train(dir, tiny({"--steps", "4", "--eval-every", "2", "--checkpoint", trained})));
+    check_success(run_train(dir, {"--export", out, "--checkpoint", trained}));
+    check_success(run_train(dir, {"--export", out, "--checkpoint", trained}));  // an earlier export
+    std::string other = dir.file("other.ckpt"), text = dir.file("input.txt"), link = dir.file("link.ckpt");
+    std::string pipe = dir.file("pipe"), fresh = dir.file("fresh.ckpt");
+    fs::copy_file(trained, other);
+    fs::copy_file(trained, fresh);  // a checkpoint without a .best yet
+    write_text(text, "the quick brown fox jumps over the lazy dog\n");
+    REQUIRE(symlink(trained.c_str(), link.c_str()) == 0);
+    REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
+    const std::string best_bytes = read_text(trained + ".best"), other_bytes = read_text(other);
+    auto export_to = [&](const std::string& path, const std::string& from) {
+        return run_train(dir, {"--export", path, "--checkpoint", from});
+    };
+    check_error(export_to(trained + ".best", trained), {trained + ".best", "best checkpoint", trained});
+    check_error(export_to(fresh + ".best", fresh), {fresh + ".best", "best checkpoint"});
+    check_error(export_to(other, trained), {other, "is a checkpoint", "earlier export"});
+    check_error(export_to(link, trained), {link, "is the checkpoint it reads"});
+    check_error(export_to(text, trained), {text, "not an earlier export"});
+    check_error(export_to(pipe, trained), {pipe, "not a regular file"});
+    CHECK(read_text(trained + ".best") == best_bytes);
+    CHECK(read_text(other) == other_bytes);
+    CHECK(read_text(text) == "the quick brown fox jumps over the lazy dog\n");
+    CHECK(fs::is_fifo(pipe));
+    CHECK(!fs::exists(fresh + ".best"));
 }
 
 // ---- --help and a tiny run ---------------------------------------------------------------
@@ -1222,6 +1342,27 @@ TEST_CASE("--schedule wsd: the lr column follows SPEC's warmup, stable and linea
     CHECK(printed == expected);
     CHECK(expected.back() == "1.00e-03");  // lr * final_lr_frac at the last step
     CHECK(expected[6] == "1.00e-02");      // the stable phase's last step, s = steps - D - 1
+}
+
+TEST_CASE("a --warmup the schedule cannot finish is refused; the default one in a short run is named in the header") {
+    TempDir dir;
+    // the run would end inside its warmup, never decaying to lr * final-lr-frac
+    check_error(run_train(dir, tiny({"--warmup", "30", "--steps", "20"})), {"--warmup 30", "--steps 20", "inside its warmup"});
+    check_error(run_train(dir, tiny({"--warmup", "20", "--steps", "20"})), {"--warmup 20", "--steps 20"});
+    // wsd: D = floor(0.5 * 20 + 0.5) = 10 decay steps, so at most 10 warmup steps
+    check_error(run_train(dir, tiny({"--schedule", "wsd", "--warmup", "11", "--decay-frac", "0.5", "--steps", "20"})),
+                {"--warmup 11", "wsd's decay", "last 10 of the 20", "at most 10"});
+    Run fits = run_train(dir, tiny({"--schedule", "wsd", "--warmup", "10", "--decay-frac", "0.5", "--steps", "20",
+                                    "--eval-every", "20"}));
+    check_success(fits);
+    CHECK(!contains(lines_of(fits.out).at(0), "warmup"));
+    // the default warmup (100) is kept, and the header says where the run ends
+    Run short_run = run_train(dir, tiny({"--steps", "20", "--eval-every", "20"}));
+    check_success(short_run);
+    CHECK(contains(lines_of(short_run.out).at(0), "| the run ends inside its warmup (--warmup 100, --steps 20)"));
+    Run wsd = run_train(dir, tiny({"--schedule", "wsd", "--steps", "110", "--eval-every", "110"}));
+    check_success(wsd);
+    CHECK(contains(lines_of(wsd.out).at(0), "| the warmup (--warmup 100) reaches into wsd's decay (the last 22 of 110 steps)"));
 }
 
 TEST_CASE("a --schedule wsd run interrupted in its stable phase and resumed prints what the uninterrupted run prints") {

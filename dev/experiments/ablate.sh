@@ -28,10 +28,12 @@ out=${1:-runs/ablate}
 MODEL=${MODEL:-"--L 8 --d 64 --H 4 --G 2 --F 176"}
 TEXT_STEPS=${TEXT_STEPS:-300}
 REVERSE_STEPS=${REVERSE_STEPS:-450}
+# a tenth of each budget warms up (30 and 45 steps), so that a short budget keeps a warmup
+# ./train accepts (one shorter than --steps)
 TEXT_SETTING=${TEXT_SETTING:-"--task text --seq-len 64 --batch 8 --steps $TEXT_STEPS \
---warmup 30 --lr 3e-3 --eval-every 100 --log-every 25 --eval-examples 256"}
+--warmup $((TEXT_STEPS / 10)) --lr 3e-3 --eval-every 100 --log-every 25 --eval-examples 256"}
 REVERSE_SETTING=${REVERSE_SETTING:-"--task reverse --length 8 --symbols 16 --batch 32 \
---steps $REVERSE_STEPS --warmup 45 --lr 3e-3 --eval-every 25 --log-every 25 --eval-examples 200"}
+--steps $REVERSE_STEPS --warmup $((REVERSE_STEPS / 10)) --lr 3e-3 --eval-every 25 --log-every 25 --eval-examples 200"}
 TASKS=${TASKS:-"text reverse"}
 SEEDS=${SEEDS:-"1 2 3"}
 
