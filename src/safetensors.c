@@ -688,17 +688,25 @@ static int read_tensors(const Json* j, const ModelConfig* c, const unsigned char
     return status;
 }
 
-int safetensors_decode(const unsigned char* bytes, size_t len, ModelConfig* config,
-                       float** params, char* err, size_t err_len) {
-    *params = NULL;
-    if (len < 8) { FAIL("%zu bytes, too short for the 8-byte header length", len); }
-    unsigned long long header_len = load_le(bytes, 8);
+// The header length that a file of len bytes (at least 8) starts with: 0 when it fits, or -1
+// with the reason in err.
+static int check_header_length(unsigned long long header_len, size_t len, char* err,
+                               size_t err_len) {
     if (header_len > SAFETENSORS_MAX_HEADER) {
         FAIL("header length %llu, over the limit of %llu bytes", header_len, SAFETENSORS_MAX_HEADER);
     }
     if (header_len > len - 8) {
         FAIL("header length %llu, past the end of the file (%zu bytes)", header_len, len);
     }
+    return 0;
+}
+
+int safetensors_decode(const unsigned char* bytes, size_t len, ModelConfig* config,
+                       float** params, char* err, size_t err_len) {
+    *params = NULL;
+    if (len < 8) { FAIL("%zu bytes, too short for the 8-byte header length", len); }
+    unsigned long long header_len = load_le(bytes, 8);
+    if (check_header_length(header_len, len, err, err_len) != 0) { return -1; }
     Json j;
     int status = json_parse(&j, bytes + 8, (size_t)header_len, err, err_len);
     if (status != 0) {
@@ -756,10 +764,19 @@ int safetensors_load(const char* path, ModelConfig* config, float** params, char
     FILE* f = fopen(path, "rb");
     if (f == NULL) { FAIL("cannot open %s: %s", path, strerror(errno)); }
     size_t len = (size_t)info.st_size;
+    char reason[ERROR_MAX];
+    // the header length first: a large file that is no safetensors file (a text, a model of
+    // another format, a file that --export would replace) is refused without being read
+    unsigned char first[8];
+    if (len >= 8 && fread(first, 1, 8, f) == 8 &&
+        check_header_length(load_le(first, 8), len, reason, sizeof(reason)) != 0) {
+        fclose(f);
+        FAIL("safetensors file %s: %s", path, reason);
+    }
+    rewind(f);
     unsigned char* bytes = mallocCheck(len);
     int ok = fread(bytes, 1, len, f) == len;
     fclose(f);
-    char reason[ERROR_MAX];
     int status = ok ? safetensors_decode(bytes, len, config, params, reason, sizeof(reason)) : -1;
     free(bytes);
     if (!ok) { FAIL("cannot read %s: %s", path, strerror(errno)); }

@@ -353,7 +353,7 @@ if built build/emu/train_cuda; then
     # process's first step is captured, so a workspace not reserved at build would be
     # allocated inside the capture, which the emulator refuses as a GPU does
     single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, a wide model's first step captured" \
-        train_cuda_emu_graph_is_no_graph --mode full --d 128 --F 512 --H 4 --G 2 --batch 32 --steps 2 --eval-every 2
+        train_cuda_emu_graph_is_no_graph --mode full --d 128 --F 512 --H 4 --G 2 --batch 32 --steps 2 --warmup 1 --eval-every 2
 fi
 # ./train_cuda_mpi's sharded step (ZeRO-1 on the device: shards, reduce-scatter, update,
 # all-gather, moments gathered for the checkpoint) with the emulated kernels, one process

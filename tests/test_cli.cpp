@@ -935,6 +935,13 @@ TEST_CASE("--export writes a new file or replaces an earlier export, and refuses
     check_error(export_to(link, trained), {link, "is the checkpoint it reads"});
     check_error(export_to(text, trained), {text, "not an earlier export"});
     check_error(export_to(pipe, trained), {pipe, "not a regular file"});
+    // a file of a terabyte (sparse: it takes no disk) that starts as no safetensors file does:
+    // refused from its first bytes, never read whole
+    std::string big = dir.file("big.bin");
+    write_text(big, "no safetensors header here");
+    fs::resize_file(big, (uintmax_t)1 << 40);
+    check_error(export_to(big, trained), {big, "not an earlier export"});
+    CHECK(fs::file_size(big) == (uintmax_t)1 << 40);
     CHECK(read_text(trained + ".best") == best_bytes);
     CHECK(read_text(other) == other_bytes);
     CHECK(read_text(text) == "the quick brown fox jumps over the lazy dog\n");
