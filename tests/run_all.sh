@@ -17,14 +17,30 @@ passed=0
 failed=0
 failures=()
 
+# a group of single tests: its heading, and the time the group before it took
+section_name=""
+section_start=$SECONDS
+section_end() {
+    [ -z "$section_name" ] || echo "-- $section_name: $((SECONDS - section_start)) s"
+    section_name=""
+}
+section() {
+    section_end
+    echo "== $1"
+    section_name=$1
+    section_start=$SECONDS
+}
+
 # run a doctest binary; add its test-case counts
 doctest_suite() {
     local name=$1; shift
+    section_end
     echo "== $name: $*"
-    local log
+    local log t0=$SECONDS
     log=$(mktemp)
     "$@" 2>&1 | tee "$log"
     local status=${PIPESTATUS[0]}
+    echo "-- $name: $((SECONDS - t0)) s"
     local line
     line=$(grep -E '^\[doctest\] test cases:' "$log" | tail -1)
     local p f
@@ -69,6 +85,7 @@ built() {
 check_level() { [ "$level" = check ]; }
 # the level's time, the failed tests' names and the closing line; the exit status
 summary() {
+    section_end
     echo
     echo "make $level: $(($(date +%s) - start)) s of tests"
     [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
@@ -83,7 +100,7 @@ if check_level && built build/asan/test_safetensors; then
     doctest_suite "safetensors reader (AddressSanitizer)" build/asan/test_safetensors
 fi
 
-echo "== parity with the PyTorch reference (tests/data/*.bin)"
+section "parity with the PyTorch reference (tests/data/*.bin)"
 for f in tests/data/*.bin; do
     single "check_state $f" ./check_state "$f"
 done
@@ -160,10 +177,10 @@ tools_help() {
 }
 single "check_state and gradcheck: --help prints the usage, exit 0" tools_help
 
-echo "== every backward against finite differences (the table of make gradcheck)"
+section "every backward against finite differences (the table of make gradcheck)"
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 
-echo "== the Makefile and dev/"
+section "the Makefile and dev/"
 # `make help` lists every target: each rule named without a slash in the Makefile or
 # dev/infra/gpu.mk, and each .PHONY name, has its line there (the `## ` beside the target)
 make_help_lists_every_target() {
@@ -208,7 +225,7 @@ test_one_runs_exactly_one() {
 }
 single "make test-one runs exactly the named case, commas and all; a name no case has: exit 2" test_one_runs_exactly_one
 
-echo "== the front page and docs/"
+section "the front page and docs/"
 # README.md a front page and docs/ what is true today, within tests/check_docs.sh's limits
 single "README.md and docs/ within their limits (tests/check_docs.sh)" tests/check_docs.sh
 # the check itself names the number that broke each limit, on a front page that breaks them all
@@ -247,7 +264,8 @@ check_docs_names_what_broke() {
 }
 single "tests/check_docs.sh names each limit a front page breaks, with its number" check_docs_names_what_broke
 
-# make bench-sizes' choice of PyTorch's BLAS, with stubs (tests/bench_sizes_tests.sh)
+section "make bench-sizes' choice of PyTorch's BLAS (stubs, nothing timed)"
+# tests/bench_sizes_tests.sh
 # shellcheck source=tests/bench_sizes_tests.sh
 source tests/bench_sizes_tests.sh
 single "make bench-sizes runs PyTorch on OpenBLAS's OpenMP build (installed by ensure_deps.sh blas when missing) and names it beside the ratio" \
@@ -331,7 +349,7 @@ train_cuda_emu_init_from_matches_train() {
         train_cuda_emu_matches_train --init-from "$dir/cpu.safetensors"
 }
 if built build/emu/train_cuda; then
-    echo "== ./train_cuda's training step with the emulated kernels, against ./train"
+    section "./train_cuda's training step with the emulated kernels, against ./train"
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
     single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
     single "train_cuda (emulated) matches train, block S=2 sigmoid + 2 heads + input query" \
@@ -368,7 +386,7 @@ train_cuda_mpi_emu_matches_train() {
         build/compare_checkpoints "$dir/cpu.ckpt" "$dir/gpu.ckpt"
 }
 if built build/emu/train_cuda_mpi; then
-    echo "== ./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
+    section "./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full" train_cuda_mpi_emu_matches_train --mode full
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full --optimizer muon" \
         train_cuda_mpi_emu_matches_train --mode full --optimizer muon
@@ -376,7 +394,7 @@ fi
 
 # data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
 if built build/train_mpi; then
-    echo "== data-parallel training over MPI (build/train_mpi) against one process"
+    section "data-parallel training over MPI (build/train_mpi) against one process"
     # shellcheck source=tests/mpi_tests.sh
     source tests/mpi_tests.sh
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: none" mpi_matches_one_process --mode none
@@ -400,7 +418,7 @@ train_cuda_refuses() {
     [ "$status" -eq 1 ] && [ "$out" = "error: no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)" ]
 }
 if [ -x ./train_cuda ]; then
-    echo "== ./train_cuda"
+    section "./train_cuda"
     single "train_cuda --help" ./train_cuda --help
     if nvidia-smi -L >/dev/null 2>&1; then
         doctest_suite "the whole model on the GPU vs CPU" build/test_cuda_gpu
