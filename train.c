@@ -68,7 +68,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--depth-score", OPT_STRING, &o->depth_score, "AttnRes variant: softmax | sigmoid weights"},
         {"--key-norm", OPT_STRING, &o->key_norm, "AttnRes variant: on | off (RMSNorm on the keys)"},
         {"--depth-query", OPT_STRING, &o->depth_query, "AttnRes variant: static | input (w + U rmsnorm(V_last))"},
-        {"--depth-heads", OPT_INT, &o->model.depth_heads, "AttnRes variant: K heads of d/K channels (1: one)"},
+        {"--depth-heads", OPT_INT, &o->model.depth_heads, "AttnRes variant: K heads of d/K channels (0 or 1: one)"},
         {"--depth-window", OPT_INT, &o->model.depth_window, "AttnRes variant, full: x0 + the W latest outputs (0: all)"},
         {"--mixing", OPT_STRING, &o->mixing, "AttnRes variant: attention | static | dense (DenseFormer)"},
         {"--task", OPT_STRING, &o->task, "reverse | copy | sort | text"},

@@ -119,7 +119,7 @@ check_state_refuses() {
     }
     refused "$dir/score.bin" "invalid shape or variant: --depth-score: unknown value 2"
     refused "$dir/mode.bin" "invalid shape or variant: --depth-score sigmoid applies to AttnRes (mode full or block), not mode none"
-    refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
+    refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be 0 (one head) or a positive divisor of d=16"
     refused "$dir/combination.bin" "invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
     refused "$dir/window.bin" "invalid shape or variant: --depth-window applies to mode full only"
     refused "$dir/streams.bin" "invalid shape or variant: --streams must be 2 .. 4 (got 5)"
