@@ -1,7 +1,7 @@
-// train.c — the attnres.c trainer: parse flags, build the model and data, train with AdamW
-// (warmup, then cosine or warmup-stable-decay; gradient clipping), evaluate, checkpoint, resume.
-// Run `./train --help` for the flags. Start reading at main() at the bottom: its loop is one
-// training step after another (batch, forward, zero grad, backward, clip, update), with
+// train.c — the attnres.c trainer: parse flags, build the model and data, train with AdamW or
+// Muon (warmup, then cosine or warmup-stable-decay; gradient clipping), evaluate, checkpoint,
+// resume. Run `./train --help` for the flags. Start reading at main() at the bottom: its loop
+// is one training step after another (batch, forward, zero grad, backward, clip, update), with
 // a log line, an evaluation and a checkpoint every so often. Where the step runs (CPU, GPU,
 // several processes) is src/trainer.c; --sample is src/sample.c; --export and --init-from
 // (safetensors files) are src/safetensors.c.
