@@ -180,11 +180,11 @@ mutants:  ## drop one term of a backward at a time; its tests must fail (MUTANTS
 check-state-study: check_state  ## check_state's tolerance on random configs, and bugs it must catch
 	/usr/bin/python3 dev/check/check_state_study.py $(STUDY_FLAGS)
 
-# `make torch-roundtrip`: issue 31's PyTorch side, whole: every mode and variant trained on
-# text and reversal, exported, loaded in PyTorch (dev/load_safetensors.py), its logits checked
-# by check_state and its greedy tokens against ./train --sample; a random init written from
-# PyTorch, imported, its first loss against PyTorch's (needs Debian's python3-torch;
-# ROUNDTRIP_FLAGS=--quick for 5 models).
+# `make torch-roundtrip`: the safetensors round trip through PyTorch, whole: every mode and
+# variant trained on text and reversal, exported, loaded in PyTorch (dev/load_safetensors.py),
+# its logits checked by check_state and its greedy tokens against ./train --sample; a random
+# init written from PyTorch, imported, its first loss against PyTorch's (needs Debian's
+# python3-torch; ROUNDTRIP_FLAGS=--quick for 5 models).
 torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens, first loss
 	/usr/bin/python3 dev/load_safetensors.py selftest
 	/usr/bin/python3 dev/load_safetensors.py roundtrip $(ROUNDTRIP_FLAGS)

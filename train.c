@@ -1,7 +1,7 @@
-// train.c — the attnres.c trainer: parse flags, build the model and data, train with AdamW
-// (warmup, then cosine or warmup-stable-decay; gradient clipping), evaluate, checkpoint, resume.
-// Run `./train --help` for the flags. Start reading at main() at the bottom: its loop is one
-// training step after another (batch, forward, zero grad, backward, clip, update), with
+// train.c — the attnres.c trainer: parse flags, build the model and data, train with AdamW or
+// Muon (warmup, then cosine or warmup-stable-decay; gradient clipping), evaluate, checkpoint,
+// resume. Run `./train --help` for the flags. Start reading at main() at the bottom: its loop
+// is one training step after another (batch, forward, zero grad, backward, clip, update), with
 // a log line, an evaluation and a checkpoint every so often. Where the step runs (CPU, GPU,
 // several processes) is src/trainer.c; --sample is src/sample.c; --export and --init-from
 // (safetensors files) are src/safetensors.c.
@@ -68,7 +68,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--depth-score", OPT_STRING, &o->depth_score, "AttnRes variant: softmax | sigmoid weights"},
         {"--key-norm", OPT_STRING, &o->key_norm, "AttnRes variant: on | off (RMSNorm on the keys)"},
         {"--depth-query", OPT_STRING, &o->depth_query, "AttnRes variant: static | input (w + U rmsnorm(V_last))"},
-        {"--depth-heads", OPT_INT, &o->model.depth_heads, "AttnRes variant: K heads of d/K channels (1: one)"},
+        {"--depth-heads", OPT_INT, &o->model.depth_heads, "AttnRes variant: K heads of d/K channels (0 or 1: one)"},
         {"--depth-window", OPT_INT, &o->model.depth_window, "AttnRes variant, full: x0 + the W latest outputs (0: all)"},
         {"--mixing", OPT_STRING, &o->mixing, "AttnRes variant: attention | static | dense (DenseFormer)"},
         {"--task", OPT_STRING, &o->task, "reverse | copy | sort | text"},

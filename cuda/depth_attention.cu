@@ -318,9 +318,9 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 // the block's part in gain_parts; the mixings: no key path (ds = 0, acc = 0), and the
 // block's part of dweight_i = sum_n dalpha_ni in weight_parts[block][i].
 // Two instances: SWITCHED false for the default operator (every switch off, the key norm on),
-// which the compiler builds without the switches' code, so that it keeps the registers it
-// had before them (at 4 columns a thread it needs all 128 that DEPTH_MIN_BLOCKS allows), and
-// SWITCHED true for the variants.
+// which the compiler builds without the switches' code, so that its registers fit what
+// DEPTH_MIN_BLOCKS allows (at 4 columns a thread it needs all 128 of them), and SWITCHED
+// true for the variants.
 template <bool SWITCHED>
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,

@@ -97,9 +97,10 @@ void depth_attention_backward_naive(float* const* dsources, float* dquery, float
 // Rows go in tiles of DEPTH_TILE. Each pass over a tile walks one source at a time through
 // all the tile's rows (DEPTH_TILE * C contiguous floats) instead of every source for one
 // row: a few long streams that the hardware prefetches well, where n_sources streams of
-// one row each (17 in full mode) outran the prefetcher, and a tile of every source (17 x
-// 16 KB) stays in L2 between the passes. The arithmetic of every output is the naive
-// version's (out and dV sum over the sources in order of i).
+// one row each outran the prefetcher (in full mode the bench model's last input has 17
+// sources, L=8, the default model's 9), and a tile of every source (17 x 16 KB at the
+// bench model's d=256) stays in L2 between the passes. The arithmetic of every output is
+// the naive version's (out and dV sum over the sources in order of i).
 #define DEPTH_TILE 16
 
 // out (N,C); alpha and key_rstd (N,n_sources) are saved for the backward

@@ -1,7 +1,10 @@
 // layers.h — every layer of attnres.c, forward and backward side by side.
 //
 // One flat C file per layer in src/ holds the pair. Conventions (as in llm.c):
-//   - arguments: outputs first, then what the forward saved, then inputs/weights, then sizes;
+//   - arguments: outputs first (a forward's include what it saves for the backward, a
+//     backward's are the gradients and scratch it writes), then the incoming gradient
+//     (dout), then the inputs, weights and saved values, in no fixed order among them
+//     (rmsnorm_backward takes rstd last, attention_backward att before q, k and v), then sizes;
 //   - all tensors are float32, row-major; N is the number of rows (positions, N = B*T);
 //   - a linear map with weight W of shape [OUT, IN] computes y = x W^T (no biases);
 //   - backward functions ACCUMULATE (+=) into every gradient they write, so a tensor that

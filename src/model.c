@@ -78,7 +78,7 @@ int variant_check(const ModelConfig* c, char* err, size_t err_len) {
         }
     }
     if (c->depth_heads < 0 || (c->depth_heads > 0 && c->d_model % c->depth_heads != 0)) {
-        snprintf(err, err_len, "--depth-heads %d must be positive and divide d=%d",
+        snprintf(err, err_len, "--depth-heads %d must be 0 (one head) or a positive divisor of d=%d",
                  c->depth_heads, c->d_model);
         return -1;
     }

@@ -136,7 +136,7 @@ check_state_refuses() {
     }
     refused "$dir/score.bin" "invalid shape or variant: --depth-score: unknown value 2"
     refused "$dir/mode.bin" "invalid shape or variant: --depth-score sigmoid applies to AttnRes (mode full or block), not mode none"
-    refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be positive and divide d=16"
+    refused "$dir/heads.bin" "invalid shape or variant: --depth-heads 3 must be 0 (one head) or a positive divisor of d=16"
     refused "$dir/combination.bin" "invalid shape or variant: --mixing replaces the depth attention: it does not combine with --depth-score sigmoid"
     refused "$dir/window.bin" "invalid shape or variant: --depth-window applies to mode full only"
     refused "$dir/streams.bin" "invalid shape or variant: --streams must be 2 .. 4 (got 5)"
@@ -228,6 +228,29 @@ single "make test-one runs exactly the named case, commas and all; a name no cas
 section "the front page and docs/"
 # README.md a front page and docs/ what is true today, within tests/check_docs.sh's limits
 single "README.md and docs/ within their limits (tests/check_docs.sh)" tests/check_docs.sh
+single "README.md and docs/ cite anchors, functions and a kernel table size the code has (tests/check_docs_names.sh)" \
+    tests/check_docs_names.sh
+# tests/check_docs_names.sh itself names a misspelt anchor and a wrong count, one line each,
+# in a copy of the docs
+check_docs_names_names_a_typo() {
+    local dir=$TEST_DIR n anchor count status
+    mkdir -p "$dir/docs"
+    cp docs/*.md "$dir/docs/" && cp README.md "$dir/README.md" || return 1
+    sed -i '0,/`src\/model.c:model_zero_grad`/s//`src\/model.c:model_zero_grads`/' "$dir/docs/walkthrough.md"
+    n=$(grep -oE '[0-9]+ entries: CPU or CUDA' README.md | grep -oE '^[0-9]+')
+    [ -n "$n" ] || { echo "README.md quotes no \"N entries: CPU or CUDA\""; return 1; }
+    sed -i -E "s/\b$n entries: CPU or CUDA/$((n + 1)) entries: CPU or CUDA/" "$dir/README.md"
+    anchor=$(grep -n 'src/model.c:model_zero_grads`' "$dir/docs/walkthrough.md" | cut -d: -f1)
+    count=$(grep -n "$((n + 1)) entries: CPU or CUDA" "$dir/README.md" | cut -d: -f1)
+    README=$dir/README.md DOCS=$dir/docs tests/check_docs_names.sh >"$dir/out"
+    status=$?
+    printf '%s\n' "$dir/docs/walkthrough.md:$anchor: src/model.c:model_zero_grads: no model_zero_grads in src/model.c" \
+        "$dir/README.md:$count: $((n + 1)) entries: src/kernels.h's Kernels has $n" >"$dir/expected"
+    [ $status -eq 1 ] || echo "status $status"
+    diff "$dir/expected" "$dir/out" && [ $status -eq 1 ]
+}
+single "tests/check_docs_names.sh names a misspelt anchor and a wrong kernel table size, one line each" \
+    check_docs_names_names_a_typo
 # the check itself names the number that broke each limit, on a front page that breaks them all
 check_docs_names_what_broke() {
     local dir=$TEST_DIR long cell

@@ -1203,7 +1203,7 @@ TEST_CASE("a checkpoint is never written from parameters whose val_loss is not f
 }
 
 
-// ---- the rough edges of issue 9 --------------------------------------------------------
+// ---- rough edges: mhc, resuming, schedules, memory, threads, failed writes, tools --------
 
 TEST_CASE("a tiny learning rate is a number: 1e-45 (subnormal) parses and trains") {
     TempDir dir;

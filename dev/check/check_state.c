@@ -33,7 +33,8 @@
 
 // The tolerance of a tensor, from its measured spread (docs/parity.md
 // has the study behind these numbers: dev/check/check_state_study.py).
-//   TOL_FLOOR: what every tensor may differ by, however well-conditioned (the old fixed rule).
+//   TOL_FLOOR: what every tensor may differ by, however well-conditioned (alone, the fixed rule
+//     the study compares with).
 //   TOL_FACTOR: the rounding inside the computation moves a result by about its spread. On 200
 //     calibration configs (dev/check/reference.py --random, seeds 0..199) the error / spread ratio
 //     of the 753 tensors with an error above 1e-6 had median 0.40, 99th percentile 1.03 and
