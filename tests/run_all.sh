@@ -251,7 +251,8 @@ check_docs_names_names_a_typo() {
 }
 single "tests/check_docs_names.sh names a misspelt anchor and a wrong kernel table size, one line each" \
     check_docs_names_names_a_typo
-# the check itself names the number that broke each limit, on a front page that breaks them all
+# tests/check_docs.sh itself names the number that broke each limit, on a front page that
+# breaks them all
 check_docs_names_what_broke() {
     local dir=$TEST_DIR long cell
     mkdir -p "$dir/docs"

@@ -2,7 +2,8 @@
 # ensure_deps.sh — make sure the packages a target needs are installed:
 #   dev/infra/ensure_deps.sh           what `make test` needs (doctest, boost.context)
 #   dev/infra/ensure_deps.sh gnuplot   what `make plots` and `make compare` need (gnuplot-nox)
-#   dev/infra/ensure_deps.sh mpi       what `make train-mpi` needs (OpenMPI: mpicc, mpirun)
+#   dev/infra/ensure_deps.sh mpi       what `make train-mpi` and `make check`'s data-parallel
+#                                tests need (OpenMPI: mpicc, mpirun)
 #   dev/infra/ensure_deps.sh fortunes  the English text `make ablate` trains on (fortunes:
 #                                /usr/share/games/fortunes, ~2.5 MB)
 #   dev/infra/ensure_deps.sh blas      the BLAS `make bench-sizes` runs PyTorch on (OpenBLAS's
@@ -17,9 +18,7 @@ for need in "${@:-test}"; do
             [ -f /usr/include/doctest/doctest.h ] || missing+=(doctest-dev)
             [ -f /usr/include/boost/context/fiber.hpp ] \
                 && ls /usr/lib/*/libboost_context.so >/dev/null 2>&1 \
-                || missing+=(libboost-context-dev)
-            command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 \
-                || missing+=(libopenmpi-dev openmpi-bin) ;;  # the data-parallel tests
+                || missing+=(libboost-context-dev) ;;
         mpi) command -v mpicc >/dev/null 2>&1 && command -v mpirun >/dev/null 2>&1 \
                  || missing+=(libopenmpi-dev openmpi-bin) ;;
         gnuplot) command -v gnuplot >/dev/null 2>&1 || missing+=(gnuplot-nox) ;;
