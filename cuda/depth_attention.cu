@@ -73,11 +73,10 @@ void depth_attention_forward_naive_cuda(float* out, float* alpha, float* key_rst
                   n_sources, N, C);
 }
 
-// Mirrors src/depth_attention.c:depth_attention_backward_naive, all but dquery and
-// dnorm_weight (the next kernel). Threads: thread n of the grid takes row n, every source and
-// column of it. Forward was: out = sum_i alpha_i V_i, alpha = softmax(s),
-// s_i = (w * g) . V_i * r_i. With dalpha_i = dout . V_i and
-// ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):
+// Mirrors src/depth_attention.c:depth_attention_backward_naive, but for dquery and dnorm_weight.
+// Threads: thread n of the grid takes row n, every source and column of it.
+// Forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = (w * g) . V_i * r_i. With
+// dalpha_i = dout . V_i and ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):
 //   dV_i += alpha_i dout + ds_i r_i (w * g) - ds_i r_i^3 ((w * g) . V_i) / C * V_i
 // (the value path, then the key path through the key norm), and key_scale[n][i] = ds_i r_i
 // for the weights' kernel below.
@@ -111,11 +110,10 @@ __global__ void depth_attention_backward_naive_rows_kernel(
     }
 }
 
-// Mirrors the dquery and dnorm_weight lines of src/depth_attention.c:
-// depth_attention_backward_naive, summed a column at a time. Threads: thread c of the grid
-// takes column c, every row and source. acc_c = sum over the rows n and sources i, in order,
-// of ds_i r_i V_ic; then dquery_c += g_c acc_c (dw = sum ds_i k_i) and
-// dnorm_weight_c += w_c acc_c.
+// Mirrors the dquery and dnorm_weight lines of depth_attention_backward_naive (src/).
+// Threads: thread c of the grid takes column c, every row and source of it.
+// acc_c = sum over the rows n and sources i, in order, of ds_i r_i V_ic; then
+// dquery_c += g_c acc_c (dw = sum ds_i k_i) and dnorm_weight_c += w_c acc_c.
 __global__ void depth_attention_backward_naive_weights_kernel(
     float* dquery, float* dnorm_weight, const float* key_scale, SourceList sources,
     const float* query, const float* norm_weight, size_t n_sources, size_t N, size_t C) {
@@ -330,9 +328,8 @@ __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float 
 
 // Mirrors src/depth_attention.c:depth_attention_forward: steps 1-2 below are its step 1 (the
 // scores), 3 its step 2 (the softmax), 4 its step 3 (out); step 5, with xn, is
-// src/rmsnorm.c:rmsnorm_forward on the row just computed. Threads: a block takes DEPTH_ROWS
-// rows; row r's ROW_THREADS threads split its columns, thread i of the row takes source i in
-// steps 2-3.
+// src/rmsnorm.c:rmsnorm_forward on the row just computed.
+// Threads: block b, rows 4b..4b+3; a row's thread t, columns t, t + 64, ... (steps 2-3: source t)
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), the gain weight NULL
@@ -440,7 +437,7 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 
 // Mirrors src/depth_attention.c:depth_attention_backward, steps 1-3 and a tile's part of acc
 // (a block's DEPTH_ROWS rows here); step 0, with dxn, is src/rmsnorm.c:rmsnorm_backward.
-// Threads: as the forward's; thread i of a row takes source i in step 2.
+// Threads: block b, rows 4b..4b+3; a row's thread t, columns t, t + 64, ... (step 2: source t)
 // forward was: s_i = rstd_i (w . g V_i), alpha = softmax(s), out = sum_i alpha_i V_i. With
 // dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j). Each source
 // gets the value path alpha_i dout and the key path, rmsnorm's backward of dk_i = ds_i w:
@@ -658,8 +655,8 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
 }
 
 // Mirrors the end of src/depth_attention.c:depth_attention_backward: the tiles' partials
-// added in order, then dquery and dnorm_weight. Threads: thread (group r, column c) of a block
-// adds every SUM_GROUPS-th part of column c from part r.
+// added in order, then dquery and dnorm_weight.
+// Threads: thread (r, c) of block b takes column 32 b + c, its parts r, r + 32, r + 64, ...
 // The column sums of the parts the rows kernel wrote (parts,C), then the parameters'
 // gradients: acc_c = sum_p acc_parts[p][c]; dquery_c += g_c acc_c (g = 1 without the key
 // norm; no dquery in the mixings); dnorm_weight_c += w_c acc_c, or, with the query's row part,
