@@ -136,8 +136,6 @@ build/compare_checkpoints: dev/check/compare_checkpoints.c src/util.h
 
 # tests/test_bench.cpp includes dev/bench/bench_util.h (the statistics make bench reports)
 build/tests/test_bench.o build/asan/tests/test_bench.o: dev/bench/bench_util.h
-# tests/cuda_test_layers.cpp includes dev/bench/depth_attention_naive.cuh (the first depth kernels)
-build/emu/tests/cuda_test_layers.cpp.o build/emu_asan/tests/cuda_test_layers.cpp.o: dev/bench/depth_attention_naive.cuh
 
 ##@ Sanitizers and studies
 # `make asan`: the unit tests and the trainer under AddressSanitizer + UBSan; the CLI tests

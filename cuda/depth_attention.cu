@@ -1,19 +1,151 @@
-// depth_attention.cu — the AttnRes operator on the GPU (mirror of src/depth_attention.c).
-// Per row n, over the sources V_i (N,C), with the pseudo-query w (`query`) and the key norm's
-// gain g (`norm_weight`): k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s),
-// out = sum_i alpha_i V_i. alpha and key_rstd are (N,n_sources). The first, one-thread-per-row
-// version of these kernels is kept and timed beside them in dev/bench/bench_depth.cu.
-// The same kernels run SPEC's one-head variants (DepthSwitches, depth_sources.cuh; the layers
-// of depth_variants.cu call them): the key norm off (norm_weight NULL: rstd_i = 1, g = 1),
-// sigmoid scores, a query with a row part (q = w + u_n) and the mixings (the scores replaced by
-// one weight per source for every row); each switch is the same for the whole grid.
+// depth_attention.cu — the AttnRes operator on the GPU, the mirror of src/depth_attention.c
+// and in its order: the naive version (one thread per row, the C loops as they are), then the
+// kernels the model runs (a block of threads for a few rows), then the operator fused with the
+// RMSNorm of its output. Per row n, over the sources V_i (N,C), with the pseudo-query w
+// (`query`) and the key norm's gain g (`norm_weight`), both (C):
+//   k_i = g * V_i * r_i,  r_i = (mean(V_i^2) + eps)^(-1/2)
+//   s_i = w . k_i,  alpha = softmax_i(s),  out = sum_i alpha_i V_i
+// alpha and key_rstd (the r_i) are (N,n_sources); the backward's formulas are the C file's.
+// The kernels the model runs also take SPEC's one-head variants' switches (DepthSwitches,
+// depth_sources.cuh: no key norm, sigmoid scores, a query with a row part, the mixings' fixed
+// weights), each the same for the whole grid; every switch off is the default operator.
+// depth_variants.cu sets them through the two launchers at the end of this file.
 #include <math.h>
 
 #include "common.cuh"
 #include "depth_sources.cuh"
 #include "layers.cuh"
 
-// Every kernel below gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
+// ---- the naive version ----
+// src/depth_attention.c's naive functions on the GPU: one thread per row, walking the row's
+// sources and columns in the C loops' order. The weights' gradients are sums over every row,
+// so a second kernel gives one thread to each column, which adds the rows in order (no
+// atomics: the result repeats bit for bit). The model runs the next section's kernels
+// instead, and the reason is visible here: the 32 threads of a warp read 32 rows C floats
+// apart (a 128-byte line each instead of one line for the warp), each thread waits for one
+// load at a time, and at B T = 1024 rows the grid is 1024 threads where a GPU runs tens of
+// thousands at once. dev/bench/bench_depth.cu times both versions.
+#define NAIVE_BLOCK 128  // threads (rows, or columns) of a block
+
+// Mirrors src/depth_attention.c:depth_attention_forward_naive, its loops in the same order.
+// Threads: thread n of the grid takes row n, every source and column of it.
+// Row n: s_i = (w * g) . V_i * r_i, r_i = (mean(V_i^2) + eps)^(-1/2), alpha = softmax(s),
+// out = sum_i alpha_i V_i. alpha and key_rstd (N,n_sources) are saved for the backward.
+__global__ void depth_attention_forward_naive_kernel(float* out, float* alpha, float* key_rstd,
+                                                     SourceList sources, const float* query,
+                                                     const float* norm_weight, size_t n_sources,
+                                                     size_t N, size_t C) {
+    size_t n = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    float* a = alpha + n * n_sources;  // the scores s_i, then alpha_i
+    float* r = key_rstd + n * n_sources;
+    float max_score = -INFINITY, sum = 0.0f;
+    for (size_t i = 0; i < n_sources; i++) {
+        const float* v = sources.source[i] + n * C;
+        float sum_sq = 0.0f, wgv = 0.0f;  // sum_c V_c^2 and (w * g) . V
+        for (size_t c = 0; c < C; c++) {
+            sum_sq += v[c] * v[c];
+            wgv += query[c] * norm_weight[c] * v[c];
+        }
+        r[i] = 1.0f / sqrtf(sum_sq / (float)C + RMSNORM_EPS);
+        a[i] = wgv * r[i];
+        max_score = fmaxf(max_score, a[i]);
+    }
+    for (size_t i = 0; i < n_sources; i++) {
+        a[i] = expf(a[i] - max_score);
+        sum += a[i];
+    }
+    for (size_t i = 0; i < n_sources; i++) a[i] /= sum;
+    for (size_t c = 0; c < C; c++) {
+        float o = 0.0f;
+        for (size_t i = 0; i < n_sources; i++) o += a[i] * sources.source[i][n * C + c];
+        out[n * C + c] = o;
+    }
+}
+
+// the layer function, with depth_attention_forward_cuda's arguments
+void depth_attention_forward_naive_cuda(float* out, float* alpha, float* key_rstd,
+                                        const float* const* sources, const float* query,
+                                        const float* norm_weight, size_t n_sources,
+                                        size_t N, size_t C) {
+    launch_kernel(depth_attention_forward_naive_kernel, ceil_div(N, NAIVE_BLOCK), NAIVE_BLOCK,
+                  out, alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
+                  n_sources, N, C);
+}
+
+// Mirrors src/depth_attention.c:depth_attention_backward_naive, but for dquery and dnorm_weight.
+// Threads: thread n of the grid takes row n, every source and column of it.
+// Forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = (w * g) . V_i * r_i. With
+// dalpha_i = dout . V_i and ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):
+//   dV_i += alpha_i dout + ds_i r_i (w * g) - ds_i r_i^3 ((w * g) . V_i) / C * V_i
+// (the value path, then the key path through the key norm), and key_scale[n][i] = ds_i r_i
+// for the weights' kernel below.
+__global__ void depth_attention_backward_naive_rows_kernel(
+    GradList dsources, float* key_scale, const float* dout, const float* alpha,
+    const float* key_rstd, SourceList sources, const float* query, const float* norm_weight,
+    size_t n_sources, size_t N, size_t C) {
+    size_t n = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (n >= N) return;
+    const float* a = alpha + n * n_sources;
+    const float* d = dout + n * C;
+    float weighted = 0.0f;  // sum_j alpha_j dalpha_j
+    for (size_t j = 0; j < n_sources; j++) {
+        float dalpha = 0.0f;
+        for (size_t c = 0; c < C; c++) dalpha += d[c] * sources.source[j][n * C + c];
+        weighted += a[j] * dalpha;
+    }
+    for (size_t i = 0; i < n_sources; i++) {
+        const float* v = sources.source[i] + n * C;
+        float* dv = dsources.source[i] + n * C;
+        float dalpha = 0.0f, wgv = 0.0f;  // dout . V_i and (w * g) . V_i, again
+        for (size_t c = 0; c < C; c++) {
+            dalpha += d[c] * v[c];
+            wgv += query[c] * norm_weight[c] * v[c];
+        }
+        float ds = a[i] * (dalpha - weighted), r = key_rstd[n * n_sources + i];
+        float correction = ds * r * r * r * wgv / (float)C;
+        for (size_t c = 0; c < C; c++)
+            dv[c] += a[i] * d[c] + ds * r * (query[c] * norm_weight[c]) - correction * v[c];
+        key_scale[n * n_sources + i] = ds * r;
+    }
+}
+
+// Mirrors the dquery and dnorm_weight lines of depth_attention_backward_naive (src/).
+// Threads: thread c of the grid takes column c, every row and source of it.
+// acc_c = sum over the rows n and sources i, in order, of ds_i r_i V_ic; then
+// dquery_c += g_c acc_c (dw = sum ds_i k_i) and dnorm_weight_c += w_c acc_c.
+__global__ void depth_attention_backward_naive_weights_kernel(
+    float* dquery, float* dnorm_weight, const float* key_scale, SourceList sources,
+    const float* query, const float* norm_weight, size_t n_sources, size_t N, size_t C) {
+    size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (size_t n = 0; n < N; n++)
+        for (size_t i = 0; i < n_sources; i++)
+            acc += key_scale[n * n_sources + i] * sources.source[i][n * C + c];
+    dquery[c] += norm_weight[c] * acc;
+    dnorm_weight[c] += query[c] * acc;
+}
+
+// the layer function, with depth_attention_backward_cuda's arguments; borrows N x n_sources
+// floats of the workspace (common.cuh) for key_scale
+void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
+                                         float* dnorm_weight, const float* dout,
+                                         const float* alpha, const float* key_rstd,
+                                         const float* const* sources, const float* query,
+                                         const float* norm_weight, size_t n_sources,
+                                         size_t N, size_t C) {
+    float* key_scale = cuda_workspace(N * n_sources);
+    launch_kernel(depth_attention_backward_naive_rows_kernel, ceil_div(N, NAIVE_BLOCK),
+                  NAIVE_BLOCK, grad_list(dsources, n_sources), key_scale, dout, alpha, key_rstd,
+                  source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
+    launch_kernel(depth_attention_backward_naive_weights_kernel, ceil_div(C, NAIVE_BLOCK),
+                  NAIVE_BLOCK, dquery, dnorm_weight, (const float*)key_scale,
+                  source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
+}
+
+// ---- the version the model runs ----
+// Every kernel of this version gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows: the
 // ROW_THREADS threads (64: two warps) of row r take its columns c = t, t + ROW_THREADS, ...
 // (four each at C = 256), two at a time (DEPTH_COLS). At the model's sizes these kernels are
 // bound by memory latency, not bandwidth (a row of 17 sources is 17 KB, the whole call a few
@@ -194,6 +326,10 @@ __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float 
     load_columns(weight_k, weight, group, C);
 }
 
+// Mirrors src/depth_attention.c:depth_attention_forward: steps 1-2 below are its step 1 (the
+// scores), 3 its step 2 (the softmax), 4 its step 3 (out); step 5, with xn, is
+// src/rmsnorm.c:rmsnorm_forward on the row just computed.
+// Threads: block b, rows 4b..4b+3; a row's thread t, columns t, t + 64, ... (steps 2-3: source t)
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), the gain weight NULL
@@ -299,6 +435,9 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
     }
 }
 
+// Mirrors src/depth_attention.c:depth_attention_backward, steps 1-3 and a tile's part of acc
+// (a block's DEPTH_ROWS rows here); step 0, with dxn, is src/rmsnorm.c:rmsnorm_backward.
+// Threads: block b, rows 4b..4b+3; a row's thread t, columns t, t + 64, ... (step 2: source t)
 // forward was: s_i = rstd_i (w . g V_i), alpha = softmax(s), out = sum_i alpha_i V_i. With
 // dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j). Each source
 // gets the value path alpha_i dout and the key path, rmsnorm's backward of dk_i = ds_i w:
@@ -515,6 +654,9 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     }
 }
 
+// Mirrors the end of src/depth_attention.c:depth_attention_backward: the tiles' partials
+// added in order, then dquery and dnorm_weight.
+// Threads: thread (r, c) of block b takes column 32 b + c, its parts r, r + 32, r + 64, ...
 // The column sums of the parts the rows kernel wrote (parts,C), then the parameters'
 // gradients: acc_c = sum_p acc_parts[p][c]; dquery_c += g_c acc_c (g = 1 without the key
 // norm; no dquery in the mixings); dnorm_weight_c += w_c acc_c, or, with the query's row part,
@@ -575,48 +717,6 @@ __global__ void depth_attention_backward_weights_kernel(float* dquery, float* dn
     }
 }
 
-// The mixings' coefficients (forward: weights = softmax(coefficients) when normalise, else
-// the coefficients): dweight_i = the sum of weight_parts[p][i] over the parts, then static:
-// dc_i += weight_i (dweight_i - sum_j weight_j dweight_j); dense: dc_i += dweight_i. One
-// block of MIX_GROUPS x DEPTH_ATTENTION_MAX_SOURCES threads: thread (group r, source i) sums
-// the parts r, r + MIX_GROUPS, ... in order (PART_CHUNK loaded at once), then group 0 adds
-// the MIX_GROUPS sums in order of r.
-#define MIX_GROUPS 16
-__global__ void depth_mixing_coefficients_kernel(float* dcoefficients, const float* weight_parts,
-                                                 const float* weights, size_t parts,
-                                                 size_t n_sources, int normalise) {
-    __shared__ float group_sum[MIX_GROUPS][DEPTH_ATTENTION_MAX_SOURCES];
-    __shared__ float dweight[DEPTH_ATTENTION_MAX_SOURCES];
-    unsigned int i = threadIdx.x % DEPTH_ATTENTION_MAX_SOURCES;
-    unsigned int group = threadIdx.x / DEPTH_ATTENTION_MAX_SOURCES;
-    float sum = 0.0f;
-    if (i < n_sources) {
-        for (size_t first = group; first < parts; first += PART_CHUNK * MIX_GROUPS) {
-            float part[PART_CHUNK];
-#pragma unroll
-            for (int k = 0; k < PART_CHUNK; k++) {
-                size_t p = first + k * MIX_GROUPS;
-                part[k] = p < parts ? weight_parts[p * n_sources + i] : 0.0f;
-            }
-#pragma unroll
-            for (int k = 0; k < PART_CHUNK; k++)
-                if (first + k * MIX_GROUPS < parts) sum += part[k];
-        }
-    }
-    group_sum[group][i] = sum;
-    __syncthreads();
-    if (group == 0 && i < n_sources) {
-        float total = 0.0f;
-        for (int r = 0; r < MIX_GROUPS; r++) total += group_sum[r][i];
-        dweight[i] = total;
-    }
-    __syncthreads();
-    if (group != 0 || i >= n_sources) return;
-    float weighted = 0.0f;  // sum_j weight_j dweight_j, every thread in the same order
-    for (size_t j = 0; j < n_sources; j++) weighted += weights[j] * dweight[j];
-    dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
-}
-
 void depth_attention_parts_sum_cuda(float* dquery, float* dnorm_weight, float* dweight,
                                     const float* acc_parts, const float* gain_parts,
                                     const float* dweight_parts, const float* query,
@@ -626,16 +726,12 @@ void depth_attention_parts_sum_cuda(float* dquery, float* dnorm_weight, float* d
                   dweight_parts, query, norm_weight, parts, C);
 }
 
-void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
-                                           float* key_rstd, const float* const* sources,
-                                           const float* query, const float* norm_weight,
-                                           const float* weight, DepthSwitches sw,
-                                           size_t n_sources, size_t N, size_t C) {
-    launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
-                  alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
-                  n_sources, N, C, xn, rstd, weight, sw);
+size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
+    // acc_parts, gain_parts, dweight_parts, weight_parts
+    return (size_t)ceil_div(N, DEPTH_ROWS) * (3 * C + n_sources);
 }
 
+// the layer functions: the launchers at the end of this file with every switch off
 void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
@@ -643,6 +739,20 @@ void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                           norm_weight, NULL, DepthSwitches{}, n_sources, N, C);
 }
 
+void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
+                                   const float* dout, const float* alpha, const float* key_rstd,
+                                   const float* const* sources, const float* query,
+                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
+    // without dxn the rows kernel only reads dout
+    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, NULL, (float*)dout,
+                                           NULL, NULL, NULL, NULL, alpha, key_rstd, sources,
+                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
+}
+
+// ---- the depth attention and the RMSNorm of its output ----
+// Mirrors src/depth_attention.c:depth_attention_rmsnorm_forward and _backward, which on the
+// CPU call the two layers in turn; here one launch each way does both (step 5 of the forward
+// kernel, step 0 of the backward rows kernel).
 void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
                                           float* key_rstd, const float* const* sources,
                                           const float* query, const float* norm_weight,
@@ -652,9 +762,32 @@ void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, fl
                                           norm_weight, weight, DepthSwitches{}, n_sources, N, C);
 }
 
-size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C) {
-    // acc_parts, gain_parts, dweight_parts, weight_parts
-    return (size_t)ceil_div(N, DEPTH_ROWS) * (3 * C + n_sources);
+void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
+                                           float* dnorm_weight, float* dweight,
+                                           float* dout_scratch,
+                                           const float* dxn, const float* out, const float* rstd,
+                                           const float* weight, const float* alpha,
+                                           const float* key_rstd, const float* const* sources,
+                                           const float* query, const float* norm_weight,
+                                           size_t n_sources, size_t N, size_t C) {
+    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dout_scratch,
+                                           dxn, out, rstd, weight, alpha, key_rstd, sources,
+                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
+}
+
+// ---- the launchers, with SPEC's switches ----
+// The layer functions above call these with every switch off; depth_variants.cu's one-head
+// variants and mixings call them with theirs (depth_sources.cuh declares both). They launch
+// this file's kernels with this file's block shape, which the shape builds (the Makefile's
+// DEPTH_SHAPES) change by compiling this file alone with other -D values.
+void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
+                                           float* key_rstd, const float* const* sources,
+                                           const float* query, const float* norm_weight,
+                                           const float* weight, DepthSwitches sw,
+                                           size_t n_sources, size_t N, size_t C) {
+    launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
+                  alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
+                  n_sources, N, C, xn, rstd, weight, sw);
 }
 
 // Every backward: the rows kernel (given dxn, the norm's backward first, into dout: then the
@@ -686,34 +819,9 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                   distinct_grads(dsources, n_sources), dweight_parts, dxn, out, rstd, weight, sw,
                   gain_parts, weight_parts);
     if (sw.weights != NULL)
-        launch_kernel(depth_mixing_coefficients_kernel, 1,
-                      MIX_GROUPS * DEPTH_ATTENTION_MAX_SOURCES,
-                      sw.dcoefficients, (const float*)weight_parts, sw.weights, parts, n_sources,
-                      sw.normalise);
+        depth_mixing_coefficients_cuda(sw.dcoefficients, weight_parts, sw.weights, parts,
+                                       n_sources, sw.normalise);
     if (sw.weights != NULL && dweight_parts == NULL) return;  // nothing left to sum
     depth_attention_parts_sum_cuda(dquery, dnorm_weight, dweight, acc_parts, gain_parts,
                                    dweight_parts, query, norm_weight, parts, C);
-}
-
-void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
-                                   const float* dout, const float* alpha, const float* key_rstd,
-                                   const float* const* sources, const float* query,
-                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
-    // without dxn the rows kernel only reads dout
-    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, NULL, (float*)dout,
-                                           NULL, NULL, NULL, NULL, alpha, key_rstd, sources,
-                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
-}
-
-void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dnorm_weight, float* dweight,
-                                           float* dout_scratch,
-                                           const float* dxn, const float* out, const float* rstd,
-                                           const float* weight, const float* alpha,
-                                           const float* key_rstd, const float* const* sources,
-                                           const float* query, const float* norm_weight,
-                                           size_t n_sources, size_t N, size_t C) {
-    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dout_scratch,
-                                           dxn, out, rstd, weight, alpha, key_rstd, sources,
-                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
 }

@@ -101,6 +101,14 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                                             const float* norm_weight, DepthSwitches sw,
                                             size_t n_sources, size_t N, size_t C);
 
+// depth_variants.cu's gradient of the mixings' coefficients from the parts of dweight that
+// depth_attention_switched_backward_cuda's rows kernel wrote (parts, n_sources): dweight_i =
+// the sum of weight_parts[p][i], then dcoefficients += softmax's backward of it (normalise)
+// or dweight itself
+void depth_mixing_coefficients_cuda(float* dcoefficients, const float* weight_parts,
+                                    const float* weights, size_t parts, size_t n_sources,
+                                    int normalise);
+
 // depth_attention.cu's sums of the parts of the parameters' gradients that a backward wrote
 // (parts, C) each, in fixed orders (the default's blocks of rows; the many-head kernels' rows):
 // dquery += g * sum acc_parts (g = norm_weight, 1 when NULL; dquery NULL: none);

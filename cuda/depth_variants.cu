@@ -16,17 +16,18 @@
 //
 // With one head, and in the mixings, the layers run depth_attention.cu's kernels with the
 // switches on (DepthSwitches, depth_sources.cuh): the same block shape and loads as the
-// default operator, and its RMSNorm fused each way. The kernels below take more heads: a
-// block of VARIANT_BLOCK threads per row, each way, the RMSNorm fused too (the backward
-// writes its row's parts of the parameters' gradients, which depth_attention.cu's sum of
-// parts adds up in a fixed order, one launch for all three). In a
-// row, groups of lanes (head_lanes: 16 at 16 channels a head, a whole warp from 32 up) share
-// out the (source, head) pairs for the sums over a head's channels, threads
-// share out the heads for the softmax, then the columns for the sums over sources. A thread
-// that owns column c of a row adds every source's gradient there, in order of the sources,
-// SOURCE_CHUNK sources at a time (depth_sources.cuh): a chunk's values, gradients and
-// coefficients read before any gradient is written, or, where a tensor is passed as two
-// sources (its gradient sums both uses), each gradient read after the write before it.
+// default operator, and its RMSNorm fused each way; the mixings' coefficients get their
+// gradient from this file's depth_mixing_coefficients_kernel. The kernels below take more
+// heads: a block of VARIANT_BLOCK threads per row, each way, the RMSNorm fused too (the
+// backward writes its row's parts of the parameters' gradients, which depth_attention.cu's sum
+// of parts adds up in a fixed order, one launch for all three). In a row, groups of lanes
+// (head_lanes: 16 at 16 channels a head, a whole warp from 32 up) share out the (source, head)
+// pairs for the sums over a head's channels, threads share out the heads for the softmax, then
+// the columns for the sums over sources. A thread that owns column c of a row adds every
+// source's gradient there, in order of the sources, SOURCE_CHUNK sources at a time
+// (depth_sources.cuh): a chunk's values, gradients and coefficients read before any gradient
+// is written, or, where a tensor is passed as two sources (its gradient sums both uses), each
+// gradient read after the write before it.
 #include <math.h>
 
 #include "common.cuh"
@@ -272,6 +273,55 @@ __global__ void depth_mixing_weights_kernel(float* weights, const float* coeffic
         for (size_t j = 0; j < n_sources; j++) sum += expf(coefficients[j] - max_coefficient);
         weights[i] = expf(coefficients[i] - max_coefficient) / sum;
     }
+}
+
+// The mixings' coefficients (forward: weights = softmax(coefficients) when normalise, else
+// the coefficients): dweight_i = the sum of weight_parts[p][i] over the parts, then static:
+// dc_i += weight_i (dweight_i - sum_j weight_j dweight_j); dense: dc_i += dweight_i. One
+// block of MIX_GROUPS x DEPTH_ATTENTION_MAX_SOURCES threads: thread (group r, source i) sums
+// the parts r, r + MIX_GROUPS, ... in order (PART_CHUNK loaded at once), then group 0 adds
+// the MIX_GROUPS sums in order of r.
+#define MIX_GROUPS 16
+__global__ void depth_mixing_coefficients_kernel(float* dcoefficients, const float* weight_parts,
+                                                 const float* weights, size_t parts,
+                                                 size_t n_sources, int normalise) {
+    __shared__ float group_sum[MIX_GROUPS][DEPTH_ATTENTION_MAX_SOURCES];
+    __shared__ float dweight[DEPTH_ATTENTION_MAX_SOURCES];
+    unsigned int i = threadIdx.x % DEPTH_ATTENTION_MAX_SOURCES;
+    unsigned int group = threadIdx.x / DEPTH_ATTENTION_MAX_SOURCES;
+    float sum = 0.0f;
+    if (i < n_sources) {
+        for (size_t first = group; first < parts; first += PART_CHUNK * MIX_GROUPS) {
+            float part[PART_CHUNK];
+#pragma unroll
+            for (int k = 0; k < PART_CHUNK; k++) {
+                size_t p = first + k * MIX_GROUPS;
+                part[k] = p < parts ? weight_parts[p * n_sources + i] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < PART_CHUNK; k++)
+                if (first + k * MIX_GROUPS < parts) sum += part[k];
+        }
+    }
+    group_sum[group][i] = sum;
+    __syncthreads();
+    if (group == 0 && i < n_sources) {
+        float total = 0.0f;
+        for (int r = 0; r < MIX_GROUPS; r++) total += group_sum[r][i];
+        dweight[i] = total;
+    }
+    __syncthreads();
+    if (group != 0 || i >= n_sources) return;
+    float weighted = 0.0f;  // sum_j weight_j dweight_j, every thread in the same order
+    for (size_t j = 0; j < n_sources; j++) weighted += weights[j] * dweight[j];
+    dcoefficients[i] += normalise ? weights[i] * (dweight[i] - weighted) : dweight[i];
+}
+
+void depth_mixing_coefficients_cuda(float* dcoefficients, const float* weight_parts,
+                                    const float* weights, size_t parts, size_t n_sources,
+                                    int normalise) {
+    launch_kernel(depth_mixing_coefficients_kernel, 1, MIX_GROUPS * DEPTH_ATTENTION_MAX_SOURCES,
+                  dcoefficients, weight_parts, weights, parts, n_sources, normalise);
 }
 
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {

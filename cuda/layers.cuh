@@ -71,6 +71,20 @@ void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const flo
 // sources and dsources are HOST arrays of n_sources DEVICE pointers; they travel to the
 // kernels by value, so n_sources <= DEPTH_ATTENTION_MAX_SOURCES (2L+1 sources in `full` mode).
 #define DEPTH_ATTENTION_MAX_SOURCES 64
+// The naive version, one thread per row (layers.h's depth_attention_*_naive): what a reader
+// meets first, and what dev/bench/bench_depth.cu times beside the kernels the model runs;
+// the backward borrows N x n_sources floats of the workspace (common.cuh).
+void depth_attention_forward_naive_cuda(float* out, float* alpha, float* key_rstd,
+                                        const float* const* sources, const float* query,
+                                        const float* norm_weight, size_t n_sources, size_t N,
+                                        size_t C);
+void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
+                                         float* dnorm_weight, const float* dout,
+                                         const float* alpha, const float* key_rstd,
+                                         const float* const* sources, const float* query,
+                                         const float* norm_weight, size_t n_sources, size_t N,
+                                         size_t C);
+// The version the model runs.
 void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C);

@@ -39,7 +39,6 @@
 #include "gradcheck.h"
 #include "layers.cuh"
 #include "layers.h"
-#include "../dev/bench/depth_attention_naive.cuh"  // the first depth attention kernels
 
 using gradcheck::compare_exact;
 using gradcheck::compare_within;
@@ -646,10 +645,10 @@ TEST_CASE("depth attention forward and backward on the GPU match the CPU") {
                           uses, tol, false);
 }
 
-// The first, one-thread-per-row version (dev/bench/depth_attention_naive.cuh), which
-// bench_depth times beside cuda/depth_attention.cu: the same tolerances, as the same sums in
-// another order (each row's in one thread, column by column), but for the weights' sums over
-// every row, which one thread per column adds in one float (serial_sums).
+// The naive, one-thread-per-row version (cuda/depth_attention.cu's first section), which
+// bench_depth times beside the kernels the model runs: the same tolerances, as the same sums
+// in another order (each row's in one thread, column by column), but for the weights' sums
+// over every row, which one thread per column adds in one float (serial_sums).
 TEST_CASE("the naive one-thread-per-row depth attention on the GPU matches the CPU") {
     Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;

@@ -1,13 +1,14 @@
 // bench_depth.cu — the depth attention on the GPU, version by version (llm.c's dev/cuda habit:
 // each version a complete idea, checked against the CPU and timed in one program, so a reader
 // sees how the kernel became fast and a GPU says by how much):
-//   version 1: depth_attention_naive.cuh: one thread per row, its sources and columns in
-//              plain loops (src/depth_attention.c's naive version on the GPU); the weights'
-//              gradients by one thread per column, adding every row in order.
-//   version 2: cuda/depth_attention.cu, what the trainer runs: a row's 64 threads split its
-//              columns, each issuing its loads of several sources and columns at once (memory
-//              latency, not bandwidth, bounds these kernels); the weights' gradients summed in
-//              parts of 4 rows, then over the parts.
+//   version 1: cuda/depth_attention.cu's naive version (depth_attention_*_naive_cuda): one
+//              thread per row, its sources and columns in plain loops (src/depth_attention.c's
+//              naive version on the GPU); the weights' gradients by one thread per column,
+//              adding every row in order.
+//   version 2: the file's next section, what the trainer runs: a row's 64 threads split
+//              its columns, each issuing its loads of several sources and columns at once
+//              (memory latency, not bandwidth, bounds these kernels); the weights' gradients
+//              summed in parts of 4 rows, then over the parts.
 // Each is timed as a training step of the bench model calls it: in `full` and `block S=4`
 // (d = 256, L = 8, B*T = 1024 rows), the 2L + 1 = 17 forward calls of one step, each over the
 // sources model.c hands it (1 to 17 in full, 1 to 5 in block), then the 17 backward calls;
@@ -35,7 +36,6 @@
 #include "layers.cuh"
 #include "bench_util.h"
 #include "bench_gpu.h"
-#include "depth_attention_naive.cuh"  // version 1
 
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM
 #define HAS_FUSED 1
@@ -158,8 +158,8 @@ static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, C
                          rstd, dout, dweight);
 }
 
-// the same call on the GPU: version 1 (depth_attention_naive.cuh) or version 2
-// (cuda/depth_attention.cu); FUSED needs HAS_DEPTH_ATTENTION_RMSNORM
+// the same call on the GPU: version 1 (the naive kernels) or version 2 (the kernels the model
+// runs); FUSED needs HAS_DEPTH_ATTENTION_RMSNORM
 static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, Call call) {
     std::vector<const float*> sources;
     std::vector<float*> dsources;

@@ -91,9 +91,10 @@ CUDA_TESTS = {
     "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
                    "depth attention forward and backward*"],
     "crossentropy.cu": ["crossentropy*"],
-    # (and SPEC's one-head variants and the mixings, which run its kernels with switches, alone
-    # and, in the whole model, fused with their norm)
-    "depth_attention.cu": ["depth attention forward and backward*", "depth attention with*",
+    # (its naive kernels first; and SPEC's one-head variants and the mixings, which run its
+    # kernels with switches, alone and, in the whole model, fused with their norm)
+    "depth_attention.cu": ["the naive one-thread-per-row depth attention*",
+                           "depth attention forward and backward*", "depth attention with*",
                            "depth attention variants*", "static mixing*", "DenseFormer*",
                            "the whole model on the GPU matches the CPU*"],
     "depth_sources.cuh": ["depth attention forward and backward*", "depth attention variants*"],

@@ -40,8 +40,6 @@ build/gpu/%.o: tests/%.cpp $(CUDA_DEPS) tests/gradcheck.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Itests $(CARRY_INCLUDE) -Xcompiler -fopenmp -x cu -c $< -o $@
 
-build/gpu/cuda_test_layers.o: dev/bench/depth_attention_naive.cuh
-
 build/test_cuda_gpu: build/gpu/cuda_test_layers.o build/gpu/cuda_test_model.o build/gpu/cuda_test_graph.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
@@ -65,7 +63,7 @@ build/bench_sizes_cuda: build/bench_sizes_cuda.o $(CUDA_OBJ) $(OBJ)
 build/bench_gemm: dev/bench/bench_gemm.cu dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/bench_depth: dev/bench/bench_depth.cu dev/bench/depth_attention_naive.cuh dev/bench/bench_util.h dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
+build/bench_depth: dev/bench/bench_depth.cu dev/bench/bench_util.h dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 build/bench_attention: dev/bench/bench_attention.cu dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
@@ -111,7 +109,7 @@ build/shape/%/depth_attention.o: cuda/depth_attention.cu $(CUDA_DEPS)
 build/shape/%/bench_cuda: build/bench_cuda.o build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-build/shape/%/bench_depth: dev/bench/bench_depth.cu dev/bench/depth_attention_naive.cuh dev/bench/bench_util.h dev/bench/bench_gpu.h \
+build/shape/%/bench_depth: dev/bench/bench_depth.cu dev/bench/bench_util.h dev/bench/bench_gpu.h \
                            build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev/bench $< build/shape/$*/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ) -o $@ \
 		-Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
