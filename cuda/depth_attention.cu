@@ -27,8 +27,10 @@
 // thousands at once. dev/bench/bench_depth.cu times both versions.
 #define NAIVE_BLOCK 128  // threads (rows, or columns) of a block
 
-// Mirrors src/depth_attention.c:depth_attention_forward_naive, its loops in the same order.
-// Threads: thread n of the grid takes row n, every source and column of it.
+// Mirrors src/depth_attention.c:depth_attention_forward_naive, row by row; within a row it sums
+// in plain order where the C code uses its 16-lane dot (util.h), and walks out's columns
+// outside its sources, so the two agree to float rounding, not bit for bit (the test's
+// tolerance). Threads: thread n of the grid takes row n, every source and column of it.
 // Row n: s_i = (w * g) . V_i * r_i, r_i = (mean(V_i^2) + eps)^(-1/2), alpha = softmax(s),
 // out = sum_i alpha_i V_i. alpha and key_rstd (N,n_sources) are saved for the backward.
 __global__ void depth_attention_forward_naive_kernel(float* out, float* alpha, float* key_rstd,
@@ -110,7 +112,8 @@ __global__ void depth_attention_backward_naive_rows_kernel(
     }
 }
 
-// Mirrors the dquery and dnorm_weight lines of depth_attention_backward_naive (src/).
+// The sums of the dquery and dnorm_weight lines of src/depth_attention.c's naive backward,
+// factored as its tiled depth_attention_backward does (one sum, then times g_c or w_c).
 // Threads: thread c of the grid takes column c, every row and source of it.
 // acc_c = sum over the rows n and sources i, in order, of ds_i r_i V_ic; then
 // dquery_c += g_c acc_c (dw = sum ds_i k_i) and dnorm_weight_c += w_c acc_c.
@@ -329,7 +332,8 @@ __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float 
 // Mirrors src/depth_attention.c:depth_attention_forward: steps 1-2 below are its step 1 (the
 // scores), 3 its step 2 (the softmax), 4 its step 3 (out); step 5, with xn, is
 // src/rmsnorm.c:rmsnorm_forward on the row just computed.
-// Threads: block b, rows 4b..4b+3; a row's thread t, columns t, t + 64, ... (steps 2-3: source t)
+// Threads: block b, rows R b .. R b + R-1 (R = DEPTH_ROWS, 4); a row's thread t, columns t,
+// t + ROW_THREADS (64), ... (steps 2-3: thread t takes source t)
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i. With xn not
 // NULL, then also the RMSNorm of the row just computed (depth_attention_rmsnorm_forward):
 // xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), the gain weight NULL
@@ -437,7 +441,8 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
 
 // Mirrors src/depth_attention.c:depth_attention_backward, steps 1-3 and a tile's part of acc
 // (a block's DEPTH_ROWS rows here); step 0, with dxn, is src/rmsnorm.c:rmsnorm_backward.
-// Threads: block b, rows 4b..4b+3; a row's thread t, columns t, t + 64, ... (step 2: source t)
+// Threads: block b, rows R b .. R b + R-1 (R = DEPTH_ROWS, 4); a row's thread t, columns t,
+// t + ROW_THREADS (64), ... (step 2: thread t takes source t)
 // forward was: s_i = rstd_i (w . g V_i), alpha = softmax(s), out = sum_i alpha_i V_i. With
 // dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j). Each source
 // gets the value path alpha_i dout and the key path, rmsnorm's backward of dk_i = ds_i w:
@@ -654,8 +659,9 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
     }
 }
 
-// Mirrors the end of src/depth_attention.c:depth_attention_backward: the tiles' partials
-// added in order, then dquery and dnorm_weight.
+// Mirrors the end of src/depth_attention.c:depth_attention_backward: the partial sums added
+// in a fixed order (here one part per block of rows, summed as below), then dquery and
+// dnorm_weight.
 // Threads: thread (r, c) of block b takes column 32 b + c, its parts r, r + 32, r + 64, ...
 // The column sums of the parts the rows kernel wrote (parts,C), then the parameters'
 // gradients: acc_c = sum_p acc_parts[p][c]; dquery_c += g_c acc_c (g = 1 without the key
@@ -751,8 +757,9 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
 
 // ---- the depth attention and the RMSNorm of its output ----
 // Mirrors src/depth_attention.c:depth_attention_rmsnorm_forward and _backward, which on the
-// CPU call the two layers in turn; here one launch each way does both (step 5 of the forward
-// kernel, step 0 of the backward rows kernel).
+// CPU call the two layers in turn; here the forward kernel does both in one launch (its step
+// 5), and the backward rows kernel does the norm's backward first (its step 0), before the
+// column sums' launch.
 void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
                                           float* key_rstd, const float* const* sources,
                                           const float* query, const float* norm_weight,

@@ -218,8 +218,9 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 
 // The pair every AttnRes sub-layer runs: the depth attention, then the RMSNorm of its output
 // with the sub-layer's input gain `weight` (layers.h). On the CPU the two functions in turn, so
-// this is their definition; the GPU (cuda/depth_attention.cu) fuses them into one kernel and
-// is checked against this.
+// this is their definition; the GPU (cuda/depth_attention.cu) fuses the norm into the depth
+// attention's kernels (one launch forward, the rows kernel backward) and is checked against
+// this.
 void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
                                      float* key_rstd, const float* const* sources,
                                      const float* query, const float* norm_weight,
