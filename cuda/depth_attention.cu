@@ -27,10 +27,10 @@
 // thousands at once. dev/bench/bench_depth.cu times both versions.
 #define NAIVE_BLOCK 128  // threads (rows, or columns) of a block
 
-// Mirrors src/depth_attention.c:depth_attention_forward_naive, row by row; within a row it sums
-// in plain order where the C code uses its 16-lane dot (util.h), and walks out's columns
-// outside its sources, so the two agree to float rounding, not bit for bit (the test's
-// tolerance). Threads: thread n of the grid takes row n, every source and column of it.
+// Mirrors src/depth_attention.c:depth_attention_forward_naive, row by row; it sums a score in
+// plain order where the C code uses its 16-lane dot (util.h), so the two agree to float
+// rounding, not bit for bit (the test's tolerance).
+// Threads: thread n of the grid takes row n, every source and column of it.
 // Row n: s_i = (w * g) . V_i * r_i, r_i = (mean(V_i^2) + eps)^(-1/2), alpha = softmax(s),
 // out = sum_i alpha_i V_i. alpha and key_rstd (N,n_sources) are saved for the backward.
 __global__ void depth_attention_forward_naive_kernel(float* out, float* alpha, float* key_rstd,
