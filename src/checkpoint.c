@@ -91,6 +91,15 @@ static void header_to_run(const int* h, RunRecord* r) {
     r->text_name[sizeof(r->text_name) - 1] = '\0';
 }
 
+int checkpoint_has_magic(const char* path) {
+    FILE* f = fopen(path, "rb");
+    if (f == NULL) { return 0; }
+    int magic = 0;
+    int read = fread(&magic, sizeof(magic), 1, f) == 1;
+    fclose(f);
+    return read && magic == CHECKPOINT_MAGIC;
+}
+
 int checkpoint_temp_path(char* tmp, size_t len, const char* path) {
     int n = snprintf(tmp, len, "%s.tmp.%ld", path, (long)getpid());
     return n >= 0 && (size_t)n < len ? 0 : -1;

@@ -51,6 +51,8 @@ typedef struct {
     float best_val_loss;
 } RunRecord;
 
+// 1 if the file at path begins with CHECKPOINT_MAGIC (a checkpoint, whole or not), else 0
+int checkpoint_has_magic(const char* path);
 // The temporary file checkpoint_save writes before the rename: PATH.tmp.<this process's
 // id>. 0, or -1 if it does not fit in len bytes.
 int checkpoint_temp_path(char* tmp, size_t len, const char* path);

@@ -25,6 +25,14 @@ static const struct {
     [FLOAT_OPEN_FRACTION] = {0.0, 1.0, 1, 1},
 };
 
+// the range as an interval, "[0, 1)", for an error line
+static const char* float_range_text(FloatRange range, char* out, size_t len) {
+    snprintf(out, len, "%c%g, %g%c", FLOAT_RANGES[range].min_open ? '(' : '[',
+             FLOAT_RANGES[range].min, FLOAT_RANGES[range].max,
+             FLOAT_RANGES[range].max_open ? ')' : ']');
+    return out;
+}
+
 static int in_float_range(double x, FloatRange range) {
     double min = FLOAT_RANGES[range].min, max = FLOAT_RANGES[range].max;
     int above_min = FLOAT_RANGES[range].min_open ? x > min : x >= min;
@@ -65,15 +73,13 @@ int options_parse_value(const Flag* f, const char* s, char* err, size_t err_len)
         // too large for a float32 becomes inf, a tiny one 0, and 0.99999999999 is 1
         double written = strtod(s, NULL);
         char range[64];
-        snprintf(range, sizeof(range), "%c%g, %g%c", FLOAT_RANGES[f->range].min_open ? '(' : '[',
-                 FLOAT_RANGES[f->range].min, FLOAT_RANGES[f->range].max,
-                 FLOAT_RANGES[f->range].max_open ? ')' : ']');
         if (!in_float_range(written, f->range)) {
-            FAIL("flag '%s' is out of range: %s is not in %s", f->flag, s, range);
+            FAIL("flag '%s' is out of range: %s is not in %s", f->flag, s,
+                 float_range_text(f->range, range, sizeof(range)));
         }
         if (!in_float_range(v, f->range)) {
             FAIL("flag '%s' is out of range: %s is %g as a float32, not in %s", f->flag, s,
-                 (double)v, range);
+                 (double)v, float_range_text(f->range, range, sizeof(range)));
         }
         *(float*)f->value = v;
     } else {

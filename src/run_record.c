@@ -181,16 +181,6 @@ int checkpoint_path_check(const char* path, const char* text_path, const char* d
     return 0;
 }
 
-// 1 if the file at path begins with the checkpoint magic number (checkpoint.h)
-static int has_checkpoint_magic(const char* path) {
-    FILE* f = fopen(path, "rb");
-    if (f == NULL) { return 0; }
-    int magic = 0;
-    int read = fread(&magic, sizeof(magic), 1, f) == 1;
-    fclose(f);
-    return read && magic == CHECKPOINT_MAGIC;
-}
-
 int export_path_check(const char* out, const char* checkpoint, char* err, size_t err_len) {
     char best[4200];
     snprintf(best, sizeof(best), "%s.best", checkpoint);
@@ -207,7 +197,7 @@ int export_path_check(const char* out, const char* checkpoint, char* err, size_t
         FAIL("--export %s is not a regular file (a directory, device, pipe or socket): an "
              "export is renamed over its path, and would replace it", out);
     }
-    if (has_checkpoint_magic(out)) {
+    if (checkpoint_has_magic(out)) {
         FAIL("--export %s is a checkpoint, which the export would replace (an existing file is "
              "replaced only if it is an earlier export)", out);
     }
