@@ -75,7 +75,8 @@ void depth_attention_forward_naive_cuda(float* out, float* alpha, float* key_rst
                   n_sources, N, C);
 }
 
-// Mirrors src/depth_attention.c:depth_attention_backward_naive, but for dquery and dnorm_weight.
+// Mirrors src/depth_attention.c:depth_attention_backward_naive, except dquery and dnorm_weight
+// (the next kernel).
 // Threads: thread n of the grid takes row n, every source and column of it.
 // Forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = (w * g) . V_i * r_i. With
 // dalpha_i = dout . V_i and ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):

@@ -32,7 +32,7 @@ typedef std::vector<float> Vec;
 // 2 STEP (gradcheck.h; fourth-order, so steps can be large against float rounding). Inputs
 // are O(1).
 // Beside each tolerance: the largest error of the correct layers over all the subcases, as
-// printed with GRADCHECK_VERBOSE=1. Tolerances sit 1.8-4 times above it; dropping any one term
+// printed with GRADCHECK_VERBOSE=1. Tolerances sit 1.8-4.2 times above it; dropping any one term
 // of a backward pass makes errors of 1e-2 or more.
 // Linear maps have no truncation error at all: a large step leaves only float rounding.
 static const float LINEAR_STEP = 0.25f;
