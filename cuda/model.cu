@@ -130,9 +130,9 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     size_t most_sources = z->S > 0 ? count_sources(c, (int)z->n_sub) : 0;
     size_t needs[] = {attention_workspace_floats_cuda(max_B, max_T, z->H),
                       depth_attention_workspace_floats_cuda(most_sources, N, z->d),
-                      depth_variants_workspace_floats_cuda(most_sources, N, z->d, z->K),
-                      parts * z->d * (z->m > 0 ? z->m : 1),         // rmsnorm (mhc: m*d wide)
-                      z->m > 0 ? mhc_workspace_floats_cuda(N, z->m) : 0,
+                      depth_variants_workspace_floats_cuda(most_sources, N, z->d, z->depth_heads),
+                      parts * z->d * (z->streams > 0 ? z->streams : 1),         // rmsnorm (mhc: m*d wide)
+                      z->streams > 0 ? mhc_workspace_floats_cuda(N, z->streams) : 0,
                       linear_workspace_floats_cuda(), 64};          // matmul, global norm
     size_t most = 0;
     for (size_t i = 0; i < sizeof(needs) / sizeof(needs[0]); i++) most = needs[i] > most ? needs[i] : most;

@@ -14,7 +14,7 @@ void diagnostics_init(Diagnostics* dg, const ModelConfig* c) {
     dg->config = *c;
     dg->n_sub = 2 * c->n_layers;
     dg->n_cols = c->block_size > 0 ? dg->n_sub / c->block_size + 1 : 0;
-    dg->depth_heads = (int)model_dims(c).K;
+    dg->depth_heads = (int)model_dims(c).depth_heads;
     dg->input_rms = callocCheck((size_t)dg->n_sub + 1, sizeof(float));
     dg->output_rms = callocCheck((size_t)dg->n_sub, sizeof(float));
     dg->grad_norm = callocCheck((size_t)dg->n_sub + 2, sizeof(float));
@@ -239,7 +239,7 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
         if (z->n_logit_rows > 0) { sum += sum_squares(g->res_logits + l * z->n_res, z->n_res); }
         if (z->n_scalar_rows > 0) { sum += sum_squares(g->res_scalars + l * z->n_res, z->n_res); }
         if (l < z->n_hc_rows) {  // mhc: sub-layer l's stream mixing
-            size_t md = z->m * d;
+            size_t md = z->streams * d;
             sum += sum_squares(g->hc_norm + l * md, md)
                  + sum_squares(g->hc_proj + l * z->E * md, z->E * md)
                  + sum_squares(g->hc_bias + l * z->E, z->E)

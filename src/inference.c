@@ -48,7 +48,7 @@ static void buffer_sizes(size_t sizes[DECODER_BUFFERS], const ModelConfig* c, si
     sizing.sub = callocCheck(z.n_sub + 1, sizeof(SubLayer));
     size_t cache = z.L * B * max_T * z.kv_dim;
     size_t all[DECODER_BUFFERS] = {cache, cache, point_activations(&sizing, c, B, 1, 0, NULL),
-                                   B * z.H * max_T, z.S * B * z.d, z.S * B * z.K, z.S * B * z.K};
+                                   B * z.H * max_T, z.S * B * z.d, z.S * B * z.depth_heads, z.S * B * z.depth_heads};
     memcpy(sizes, all, sizeof(all));
     free(sizing.sub);
 }
@@ -157,7 +157,7 @@ static void variant_depth_step(Decoder* dec, int l, float* h) {
     const ModelConfig* c = &dec->model->config;
     const ModelDims* z = &dec->model->dims;
     const Activations* a = &dec->acts;
-    size_t B = dec->B, d = z->d, S = z->S, K = z->K, i = (size_t)l % S, first = (size_t)l - i;
+    size_t B = dec->B, d = z->d, S = z->S, K = z->depth_heads, i = (size_t)l % S, first = (size_t)l - i;
     DepthRows block = residual_rows(dec->model, first);  // rows first .. first + S - 1
     DepthRows own = residual_rows(dec->model, (size_t)l);
     if (i == 0) {
@@ -219,9 +219,9 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
     const ParameterTensors* p = &m->params;
     Activations* a = &dec->acts;
     size_t B = dec->B, d = m->dims.d;
-    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0, mhc = m->dims.m > 0;
+    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0, mhc = m->dims.streams > 0;
     embedding_forward(a->x0, tokens, p->wte, B, d);
-    if (mhc) { mhc_expand_forward(a->sub[0].streams, a->x0, B, d, m->dims.m); }  // X_s = x0
+    if (mhc) { mhc_expand_forward(a->sub[0].streams, a->x0, B, d, m->dims.streams); }  // X_s = x0
     else if (!attnres) { memcpy(a->sub[0].h, a->x0, B * d * sizeof(float)); }  // none: h_0 = x0
     for (int l = 0; l < n_sub; l++) {
         SubLayer* s = &a->sub[l];

@@ -147,18 +147,18 @@ ModelDims model_dims(const ModelConfig* c) {
     z.S = (size_t)c->block_size;
     z.n_blocks = z.S > 0 ? z.n_sub / z.S : 0;
     z.n_res = z.S > 0 ? z.n_sub + 1 : 0;
-    z.K = c->depth_heads > 1 ? (size_t)c->depth_heads : 1;
+    z.depth_heads = c->depth_heads > 1 ? (size_t)c->depth_heads : 1;
     size_t attention = c->mixing == 0 ? z.n_res : 0;
     z.n_query_rows = attention;
     z.n_norm_rows = c->key_norm_off ? 0 : attention;
     z.n_qproj_rows = c->depth_query ? attention : 0;
     z.n_logit_rows = c->mixing == 1 ? z.n_res : 0;
     z.n_scalar_rows = c->mixing == 2 ? z.n_res : 0;
-    z.m = c->streams > 0 ? (size_t)c->streams : 0;
-    z.R = z.m > 0 ? mhc_permutation_table(NULL, z.m) : 0;
-    z.E = z.m > 0 ? 2 * z.m + z.R : 0;
-    z.n_mix = z.m > 0 ? MHC_MIX_WIDTH(z.m) : 0;
-    z.n_hc_rows = z.m > 0 ? z.n_sub : 0;
+    z.streams = c->streams > 0 ? (size_t)c->streams : 0;
+    z.R = z.streams > 0 ? mhc_permutation_table(NULL, z.streams) : 0;
+    z.E = z.streams > 0 ? 2 * z.streams + z.R : 0;
+    z.n_mix = z.streams > 0 ? MHC_MIX_WIDTH(z.streams) : 0;
+    z.n_hc_rows = z.streams > 0 ? z.n_sub : 0;
     return z;
 }
 
@@ -187,27 +187,27 @@ void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
 // post biases are -1 except +1 at stream l mod m (l reads and writes mostly that stream), the
 // res biases -8 except 0 at the identity r = 0 (so H starts near the identity)
 static float hc_bias_init(const ModelDims* z, size_t j) {
-    size_t l = j / z->E, k = j % z->E, favoured = l % z->m;
-    if (k < z->m) { return k == favoured ? 1.0f : -1.0f; }             // pre
-    if (k < z->m + z->R) { return k == z->m ? 0.0f : -8.0f; }          // res
-    return k - z->m - z->R == favoured ? 1.0f : -1.0f;                 // post
+    size_t l = j / z->E, k = j % z->E, favoured = l % z->streams;
+    if (k < z->streams) { return k == favoured ? 1.0f : -1.0f; }             // pre
+    if (k < z->streams + z->R) { return k == z->streams ? 0.0f : -8.0f; }          // res
+    return k - z->streams - z->R == favoured ? 1.0f : -1.0f;                 // post
 }
 
-void model_init_params(Model* m, uint64_t seed) {
+void model_init_params(Model* model, uint64_t seed) {
     uint64_t state = seed;
-    float std_out = 0.02f / sqrtf(2.0f * (float)m->config.n_layers);
-    float* p = m->params_memory;
+    float std_out = 0.02f / sqrtf(2.0f * (float)model->config.n_layers);
+    float* p = model->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         ParamInit init = PARAM_INFO[i].init;
         float std = init == INIT_NORMAL_OUT ? std_out : 0.02f;
-        for (size_t j = 0; j < m->param_sizes[i]; j++) {
+        for (size_t j = 0; j < model->param_sizes[i]; j++) {
             if (init == INIT_ZERO) { p[j] = 0.0f; }
             else if (init == INIT_ONE) { p[j] = 1.0f; }
-            else if (init == INIT_HC_BIAS) { p[j] = hc_bias_init(&m->dims, j); }
+            else if (init == INIT_HC_BIAS) { p[j] = hc_bias_init(&model->dims, j); }
             else if (init == INIT_HC_SCALE) { p[j] = 0.01f; }
             else { p[j] = (float)(std * rng_normal(&state)); }
         }
-        p += m->param_sizes[i];
+        p += model->param_sizes[i];
     }
 }
 
@@ -276,19 +276,20 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
     return keep;
 }
 
-void residual_update(const Model* m, Activations* a, int l, size_t N) {
-    const Kernels* K = m->kernels;
-    int n_sub = (int)m->dims.n_sub, S = (int)m->dims.S;
-    size_t nd = N * m->dims.d;
+void residual_update(const Model* model, Activations* a, int l, size_t N) {
+    const Kernels* kernels = model->kernels;
+    int n_sub = (int)model->dims.n_sub, S = (int)model->dims.S;
+    size_t nd = N * model->dims.d;
     const float* f = a->sub[l].f;
-    if (m->dims.m > 0) {  // mhc: X_{l+1,t} = sum_s H[s][t] X_{l,s} + a_post[t] f_l
-        K->mhc_output_forward(a->sub[l + 1].streams, a->sub[l].streams, f, a->sub[l].hc_mix, N,
-                              m->dims.d, m->dims.m);
+    if (model->dims.streams > 0) {  // mhc: X_{l+1,t} = sum_s H[s][t] X_{l,s} + a_post[t] f_l
+        kernels->mhc_output_forward(a->sub[l + 1].streams, a->sub[l].streams, f,
+                                    a->sub[l].hc_mix, N, model->dims.d, model->dims.streams);
     } else if (S == 0) {
         float* next = (l + 1 < n_sub) ? a->sub[l + 1].h : a->out;
-        K->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
+        kernels->add(next, a->sub[l].h, f, nd);                    // h_{l+1} = h_l + f_l
     } else if (l % S > 0) {  // (when l starts its block, partial[l] is f_l's own buffer)
-        K->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);  // partial[l] = partial[l-1] + f_l
+        // partial[l] = partial[l-1] + f_l
+        kernels->add(a->sub[l].partial, a->sub[l - 1].partial, f, nd);
     }
 }
 
@@ -332,16 +333,16 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->act      = take(&at, mlp * N * F);
         // the partial sum that starts a block is f_l itself: the same buffer, no copy
         s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, sub * attnres * N * d);
-        s->alpha    = take(&at, N * s->n_sources * z.K);
-        s->key_rstd = take(&at, N * s->n_sources * z.K);
+        s->alpha    = take(&at, N * s->n_sources * z.depth_heads);
+        s->key_rstd = take(&at, N * s->n_sources * z.depth_heads);
         s->last_xn = take(&at, (z.n_qproj_rows > 0) * N * d);
         s->last_rstd = take(&at, (z.n_qproj_rows > 0) * N);
         s->query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
         // mhc: the streams entering l (slot 2L: after the last sub-layer); the final norm's
         // rstd is one a stream
-        s->streams  = take(&at, N * z.m * d);
-        s->hc_z     = take(&at, N * z.m * d);
-        s->hc_rstd  = take(&at, sub ? (z.m > 0) * N : N * z.m);
+        s->streams  = take(&at, N * z.streams * d);
+        s->hc_z     = take(&at, N * z.streams * d);
+        s->hc_rstd  = take(&at, sub ? (z.streams > 0) * N : N * z.streams);
         s->hc_e     = take(&at, sub * N * z.E);
         s->hc_mix   = take(&at, sub * N * z.n_mix);
     }
@@ -356,7 +357,7 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dlogits = take(&at, b * N * V);
     a->dxf     = take(&at, b * N * d);
     a->dout    = take(&at, b * N * d);
-    a->dh      = take(&at, b * (attnres || z.m > 0) * N * d);
+    a->dh      = take(&at, b * (attnres || z.streams > 0) * N * d);
     a->dxn     = take(&at, b * N * d);
     a->dx0     = take(&at, b * N * d);
     a->dq      = take(&at, b * N * z.q_dim);
@@ -371,9 +372,9 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dpartial = take(&at, b * (attnres ? z.n_sub / z.S : 0) * N * d);
     a->dquery_rows = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
-    a->dstreams = take(&at, b * N * z.m * d);
-    a->dstreams_before = take(&at, b * N * z.m * d);
-    a->dhc_z   = take(&at, b * N * z.m * d);
+    a->dstreams = take(&at, b * N * z.streams * d);
+    a->dstreams_before = take(&at, b * N * z.streams * d);
+    a->dhc_z   = take(&at, b * N * z.streams * d);
     a->dhc_e   = take(&at, b * N * z.E);
     a->dhc_mix = take(&at, b * N * z.n_mix);
     return at.used;
@@ -382,129 +383,132 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
 // ---------------------------------------------------------------------------------------
 // Building: the same for every kernel table; the table's alloc decides where memory lives.
 
-void model_build_on(Model* m, const ModelConfig* c, size_t max_B, size_t max_T,
-                    const Kernels* K) {
-    memset(m, 0, sizeof(*m));
-    m->config = *c;
-    m->dims = model_dims(c);
-    m->kernels = K;
-    m->num_params = param_sizes(c, m->param_sizes);
-    float** flat[] = {&m->params_memory, &m->grads_memory, &m->m_memory, &m->v_memory};
-    for (int i = 0; i < 4; i++) { *flat[i] = K->alloc_zeroed(m->num_params); }
-    point_tensors(&m->params, m->params_memory, m->param_sizes);
-    point_tensors(&m->grads, m->grads_memory, m->param_sizes);
-    m->max_B = max_B;
-    m->max_T = max_T;
-    m->acts.sub = callocCheck(m->dims.n_sub + 1, sizeof(SubLayer));
-    m->acts_memory = K->alloc_zeroed(point_activations(&m->acts, c, max_B, max_T, 1, NULL));
-    point_activations(&m->acts, c, max_B, max_T, 1, m->acts_memory);
+void model_build_on(Model* model, const ModelConfig* c, size_t max_B, size_t max_T,
+                    const Kernels* kernels) {
+    memset(model, 0, sizeof(*model));
+    model->config = *c;
+    model->dims = model_dims(c);
+    model->kernels = kernels;
+    model->num_params = param_sizes(c, model->param_sizes);
+    float** flat[] = {&model->params_memory, &model->grads_memory, &model->m_memory,
+                      &model->v_memory};
+    for (int i = 0; i < 4; i++) { *flat[i] = kernels->alloc_zeroed(model->num_params); }
+    point_tensors(&model->params, model->params_memory, model->param_sizes);
+    point_tensors(&model->grads, model->grads_memory, model->param_sizes);
+    model->max_B = max_B;
+    model->max_T = max_T;
+    model->acts.sub = callocCheck(model->dims.n_sub + 1, sizeof(SubLayer));
+    size_t n_acts = point_activations(&model->acts, c, max_B, max_T, 1, NULL);
+    model->acts_memory = kernels->alloc_zeroed(n_acts);
+    point_activations(&model->acts, c, max_B, max_T, 1, model->acts_memory);
 }
 
-void model_build(Model* m, const ModelConfig* c, size_t max_B, size_t max_T) {
-    model_build_on(m, c, max_B, max_T, &cpu_kernels);
+void model_build(Model* model, const ModelConfig* c, size_t max_B, size_t max_T) {
+    model_build_on(model, c, max_B, max_T, &cpu_kernels);
 }
 
-void model_free(Model* m) {
-    const Kernels* K = m->kernels;
-    if (K != NULL) {
-        float* memory[] = {m->params_memory, m->grads_memory, m->m_memory, m->v_memory,
-                           m->acts_memory};
-        for (int i = 0; i < 5; i++) { K->release(memory[i]); }
+void model_free(Model* model) {
+    const Kernels* kernels = model->kernels;
+    if (kernels != NULL) {
+        float* memory[] = {model->params_memory, model->grads_memory, model->m_memory,
+                           model->v_memory, model->acts_memory};
+        for (int i = 0; i < 5; i++) { kernels->release(memory[i]); }
     }
-    free(m->acts.sub);
-    memset(m, 0, sizeof(*m));
+    free(model->acts.sub);
+    memset(model, 0, sizeof(*model));
 }
 
 // ---------------------------------------------------------------------------------------
 // The sub-layers, forward and backward. Layer index = l / 2.
 
-static void attention_sublayer_forward(const Model* m, SubLayer* s, int l) {
-    const Kernels* K = m->kernels;
-    const ModelDims* z = &m->dims;
-    const ParameterTensors* p = &m->params;
-    size_t B = m->B, T = m->T, N = B * T, d = z->d, layer = (size_t)l / 2;
+static void attention_sublayer_forward(const Model* model, SubLayer* s, int l) {
+    const Kernels* kernels = model->kernels;
+    const ModelDims* z = &model->dims;
+    const ParameterTensors* p = &model->params;
+    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = (size_t)l / 2;
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
-    K->linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
-    K->linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
-    K->linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
-    K->rope_forward(s->q, s->q, B, T, H, hs);
-    K->rope_forward(s->k, s->k, B, T, G, hs);
-    K->attention_forward(s->y, s->att, s->q, s->k, s->v, B, T, H, G, hs);
-    K->linear_forward(s->f, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
+    kernels->linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
+    kernels->linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
+    kernels->linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
+    kernels->rope_forward(s->q, s->q, B, T, H, hs);
+    kernels->rope_forward(s->k, s->k, B, T, G, hs);
+    kernels->attention_forward(s->y, s->att, s->q, s->k, s->v, B, T, H, G, hs);
+    kernels->linear_forward(s->f, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
 }
 
 // df: gradient of the sub-layer output; writes a->dxn, the gradient of its normed input xn
-static void attention_sublayer_backward(Model* m, int l, const float* df) {
-    const Kernels* K = m->kernels;
-    const ModelDims* z = &m->dims;
-    const SubLayer* s = &m->acts.sub[l];
-    Activations* a = &m->acts;
-    const ParameterTensors* p = &m->params;
-    const ParameterTensors* g = &m->grads;
-    size_t B = m->B, T = m->T, N = B * T, d = z->d, layer = (size_t)l / 2;
+static void attention_sublayer_backward(Model* model, int l, const float* df) {
+    const Kernels* kernels = model->kernels;
+    const ModelDims* z = &model->dims;
+    const SubLayer* s = &model->acts.sub[l];
+    Activations* a = &model->acts;
+    const ParameterTensors* p = &model->params;
+    const ParameterTensors* g = &model->grads;
+    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = (size_t)l / 2;
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
-    K->zero(a->dy, N * q_dim);
-    K->linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y, p->wo + layer * d * q_dim,
+    kernels->zero(a->dy, N * q_dim);
+    kernels->linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y, p->wo + layer * d * q_dim,
                        N, q_dim, d);
-    K->zero(a->dq, N * q_dim);
-    K->zero(a->dk, N * kv_dim);
-    K->zero(a->dv, N * kv_dim);
-    K->attention_backward(a->dq, a->dk, a->dv, a->dy, s->att, s->q, s->k, s->v, B, T, H, G, hs);
-    K->zero(a->dq_pre, N * q_dim);
-    K->zero(a->dk_pre, N * kv_dim);
-    K->rope_backward(a->dq_pre, a->dq, B, T, H, hs);
-    K->rope_backward(a->dk_pre, a->dk, B, T, G, hs);
-    K->zero(a->dxn, N * d);
-    K->linear_backward(a->dxn, g->wq + layer * q_dim * d, a->dq_pre, s->xn,
+    kernels->zero(a->dq, N * q_dim);
+    kernels->zero(a->dk, N * kv_dim);
+    kernels->zero(a->dv, N * kv_dim);
+    kernels->attention_backward(a->dq, a->dk, a->dv, a->dy, s->att, s->q, s->k, s->v, B, T, H, G,
+                                hs);
+    kernels->zero(a->dq_pre, N * q_dim);
+    kernels->zero(a->dk_pre, N * kv_dim);
+    kernels->rope_backward(a->dq_pre, a->dq, B, T, H, hs);
+    kernels->rope_backward(a->dk_pre, a->dk, B, T, G, hs);
+    kernels->zero(a->dxn, N * d);
+    kernels->linear_backward(a->dxn, g->wq + layer * q_dim * d, a->dq_pre, s->xn,
                        p->wq + layer * q_dim * d, N, d, q_dim);
-    K->linear_backward(a->dxn, g->wk + layer * kv_dim * d, a->dk_pre, s->xn,
+    kernels->linear_backward(a->dxn, g->wk + layer * kv_dim * d, a->dk_pre, s->xn,
                        p->wk + layer * kv_dim * d, N, d, kv_dim);
-    K->linear_backward(a->dxn, g->wv + layer * kv_dim * d, a->dv, s->xn,
+    kernels->linear_backward(a->dxn, g->wv + layer * kv_dim * d, a->dv, s->xn,
                        p->wv + layer * kv_dim * d, N, d, kv_dim);
 }
 
-void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N) {
-    const Kernels* K = m->kernels;
-    const ParameterTensors* p = &m->params;
-    size_t d = m->dims.d, F = m->dims.F, layer = (size_t)l / 2;
-    K->linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
-    K->linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
-    K->swiglu_forward(s->act, s->gate, s->up, N, F);
-    K->linear_forward(s->f, s->act, p->wd + layer * d * F, N, F, d);
+void mlp_sublayer_forward(const Model* model, SubLayer* s, int l, size_t N) {
+    const Kernels* kernels = model->kernels;
+    const ParameterTensors* p = &model->params;
+    size_t d = model->dims.d, F = model->dims.F, layer = (size_t)l / 2;
+    kernels->linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
+    kernels->linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
+    kernels->swiglu_forward(s->act, s->gate, s->up, N, F);
+    kernels->linear_forward(s->f, s->act, p->wd + layer * d * F, N, F, d);
 }
 
-static void mlp_sublayer_backward(Model* m, int l, const float* df) {
-    const Kernels* K = m->kernels;
-    const SubLayer* s = &m->acts.sub[l];
-    Activations* a = &m->acts;
-    const ParameterTensors* p = &m->params;
-    const ParameterTensors* g = &m->grads;
-    size_t N = m->B * m->T, d = m->dims.d, F = m->dims.F, layer = (size_t)l / 2;
-    K->zero(a->dact, N * F);
-    K->linear_backward(a->dact, g->wd + layer * d * F, df, s->act, p->wd + layer * d * F,
+static void mlp_sublayer_backward(Model* model, int l, const float* df) {
+    const Kernels* kernels = model->kernels;
+    const SubLayer* s = &model->acts.sub[l];
+    Activations* a = &model->acts;
+    const ParameterTensors* p = &model->params;
+    const ParameterTensors* g = &model->grads;
+    size_t N = model->B * model->T, d = model->dims.d, F = model->dims.F, layer = (size_t)l / 2;
+    kernels->zero(a->dact, N * F);
+    kernels->linear_backward(a->dact, g->wd + layer * d * F, df, s->act, p->wd + layer * d * F,
                        N, F, d);
-    K->zero(a->dgate, N * F);
-    K->zero(a->dup, N * F);
-    K->swiglu_backward(a->dgate, a->dup, a->dact, s->gate, s->up, N, F);
-    K->zero(a->dxn, N * d);
-    K->linear_backward(a->dxn, g->wg + layer * F * d, a->dgate, s->xn, p->wg + layer * F * d,
+    kernels->zero(a->dgate, N * F);
+    kernels->zero(a->dup, N * F);
+    kernels->swiglu_backward(a->dgate, a->dup, a->dact, s->gate, s->up, N, F);
+    kernels->zero(a->dxn, N * d);
+    kernels->linear_backward(a->dxn, g->wg + layer * F * d, a->dgate, s->xn, p->wg + layer * F * d,
                        N, d, F);
-    K->linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn, p->wu + layer * F * d,
+    kernels->linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn, p->wu + layer * F * d,
                        N, d, F);
 }
 
-static void sublayer_forward(Model* m, int l) {
-    if (l % 2 == 0) { attention_sublayer_forward(m, &m->acts.sub[l], l); }
-    else { mlp_sublayer_forward(m, &m->acts.sub[l], l, m->B * m->T); }
+static void sublayer_forward(Model* model, int l) {
+    if (l % 2 == 0) { attention_sublayer_forward(model, &model->acts.sub[l], l); }
+    else { mlp_sublayer_forward(model, &model->acts.sub[l], l, model->B * model->T); }
 }
 
-static void sublayer_backward(Model* m, int l, const float* df) {
-    if (l % 2 == 0) { attention_sublayer_backward(m, l, df); }
-    else { mlp_sublayer_backward(m, l, df); }
+static void sublayer_backward(Model* model, int l, const float* df) {
+    if (l % 2 == 0) { attention_sublayer_backward(model, l, df); }
+    else { mlp_sublayer_backward(model, l, df); }
 }
 
-DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) {
-    const ModelDims* z = &m->dims;
+DepthRows model_depth_rows(const Model* model, const ParameterTensors* t, size_t l) {
+    const ModelDims* z = &model->dims;
     DepthRows r = {NULL, NULL, NULL, NULL};
     if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
     if (z->n_norm_rows > 0) { r.norm = t->res_norm + l * z->d; }
@@ -515,15 +519,15 @@ DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l) 
 }
 
 // the decoder's depth attention (inference.c): attnres_input_forward without the norm
-void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out) {
-    const ModelConfig* c = &m->config;
-    const float* src[m->dims.n_sub + 2];
+void depth_forward_rows(const Model* model, Activations* a, size_t N, int l, float* out) {
+    const ModelConfig* c = &model->config;
+    const float* src[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, NULL);
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    DepthRows p = model_depth_rows(model, &model->params, (size_t)l);
     SubLayer* s = &a->sub[l];
-    m->kernels->attnres_input_forward(NULL, NULL, out, s->alpha, s->key_rstd, s->last_xn,
+    model->kernels->attnres_input_forward(NULL, NULL, out, s->alpha, s->key_rstd, s->last_xn,
                                       s->last_rstd, s->query_rows, src, p.query, p.norm,
-                                      p.qproj, p.mix, NULL, n, N, m->dims.d, m->dims.K,
+                                      p.qproj, p.mix, NULL, n, N, model->dims.d, model->dims.depth_heads,
                                       c->depth_score, c->mixing);
 }
 
@@ -537,266 +541,270 @@ typedef struct {
     float *weight, *dweight;  // the norm's weight (its gain) and its gradient
 } Norm;
 
-static Norm sublayer_norm(Model* m, int l) {
-    Activations* a = &m->acts;
-    if (l == (int)m->dims.n_sub) {
-        return (Norm){a->out, a->xf, a->rstd_f, m->params.final_norm, m->grads.final_norm};
+static Norm sublayer_norm(Model* model, int l) {
+    Activations* a = &model->acts;
+    if (l == (int)model->dims.n_sub) {
+        return (Norm){a->out, a->xf, a->rstd_f, model->params.final_norm, model->grads.final_norm};
     }
     SubLayer* s = &a->sub[l];
-    size_t at = (size_t)l / 2 * m->dims.d;
+    size_t at = (size_t)l / 2 * model->dims.d;
     if (l % 2 == 0) {
-        return (Norm){s->h, s->xn, s->rstd, m->params.attn_norm + at, m->grads.attn_norm + at};
+        return (Norm){s->h, s->xn, s->rstd, model->params.attn_norm + at,
+                      model->grads.attn_norm + at};
     }
-    return (Norm){s->h, s->xn, s->rstd, m->params.mlp_norm + at, m->grads.mlp_norm + at};
+    return (Norm){s->h, s->xn, s->rstd, model->params.mlp_norm + at, model->grads.mlp_norm + at};
 }
 
 // mHC-lite's rows of sub-layer l in t (the model's params or grads)
 typedef struct { float *norm, *proj, *bias, *scale; } HcRows;
-static HcRows hc_rows(const Model* m, const ParameterTensors* t, size_t l) {
-    const ModelDims* z = &m->dims;
-    size_t md = z->m * z->d;
+static HcRows hc_rows(const Model* model, const ParameterTensors* t, size_t l) {
+    const ModelDims* z = &model->dims;
+    size_t md = z->streams * z->d;
     return (HcRows){t->hc_norm + l * md, t->hc_proj + l * z->E * md, t->hc_bias + l * z->E,
                     t->hc_scale + l * 3};
 }
 
-void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l) {
-    const Kernels* K = m->kernels;
-    size_t d = m->dims.d, streams = m->dims.m;
+void mhc_forward_rows(const Model* model, Activations* a, size_t N, int l) {
+    const Kernels* kernels = model->kernels;
+    size_t d = model->dims.d, streams = model->dims.streams;
     SubLayer* s = &a->sub[l];
-    if (l == (int)m->dims.n_sub) {
-        K->rmsnorm_forward(s->hc_z, s->hc_rstd, s->streams, m->params.final_norm, N * streams, d);
-        K->mhc_reduce_forward(a->xf, s->hc_z, N, d, streams);
+    if (l == (int)model->dims.n_sub) {
+        kernels->rmsnorm_forward(s->hc_z, s->hc_rstd, s->streams, model->params.final_norm,
+                                 N * streams, d);
+        kernels->mhc_reduce_forward(a->xf, s->hc_z, N, d, streams);
         return;
     }
-    HcRows p = hc_rows(m, &m->params, (size_t)l);
-    K->mhc_input_forward(s->h, s->hc_mix, s->hc_e, s->hc_z, s->hc_rstd, s->streams, p.norm,
+    HcRows p = hc_rows(model, &model->params, (size_t)l);
+    kernels->mhc_input_forward(s->h, s->hc_mix, s->hc_e, s->hc_z, s->hc_rstd, s->streams, p.norm,
                          p.proj, p.bias, p.scale, N, d, streams);
 }
 
 // Its backward: dstreams (N, m*d) += the gradient of the streams entering l from dxn (the
 // head's: from a->dxf); a->dh and the dhc_ buffers are scratch. For l < 2L, a->dhc_mix holds
 // the a_post and H gradients that mhc_output_backward wrote.
-static void mhc_streams_input_backward(Model* m, int l, const float* dxn, float* dstreams) {
-    const Kernels* K = m->kernels;
-    Activations* a = &m->acts;
-    size_t N = m->B * m->T, d = m->dims.d, streams = m->dims.m;
+static void mhc_streams_input_backward(Model* model, int l, const float* dxn, float* dstreams) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d, streams = model->dims.streams;
     const SubLayer* s = &a->sub[l];
-    Norm norm = sublayer_norm(m, l);
-    if (l == (int)m->dims.n_sub) {
-        K->zero(a->dhc_z, N * streams * d);
-        K->mhc_reduce_backward(a->dhc_z, dxn, N, d, streams);
-        K->rmsnorm_backward(dstreams, norm.dweight, a->dhc_z, s->streams, norm.weight,
+    Norm norm = sublayer_norm(model, l);
+    if (l == (int)model->dims.n_sub) {
+        kernels->zero(a->dhc_z, N * streams * d);
+        kernels->mhc_reduce_backward(a->dhc_z, dxn, N, d, streams);
+        kernels->rmsnorm_backward(dstreams, norm.dweight, a->dhc_z, s->streams, norm.weight,
                             s->hc_rstd, N * streams, d);
         return;
     }
-    K->zero(a->dh, N * d);
-    K->rmsnorm_backward(a->dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
-    HcRows p = hc_rows(m, &m->params, (size_t)l), g = hc_rows(m, &m->grads, (size_t)l);
-    K->mhc_input_backward(dstreams, g.norm, g.proj, g.bias, g.scale, a->dhc_mix, a->dhc_e,
+    kernels->zero(a->dh, N * d);
+    kernels->rmsnorm_backward(a->dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
+    HcRows p = hc_rows(model, &model->params, (size_t)l);
+    HcRows g = hc_rows(model, &model->grads, (size_t)l);
+    kernels->mhc_input_backward(dstreams, g.norm, g.proj, g.bias, g.scale, a->dhc_mix, a->dhc_e,
                           a->dhc_z, a->dh, s->streams, s->hc_z, s->hc_rstd, s->hc_e, s->hc_mix,
                           p.norm, p.proj, p.scale, N, d, streams);
 }
 
-static void input_forward(Model* m, int l) {
-    const Kernels* K = m->kernels;
-    const ModelConfig* c = &m->config;
-    Activations* a = &m->acts;
-    size_t N = m->B * m->T, d = m->dims.d;
-    Norm norm = sublayer_norm(m, l);
-    if (m->dims.m > 0) {  // mhc: h_l = u_l from the streams (the head: xf itself)
-        mhc_forward_rows(m, a, N, l);
-        if (l < (int)m->dims.n_sub) { K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d); }
+static void input_forward(Model* model, int l) {
+    const Kernels* kernels = model->kernels;
+    const ModelConfig* c = &model->config;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    Norm norm = sublayer_norm(model, l);
+    if (model->dims.streams > 0) {  // mhc: h_l = u_l from the streams (the head: xf itself)
+        mhc_forward_rows(model, a, N, l);
+        if (l < (int)model->dims.n_sub) { kernels->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d); }
         return;
     }
-    if (m->dims.S == 0) {  // none: h_l is the residual stream
-        K->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d);
+    if (model->dims.S == 0) {  // none: h_l is the residual stream
+        kernels->rmsnorm_forward(norm.xn, norm.rstd, norm.h, norm.weight, N, d);
         return;
     }
     // AttnRes: h_l = DA_l(sources) by the operator the config picks (depth_variants.c), then
     // xn_l = rmsnorm(h_l)
-    const float* src[m->dims.n_sub + 2];
+    const float* src[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, NULL);
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
+    DepthRows p = model_depth_rows(model, &model->params, (size_t)l);
     SubLayer* s = &a->sub[l];
-    K->attnres_input_forward(norm.xn, norm.rstd, norm.h, s->alpha, s->key_rstd, s->last_xn,
+    kernels->attnres_input_forward(norm.xn, norm.rstd, norm.h, s->alpha, s->key_rstd, s->last_xn,
                              s->last_rstd, s->query_rows, src, p.query, p.norm, p.qproj, p.mix,
-                             norm.weight, n, N, d, m->dims.K, c->depth_score, c->mixing);
+                             norm.weight, n, N, d, model->dims.depth_heads, c->depth_score, c->mixing);
 }
 
 // The backward of input_forward from dxn, the gradient of xn_l. none: dh holds the residual
 // stream's gradient, and h_l's share adds into it. AttnRes: dh is scratch for h_l's gradient
 // (overwritten), which the depth attention takes on into the sources' gradients.
-static void input_backward(Model* m, int l, const float* dxn, float* dh) {
-    const Kernels* K = m->kernels;
-    const ModelConfig* c = &m->config;
-    Activations* a = &m->acts;
-    size_t N = m->B * m->T, d = m->dims.d;
-    Norm norm = sublayer_norm(m, l);
-    if (m->dims.S == 0) {
-        K->rmsnorm_backward(dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
+static void input_backward(Model* model, int l, const float* dxn, float* dh) {
+    const Kernels* kernels = model->kernels;
+    const ModelConfig* c = &model->config;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    Norm norm = sublayer_norm(model, l);
+    if (model->dims.S == 0) {
+        kernels->rmsnorm_backward(dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
         return;
     }
-    const float* src[m->dims.n_sub + 2];
-    float* dsrc[m->dims.n_sub + 2];
+    const float* src[model->dims.n_sub + 2];
+    float* dsrc[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, dsrc);
-    DepthRows p = model_depth_rows(m, &m->params, (size_t)l);
-    DepthRows g = model_depth_rows(m, &m->grads, (size_t)l);
+    DepthRows p = model_depth_rows(model, &model->params, (size_t)l);
+    DepthRows g = model_depth_rows(model, &model->grads, (size_t)l);
     const SubLayer* s = &a->sub[l];
-    K->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dweight, dh,
+    kernels->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dweight, dh,
                               a->dquery_rows, a->dlast_xn, dxn, norm.h, norm.rstd, norm.weight,
                               s->alpha, s->key_rstd, s->last_xn, s->last_rstd, s->query_rows,
-                              src, p.query, p.norm, p.qproj, n, N, d, m->dims.K,
+                              src, p.query, p.norm, p.qproj, n, N, d, model->dims.depth_heads,
                               c->depth_score, c->mixing);
 }
 
 // ---------------------------------------------------------------------------------------
 // The whole model.
 
-float model_forward(Model* m, const int* tokens, const int* targets, size_t B, size_t T) {
-    return model_forward_counted(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+float model_forward(Model* model, const int* tokens, const int* targets, size_t B, size_t T) {
+    return model_forward_counted(model, tokens, targets, crossentropy_count(targets, B * T), B, T);
 }
 
-float model_forward_counted(Model* m, const int* tokens, const int* targets, size_t n_targets,
+float model_forward_counted(Model* model, const int* tokens, const int* targets, size_t n_targets,
                             size_t B, size_t T) {
-    model_forward_rows(m, tokens, targets, n_targets, B, T);
+    model_forward_rows(model, tokens, targets, n_targets, B, T);
     if (targets == NULL) {
-        m->loss = -1.0f;
-        return m->loss;
+        model->loss = -1.0f;
+        return model->loss;
     }
-    return model_set_loss(m, m->kernels->sum(m->acts.losses, B * T));
+    return model_set_loss(model, model->kernels->sum(model->acts.losses, B * T));
 }
 
-float model_set_loss(Model* m, double sum) {
-    m->loss = m->n_targets > 0 ? (float)(sum / (double)m->n_targets) : 0.0f;
-    return m->loss;
+float model_set_loss(Model* model, double sum) {
+    model->loss = model->n_targets > 0 ? (float)(sum / (double)model->n_targets) : 0.0f;
+    return model->loss;
 }
 
-void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t n_targets,
+void model_forward_rows(Model* model, const int* tokens, const int* targets, size_t n_targets,
                         size_t B, size_t T) {
-    if (B > m->max_B || T > m->max_T) {
+    if (B > model->max_B || T > model->max_T) {
         fprintf(stderr, "error: batch %zux%zu exceeds the model's buffers %zux%zu\n", B, T,
-                m->max_B, m->max_T);
+                model->max_B, model->max_T);
         exit(1);
     }
-    const Kernels* K = m->kernels;
-    Activations* a = &m->acts;
-    m->B = B;
-    m->T = T;
-    m->tokens = tokens;
-    m->targets = targets;
-    size_t N = B * T, d = m->dims.d, V = m->dims.V;
-    int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0;
-    K->embedding_forward(a->x0, tokens, m->params.wte, N, d);
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    model->B = B;
+    model->T = T;
+    model->tokens = tokens;
+    model->targets = targets;
+    size_t N = B * T, d = model->dims.d, V = model->dims.V;
+    int n_sub = (int)model->dims.n_sub, attnres = model->dims.S > 0;
+    kernels->embedding_forward(a->x0, tokens, model->params.wte, N, d);
 
-    if (m->dims.m > 0) {  // mhc: every stream starts as x0
-        K->mhc_expand_forward(a->sub[0].streams, a->x0, N, d, m->dims.m);
+    if (model->dims.streams > 0) {  // mhc: every stream starts as x0
+        kernels->mhc_expand_forward(a->sub[0].streams, a->x0, N, d, model->dims.streams);
     } else if (!attnres) {
-        K->copy(a->sub[0].h, a->x0, N * d);  // none: h_0 = x0
+        kernels->copy(a->sub[0].h, a->x0, N * d);  // none: h_0 = x0
     }
     for (int l = 0; l < n_sub; l++) {
-        input_forward(m, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
-        sublayer_forward(m, l);       // f_l = f_l(xn_l)
-        residual_update(m, a, l, N);  // h_{l+1}, or partial[l]
+        input_forward(model, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
+        sublayer_forward(model, l);       // f_l = f_l(xn_l)
+        residual_update(model, a, l, N);  // h_{l+1}, or partial[l]
     }
-    input_forward(m, n_sub);          // xf = rmsnorm(out); AttnRes: out = DA_out(blocks);
+    input_forward(model, n_sub);          // xf = rmsnorm(out); AttnRes: out = DA_out(blocks);
                                       // mhc: xf = sum_s rmsnorm(X_s)
 
-    K->linear_forward(a->logits, a->xf, m->params.lm_head, N, d, V);
+    kernels->linear_forward(a->logits, a->xf, model->params.lm_head, N, d, V);
     // targets NULL: probabilities only (for decoding), every row counts as ignored
-    K->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
-    m->n_targets = n_targets;
+    kernels->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
+    model->n_targets = n_targets;
 }
 
-const float* model_logits(const Model* m) { return m->acts.logits; }
-const float* model_probs(const Model* m) { return m->acts.probs; }
+const float* model_logits(const Model* model) { return model->acts.logits; }
+const float* model_probs(const Model* model) { return model->acts.probs; }
 
-void model_zero_grad(Model* m) { m->kernels->zero(m->grads_memory, m->num_params); }
+void model_zero_grad(Model* model) { model->kernels->zero(model->grads_memory, model->num_params); }
 
-void model_backward(Model* m) {
-    if (m->targets == NULL) {
+void model_backward(Model* model) {
+    if (model->targets == NULL) {
         fprintf(stderr, "error: model_backward needs a forward with targets\n");
         exit(1);
     }
-    const Kernels* K = m->kernels;
-    Activations* a = &m->acts;
-    size_t N = m->B * m->T, d = m->dims.d, V = m->dims.V;
-    int n_sub = (int)m->dims.n_sub, S = (int)m->dims.S;
-    size_t count = m->n_targets;
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d, V = model->dims.V;
+    int n_sub = (int)model->dims.n_sub, S = (int)model->dims.S;
+    size_t count = model->n_targets;
 
     // head: loss -> logits -> xf -> out
-    K->zero(a->dlogits, N * V);
-    K->crossentropy_backward(a->dlogits, a->probs, m->targets,
+    kernels->zero(a->dlogits, N * V);
+    kernels->crossentropy_backward(a->dlogits, a->probs, model->targets,
                              count > 0 ? 1.0f / (float)count : 0.0f, N, V);
-    K->zero(a->dxf, N * d);
-    K->linear_backward(a->dxf, m->grads.lm_head, a->dlogits, a->xf, m->params.lm_head, N, d, V);
+    kernels->zero(a->dxf, N * d);
+    kernels->linear_backward(a->dxf, model->grads.lm_head, a->dlogits, a->xf,
+                             model->params.lm_head, N, d, V);
 
-    K->zero(a->dx0, N * d);
-    if (m->dims.m > 0) {
+    kernels->zero(a->dx0, N * d);
+    if (model->dims.streams > 0) {
         // mhc: dX holds the gradient of the streams after sub-layer l, dX_before that of the
         // streams entering it (both paths into them add there: the mixing and the input's);
         // then the two swap. After sub-layer 0 the streams are all x0.
-        size_t nd_streams = N * m->dims.m * d;
+        size_t nd_streams = N * model->dims.streams * d;
         float *dX = a->dstreams, *dX_before = a->dstreams_before;
-        K->zero(dX, nd_streams);
-        mhc_streams_input_backward(m, n_sub, a->dxf, dX);
+        kernels->zero(dX, nd_streams);
+        mhc_streams_input_backward(model, n_sub, a->dxf, dX);
         for (int l = n_sub - 1; l >= 0; l--) {
             const SubLayer* s = &a->sub[l];
-            K->zero(dX_before, nd_streams);
-            K->zero(a->dout, N * d);  // df_l
-            K->mhc_output_backward(dX_before, a->dout, a->dhc_mix, dX, s->streams, s->f,
-                                   s->hc_mix, N, d, m->dims.m);
-            sublayer_backward(m, l, a->dout);
-            mhc_streams_input_backward(m, l, a->dxn, dX_before);
+            kernels->zero(dX_before, nd_streams);
+            kernels->zero(a->dout, N * d);  // df_l
+            kernels->mhc_output_backward(dX_before, a->dout, a->dhc_mix, dX, s->streams, s->f,
+                                   s->hc_mix, N, d, model->dims.streams);
+            sublayer_backward(model, l, a->dout);
+            mhc_streams_input_backward(model, l, a->dxn, dX_before);
             float* t = dX; dX = dX_before; dX_before = t;
         }
-        K->mhc_expand_backward(a->dx0, dX, N, d, m->dims.m);
+        kernels->mhc_expand_backward(a->dx0, dX, N, d, model->dims.streams);
     } else if (S == 0) {
         // h_{l+1} = h_l + f_l(h_l): the residual stream's gradient flows straight through, and
         // each sub-layer adds its input's share. One buffer holds it: dh_{l+1} = df_l while
         // sub-layer l's backward reads it, dh_l once l's share is added; after sub-layer 0 it
         // is dh_0, the gradient of h_0 = x0, so the buffer is dx0's.
         float* dresidual = a->dx0;
-        input_backward(m, n_sub, a->dxf, dresidual);  // out = h_{2L}
+        input_backward(model, n_sub, a->dxf, dresidual);  // out = h_{2L}
         for (int l = n_sub - 1; l >= 0; l--) {
-            sublayer_backward(m, l, dresidual);
-            input_backward(m, l, a->dxn, dresidual);
+            sublayer_backward(model, l, dresidual);
+            input_backward(model, l, a->dxn, dresidual);
         }
     } else {
         // one gradient buffer a block, dpartial[l/S] (gather_sources explains it)
-        K->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
-        input_backward(m, n_sub, a->dxf, a->dout);
+        kernels->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
+        input_backward(model, n_sub, a->dxf, a->dout);
         for (int l = n_sub - 1; l >= 0; l--) {
             const float* dp = a->dpartial + (size_t)(l / S) * N * d;  // d partial[l] = d f_l
-            sublayer_backward(m, l, dp);
-            input_backward(m, l, a->dxn, a->dh);
+            sublayer_backward(model, l, dp);
+            input_backward(model, l, a->dxn, a->dh);
         }
     }
-    K->embedding_backward(m->grads.wte, a->dx0, m->tokens, N, d);
+    kernels->embedding_backward(model->grads.wte, a->dx0, model->tokens, N, d);
 }
 
-float model_grad_norm(const Model* m) {
-    return (float)sqrt(sum_of_squares(m->grads_memory, m->num_params));
+float model_grad_norm(const Model* model) {
+    return (float)sqrt(sum_of_squares(model->grads_memory, model->num_params));
 }
 
-void model_update(Model* m, float lr, float beta1, float beta2, float eps,
+void model_update(Model* model, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t) {
-    model_update_shard(m, 0, m->num_params, m->grads_memory, m->m_memory, m->v_memory, lr,
-                       beta1, beta2, eps, weight_decay, t);
+    model_update_shard(model, 0, model->num_params, model->grads_memory, model->m_memory,
+                       model->v_memory, lr, beta1, beta2, eps, weight_decay, t);
 }
 
 // AdamW on the part of [offset, end) of the flat buffer that lies in the shard [lo, hi)
-static void adamw_in_shard(Model* m, size_t offset, size_t end, size_t lo, size_t hi,
+static void adamw_in_shard(Model* model, size_t offset, size_t end, size_t lo, size_t hi,
                            const float* grads, float* m_shard, float* v_shard, float lr,
                            float beta1, float beta2, float eps, float weight_decay, int t) {
     size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
     if (first < last) {
-        m->kernels->adamw_update(m->params_memory + first, grads + (first - lo),
+        model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
                                  m_shard + (first - lo), v_shard + (first - lo), last - first,
                                  lr, beta1, beta2, eps, weight_decay, t);
     }
 }
 
-void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+void model_update_shard(Model* model, size_t lo, size_t hi, const float* grads, float* m_shard,
                         float* v_shard, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t) {
     size_t offset = 0;
@@ -805,8 +813,8 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
         // all: AdamW goes element by element, so where the buffer is cut changes no bit)
         int decayed = PARAM_INFO[i].decayed;
         size_t end = offset;
-        for (; i < N_PARAM_TENSORS && PARAM_INFO[i].decayed == decayed; i++) { end += m->param_sizes[i]; }
-        adamw_in_shard(m, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2, eps,
+        for (; i < N_PARAM_TENSORS && PARAM_INFO[i].decayed == decayed; i++) { end += model->param_sizes[i]; }
+        adamw_in_shard(model, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2, eps,
                        decayed ? weight_decay : 0.0f, t);
         offset = end;
     }
@@ -827,13 +835,13 @@ int muon_matrix_shape(const ModelDims* dims, int tensor, size_t* rows, size_t* c
     return 0;
 }
 
-void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+void model_update_shard_muon(Model* model, size_t lo, size_t hi, const float* grads, float* m_shard,
                              float* v_shard, float lr, float beta1, float beta2, float eps,
                              float weight_decay, int t, float muon_momentum) {
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t end = offset + m->param_sizes[i], rows, cols;
-        if (muon_matrix_shape(&m->dims, i, &rows, &cols)) {
+        size_t end = offset + model->param_sizes[i], rows, cols;
+        if (muon_matrix_shape(&model->dims, i, &rows, &cols)) {
             size_t size = rows * cols, first = end, count = 0;  // the layers inside the shard
             for (size_t start = offset; start < end; start += size) {
                 if (start + size <= lo || start >= hi) { continue; }  // another rank's matrix
@@ -845,26 +853,26 @@ void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads,
                 if (count++ == 0) { first = start; }
             }
             if (count > 0) {
-                m->kernels->muon_update(m->params_memory + first, grads + (first - lo),
+                model->kernels->muon_update(model->params_memory + first, grads + (first - lo),
                                         m_shard + (first - lo), count, rows, cols, lr,
                                         muon_momentum, weight_decay);
             }
         } else {
-            adamw_in_shard(m, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2,
+            adamw_in_shard(model, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2,
                            eps, PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
         }
         offset = end;
     }
 }
 
-void model_muon_shard_bounds(const Model* m, int world, size_t* bounds) {
-    size_t n = m->num_params, p = (size_t)world, base = n / p, extra = n % p;
+void model_muon_shard_bounds(const Model* model, int world, size_t* bounds) {
+    size_t n = model->num_params, p = (size_t)world, base = n / p, extra = n % p;
     for (size_t r = 0; r <= p; r++) {
         size_t cut = r * base + (r < extra ? r : extra);  // the even split's
         size_t offset = 0, rows, cols;
         for (int i = 0; i < N_PARAM_TENSORS; i++) {
-            size_t end = offset + m->param_sizes[i];
-            if (cut > offset && cut < end && muon_matrix_shape(&m->dims, i, &rows, &cols)) {
+            size_t end = offset + model->param_sizes[i];
+            if (cut > offset && cut < end && muon_matrix_shape(&model->dims, i, &rows, &cols)) {
                 size_t first = offset + (cut - offset) / (rows * cols) * (rows * cols);
                 size_t last = first + rows * cols;
                 if (first != cut) { cut = cut - first <= last - cut ? first : last; }
@@ -875,28 +883,29 @@ void model_muon_shard_bounds(const Model* m, int world, size_t* bounds) {
     }
 }
 
-const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t* heads,
+const float* model_depth_alpha(const Model* model, int l, size_t* n_sources, size_t* heads,
                                size_t* rows) {
-    if (m->dims.S == 0 || l < 0 || l > (int)m->dims.n_sub) { return NULL; }
-    *n_sources = m->acts.sub[l].n_sources;
-    *heads = m->config.mixing ? 1 : m->dims.K;
-    *rows = m->config.mixing ? 1 : m->B * m->T;
-    return m->acts.sub[l].alpha;
+    if (model->dims.S == 0 || l < 0 || l > (int)model->dims.n_sub) { return NULL; }
+    *n_sources = model->acts.sub[l].n_sources;
+    *heads = model->config.mixing ? 1 : model->dims.depth_heads;
+    *rows = model->config.mixing ? 1 : model->B * model->T;
+    return model->acts.sub[l].alpha;
 }
 
-const float* model_sublayer_input(const Model* m, int l) {
-    if (l < 0 || l > (int)m->dims.n_sub) { return NULL; }
-    if (l < (int)m->dims.n_sub) { return m->acts.sub[l].h; }
-    return m->dims.m > 0 ? m->acts.sub[l].streams : m->acts.out;
+const float* model_sublayer_input(const Model* model, int l) {
+    if (l < 0 || l > (int)model->dims.n_sub) { return NULL; }
+    if (l < (int)model->dims.n_sub) { return model->acts.sub[l].h; }
+    return model->dims.streams > 0 ? model->acts.sub[l].streams : model->acts.out;
 }
 
-size_t model_sublayer_input_width(const Model* m, int l) {
-    return (l == (int)m->dims.n_sub && m->dims.m > 0) ? m->dims.m * m->dims.d : m->dims.d;
+size_t model_sublayer_input_width(const Model* model, int l) {
+    const ModelDims* z = &model->dims;
+    return (l == (int)z->n_sub && z->streams > 0) ? z->streams * z->d : z->d;
 }
 
-const float* model_sublayer_output(const Model* m, int l) {
-    if (l < 0 || l >= (int)m->dims.n_sub) { return NULL; }
-    return m->acts.sub[l].f;
+const float* model_sublayer_output(const Model* model, int l) {
+    if (l < 0 || l >= (int)model->dims.n_sub) { return NULL; }
+    return model->acts.sub[l].f;
 }
 
 // ---------------------------------------------------------------------------------------

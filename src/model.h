@@ -52,13 +52,13 @@ typedef struct {
     size_t S;         // block size: 0 none, 1 full, >= 2 block
     size_t n_blocks;  // 2L/S completed blocks at the end (0 in none mode)
     size_t n_res;     // depth attentions: 2L+1 in AttnRes, 0 in none
-    size_t K;         // depth-attention heads (1 without --depth-heads)
+    size_t depth_heads;  // depth-attention heads (1 without --depth-heads)
     // rows (0 or n_res) of each residual tensor, as the variant has them
     size_t n_query_rows, n_norm_rows, n_qproj_rows, n_logit_rows, n_scalar_rows;
-    // mHC-lite: m streams (0 in the other modes), R = m! permutations, E = 2m + R projected
+    // mHC-lite: streams m (0 in the other modes), R = m! permutations, E = 2m + R projected
     // values a row, n_mix = MHC_MIX_WIDTH(m) coefficients a row (layers.h), n_hc_rows = 2L
     // rows of each hc_ tensor (0 in the other modes)
-    size_t m, R, E, n_mix, n_hc_rows;
+    size_t streams, R, E, n_mix, n_hc_rows;
 } ModelDims;
 ModelDims model_dims(const ModelConfig* c);
 
@@ -86,8 +86,8 @@ typedef enum {
     X(wg,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
     X(wu,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
     X(wd,           dims.L * dims.d * dims.F,       INIT_NORMAL_OUT, 1)         \
-    X(hc_norm,      dims.n_hc_rows * dims.m * dims.d, INIT_ONE,      0)         \
-    X(hc_proj,      dims.n_hc_rows * dims.E * dims.m * dims.d, INIT_ZERO, 0)    \
+    X(hc_norm,      dims.n_hc_rows * dims.streams * dims.d, INIT_ONE,      0)         \
+    X(hc_proj,      dims.n_hc_rows * dims.E * dims.streams * dims.d, INIT_ZERO, 0)    \
     X(hc_bias,      dims.n_hc_rows * dims.E,        INIT_HC_BIAS,    0)         \
     X(hc_scale,     dims.n_hc_rows * 3,             INIT_HC_SCALE,   0)         \
     X(res_logits,   dims.n_logit_rows * dims.n_res, INIT_ZERO,       0)         \
@@ -212,45 +212,45 @@ typedef struct {
 
 // Allocates every buffer (params zeroed) with the CPU kernels; the caller then inits or loads
 // params. model_build_on does it for any kernel table (cuda/model.cu: on the GPU).
-void model_build(Model* m, const ModelConfig* c, size_t max_B, size_t max_T);
-void model_build_on(Model* m, const ModelConfig* c, size_t max_B, size_t max_T,
+void model_build(Model* model, const ModelConfig* c, size_t max_B, size_t max_T);
+void model_build_on(Model* model, const ModelConfig* c, size_t max_B, size_t max_T,
                     const Kernels* K);
-void model_free(Model* m);
+void model_free(Model* model);
 // SPEC init (PARAMETER_TENSORS' init column) from one random stream, in canonical order.
-void model_init_params(Model* m, uint64_t seed);
+void model_init_params(Model* model, uint64_t seed);
 
 // Forward on tokens (B,T) with B <= max_B, T <= max_T. targets (B,T) may be NULL; else the
 // mean cross-entropy over targets != -1 is returned (and kept in m->loss). Host arrays, for
 // the CPU model.
-float model_forward(Model* m, const int* tokens, const int* targets, size_t B, size_t T);
+float model_forward(Model* model, const int* tokens, const int* targets, size_t B, size_t T);
 // The same with the inputs already in the model's memory (device memory for the CUDA model)
 // and n_targets, the number of targets != -1, counted by the caller (crossentropy_count on
 // the host copy), so that nothing is read back from the device for it.
-float model_forward_counted(Model* m, const int* tokens, const int* targets, size_t n_targets,
+float model_forward_counted(Model* model, const int* tokens, const int* targets, size_t n_targets,
                             size_t B, size_t T);
 // model_forward_counted in two halves, for a caller that reads the rows' losses back later,
 // together with other numbers (./train_cuda's step: with the gradient's norm, once):
 // model_forward_rows leaves every row's loss in m->acts.losses (nothing is read back), and
 // model_set_loss(m, sum) sets and returns m->loss from their sum (in double, in row order).
-void model_forward_rows(Model* m, const int* tokens, const int* targets, size_t n_targets,
+void model_forward_rows(Model* model, const int* tokens, const int* targets, size_t n_targets,
                         size_t B, size_t T);
-float model_set_loss(Model* m, double sum);
+float model_set_loss(Model* model, double sum);
 // (B,T,V) logits and probabilities of the last forward.
-const float* model_logits(const Model* m);
-const float* model_probs(const Model* m);
-void model_zero_grad(Model* m);
+const float* model_logits(const Model* model);
+const float* model_probs(const Model* model);
+void model_zero_grad(Model* model);
 // Backward of the last forward's mean loss; accumulates into m->grads.
-void model_backward(Model* m);
+void model_backward(Model* model);
 // Global L2 norm of all gradients (CPU model).
-float model_grad_norm(const Model* m);
+float model_grad_norm(const Model* model);
 // One AdamW step on every tensor; t counts from 1.
-void model_update(Model* m, float lr, float beta1, float beta2, float eps,
+void model_update(Model* model, float lr, float beta1, float beta2, float eps,
                   float weight_decay, int t);
 // AdamW on the shard [lo, hi) of the flat parameter buffer alone (ZeRO-1, distributed.h):
 // grads, m_shard and v_shard hold hi - lo floats (the shard's summed gradients and its
 // moments); each tensor's part of the shard gets that tensor's weight decay. Over [0, n) with
 // the model's own buffers it is model_update.
-void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+void model_update_shard(Model* model, size_t lo, size_t hi, const float* grads, float* m_shard,
                         float* v_shard, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int t);
 // Muon (SPEC "Optimisers and schedules") on the shard [lo, hi): every per-layer matrix of
@@ -258,7 +258,7 @@ void model_update_shard(Model* m, size_t lo, size_t hi, const float* grads, floa
 // its momentum buffer m_shard at the matrix's place (v_shard stays untouched there); every
 // other tensor by AdamW as model_update_shard does. Each Muon matrix must lie wholly inside
 // or outside the shard (model_muon_shard_bounds); one cut is an error that exits.
-void model_update_shard_muon(Model* m, size_t lo, size_t hi, const float* grads, float* m_shard,
+void model_update_shard_muon(Model* model, size_t lo, size_t hi, const float* grads, float* m_shard,
                              float* v_shard, float lr, float beta1, float beta2, float eps,
                              float weight_decay, int t, float muon_momentum);
 // 1 when parameter tensor `tensor` (ParamIndex) is one Muon updates, with the shape
@@ -267,7 +267,7 @@ int muon_matrix_shape(const ModelDims* dims, int tensor, size_t* rows, size_t* c
 // The shards of `world` ranks for Muon: rank r owns [bounds[r], bounds[r+1]) (world + 1
 // entries), the even split of dist_shard with each cut that falls inside a Muon matrix moved
 // to that matrix's nearer end, so that every matrix is orthogonalised whole by one rank.
-void model_muon_shard_bounds(const Model* m, int world, size_t* bounds);
+void model_muon_shard_bounds(const Model* model, int world, size_t* bounds);
 
 // What the last forward left, for diagnostics (CPU model): the depth-attention weights of
 // sub-layer l (l = 2L: the output aggregation; NULL in none mode), (rows, n_sources, heads)
@@ -279,11 +279,11 @@ void model_muon_shard_bounds(const Model* m, int world, size_t* bounds);
 // the final rmsnorm; in mhc mode the m streams after the last sub-layer, (B*T, m*d), which
 // the head normalises one by one); model_sublayer_input_width: its floats a row (d, or m*d
 // at l = 2L in mhc). The output f_l (B*T, d) of sub-layer l < 2L.
-const float* model_depth_alpha(const Model* m, int l, size_t* n_sources, size_t* heads,
+const float* model_depth_alpha(const Model* model, int l, size_t* n_sources, size_t* heads,
                                size_t* rows);
-const float* model_sublayer_input(const Model* m, int l);
-size_t model_sublayer_input_width(const Model* m, int l);
-const float* model_sublayer_output(const Model* m, int l);
+const float* model_sublayer_input(const Model* model, int l);
+size_t model_sublayer_input_width(const Model* model, int l);
+const float* model_sublayer_output(const Model* model, int l);
 
 // ---- the pieces the cached decoder (inference.c) shares with the forward ----------------
 // The sources of sub-layer l (l = 2L: output aggregation) in a, N rows, into src, and, when
@@ -293,22 +293,22 @@ size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int 
                       const float** src, float** dsrc);
 // After sub-layer l has written s->f: none mode: h_{l+1} = h_l + f_l (out after the last);
 // AttnRes: partial[l] = f_l if l starts its block, else partial[l-1] + f_l.
-void residual_update(const Model* m, Activations* a, int l, size_t N);
+void residual_update(const Model* model, Activations* a, int l, size_t N);
 // s->f = MLP(s->xn) of sub-layer l (odd), s->xn = rmsnorm(s->h) already there; N rows.
-void mlp_sublayer_forward(const Model* m, SubLayer* s, int l, size_t N);
+void mlp_sublayer_forward(const Model* model, SubLayer* s, int l, size_t N);
 // The residual tensors' rows of depth attention l in t (the model's params or grads): the
 // query w_l, the key norm's gain g_l, U_l, the mixing coefficients; NULL where the variant
 // has no such tensor.
 typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
-DepthRows model_depth_rows(const Model* m, const ParameterTensors* t, size_t l);
+DepthRows model_depth_rows(const Model* model, const ParameterTensors* t, size_t l);
 // out (N,d) = the depth attention of sub-layer l (l = 2L: output aggregation) over its sources
 // in a, N rows, by the sequential definition: attnres_input_forward (depth_variants.c)
 // without the norm, for the operator the config picks; saves what it needs in a->sub[l].
-void depth_forward_rows(const Model* m, Activations* a, size_t N, int l, float* out);
+void depth_forward_rows(const Model* model, Activations* a, size_t N, int l, float* out);
 // mHC-lite (mhc.c) on the streams in a, N rows: for l < 2L, the input u_l of sub-layer l into
 // a->sub[l].h (before its own norm) from a->sub[l].streams, saving the coefficients there;
 // for l = 2L, the head's input a->xf = sum_s rmsnorm(X_s; final_norm).
-void mhc_forward_rows(const Model* m, Activations* a, size_t N, int l);
+void mhc_forward_rows(const Model* model, Activations* a, size_t N, int l);
 
 #ifdef __cplusplus
 }

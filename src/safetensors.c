@@ -45,7 +45,7 @@ static const char* const NAME_FORMAT[N_PARAM_TENSORS] = {
 
 // The shape of one row of kind (one layer's wq, one depth attention's query); returns its rank
 static int row_shape(const ModelDims* d, int kind, size_t shape[2]) {
-    size_t streams_width = d->m * d->d;  // m*d: mHC-lite's streams side by side
+    size_t streams_width = d->streams * d->d;  // m*d: mHC-lite's streams side by side
     switch (kind) {
         case PARAM_wte: case PARAM_lm_head: shape[0] = d->V; shape[1] = d->d; return 2;
         case PARAM_wq: shape[0] = d->q_dim; shape[1] = d->d; return 2;

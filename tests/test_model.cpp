@@ -351,20 +351,20 @@ TEST_CASE("mHC-lite's init: sub-layer l reads and writes mostly stream l mod m, 
         Model& m = scoped.m;
         model_init_params(&m, 7);
         const ModelDims& z = m.dims;
-        CHECK(z.m == (size_t)c.streams);
-        CHECK(z.E == 2 * z.m + z.R);
-        CHECK(m.param_sizes[PARAM_hc_norm] == z.n_sub * z.m * z.d);
-        CHECK(m.param_sizes[PARAM_hc_proj] == z.n_sub * z.E * z.m * z.d);
+        CHECK(z.streams == (size_t)c.streams);
+        CHECK(z.E == 2 * z.streams + z.R);
+        CHECK(m.param_sizes[PARAM_hc_norm] == z.n_sub * z.streams * z.d);
+        CHECK(m.param_sizes[PARAM_hc_proj] == z.n_sub * z.E * z.streams * z.d);
         CHECK(m.param_sizes[PARAM_res_query] == 0);
         CHECK(m.param_sizes[PARAM_res_norm] == 0);
         for (size_t l = 0; l < z.n_sub; l++) {
             const float* bias = m.params.hc_bias + l * z.E;
-            for (size_t s = 0; s < z.m; s++) {
-                float favoured = s == l % z.m ? 1.0f : -1.0f;
+            for (size_t s = 0; s < z.streams; s++) {
+                float favoured = s == l % z.streams ? 1.0f : -1.0f;
                 CHECK(bias[s] == favoured);
-                CHECK(bias[z.m + z.R + s] == favoured);
+                CHECK(bias[z.streams + z.R + s] == favoured);
             }
-            for (size_t r = 0; r < z.R; r++) CHECK(bias[z.m + r] == (r == 0 ? 0.0f : -8.0f));
+            for (size_t r = 0; r < z.R; r++) CHECK(bias[z.streams + r] == (r == 0 ? 0.0f : -8.0f));
             for (size_t k = 0; k < 3; k++) CHECK(m.params.hc_scale[l * 3 + k] == 0.01f);
         }
         for (size_t i = 0; i < m.param_sizes[PARAM_hc_proj]; i++) REQUIRE(m.params.hc_proj[i] == 0.0f);
@@ -380,9 +380,9 @@ TEST_CASE("mHC-lite's init: sub-layer l reads and writes mostly stream l mod m, 
         model_forward(&m, batch.tokens.data(), batch.targets.data(), 1, 3);
         const float* mix = m.acts.sub[0].hc_mix;
         double off = 24 * std::exp(-8.0);
-        for (size_t s = 0; s < z.m; s++)
-            for (size_t t = 0; t < z.m; t++) {
-                double h = mix[2 * z.m + z.R + s * z.m + t];
+        for (size_t s = 0; s < z.streams; s++)
+            for (size_t t = 0; t < z.streams; t++) {
+                double h = mix[2 * z.streams + z.R + s * z.streams + t];
                 CHECK(std::fabs(h - (s == t ? 1.0 : 0.0)) < off);
             }
     }

@@ -617,7 +617,7 @@ static void randomise_params(Model* m, uint64_t* rng) {
                            : i == PARAM_res_qproj ? 0.3 / sqrt((double)m->config.d_model) * z
                            : i == PARAM_hc_bias ? 0.5 * z
                            : i == PARAM_hc_scale ? 0.5 + 0.3 * z
-                           : i == PARAM_lm_head && m->dims.m > 0 ? 0.3 / (double)m->dims.m * z
+                           : i == PARAM_lm_head && m->dims.streams > 0 ? 0.3 / (double)m->dims.streams * z
                            : 0.3 * z);
         }
         p += m->param_sizes[i];

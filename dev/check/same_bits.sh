@@ -4,7 +4,11 @@
 #   - trains 12 configs for 60 steps each (every mode, a window, both mixings, every variant
 #     switch, heads), keeping each checkpoint and the printed losses (timings stripped);
 #   - samples from three of the checkpoints (greedy and drawn);
-#   - runs check_state on every tests/data/*.bin state file, keeping what it prints.
+#   - runs check_state on every tests/data/*.bin state file, keeping what it prints;
+#   - with SAME_BITS_CUDA=1, builds build/emu/train_cuda (./train_cuda with the emulated
+#     kernels) and trains 6 small configs with it, graphs and --no-graph, keeping each
+#     checkpoint and the printed losses; and, where mpirun is, build/train_mpi on 2 processes
+#     and build/emu/train_cuda_mpi on 1 (the sharded steps), 2 configs each.
 # Run it on a checkout before the change and on one after, then `diff -r BEFORE AFTER`:
 # no output means the same bits (parameters, AdamW moments, losses, samples, verdicts).
 set -euo pipefail
@@ -40,4 +44,36 @@ done
 for f in tests/data/*.bin; do
   ./check_state "$f" 2>&1 | sed 's#'"$REPO"'#REPO#g' > "$OUT/check_$(basename "$f").txt" || echo "rc=$?" >> "$OUT/check_$(basename "$f").txt"
 done
+if [ "${SAME_BITS_CUDA:-0}" = 1 ]; then
+  make -s build/emu/train_cuda >/dev/null
+  E="build/emu/train_cuda --task reverse --length 4 --symbols 6 --d 16 --L 2 --H 2 --G 1 --F 24
+     --batch 4 --steps 6 --warmup 2 --log-every 1 --eval-every 3 --eval-examples 16 --threads 1"
+  cuda_configs=(
+    "cuda_none:--mode none"
+    "cuda_block2:--mode block --block-size 2"
+    "cuda_variants:--mode block --block-size 2 --depth-score sigmoid --depth-heads 2 --depth-query input"
+    "cuda_static:--mode full --depth-window 2 --mixing static"
+    "cuda_mhc:--mode mhc --streams 3"
+    "cuda_muon:--mode block --block-size 2 --optimizer muon"
+    "cuda_nograph:--mode full --depth-score sigmoid --depth-heads 2 --no-graph"
+  )
+  for c in "${cuda_configs[@]}"; do
+    name=${c%%:*}; flags=${c#*:}
+    rm -f "$OUT/$name.ckpt"
+    # shellcheck disable=SC2086
+    $E $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
+  done
+  if command -v mpirun >/dev/null; then
+    make -s build/train_mpi build/emu/train_cuda_mpi >/dev/null
+    R=(mpirun --oversubscribe); [ "$(id -u)" -eq 0 ] && R+=(--allow-run-as-root)
+    for c in "mpi_block2:--mode block --block-size 2" "mpi_muon:--mode full --optimizer muon"; do
+      name=${c%%:*}; flags=${c#*:}
+      rm -f "$OUT/$name.ckpt" "$OUT/${name}_cuda.ckpt"
+      # shellcheck disable=SC2086
+      "${R[@]}" -np 2 build/train_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/comm .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
+      # shellcheck disable=SC2086
+      "${R[@]}" -np 1 build/emu/train_cuda_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/${name}_cuda.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/comm .*//; s#'"$OUT"'#OUT#g' > "$OUT/${name}_cuda.log" || true
+    done
+  fi
+fi
 ls "$OUT" | wc -l
