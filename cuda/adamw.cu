@@ -26,8 +26,8 @@ void adamw_update_cuda(float* params, const float* grads, float* m, float* v, si
                        float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     float beta1_correction = 1.0f - powf(beta1, (float)t);
     float beta2_correction = 1.0f - powf(beta2, (float)t);
-    const size_t block_size = 256;
-    launch_kernel(adamw_kernel, ceil_div(n, block_size), block_size, params, grads, m, v, n,
+    const size_t threads = 256;
+    launch_kernel(adamw_kernel, ceil_div(n, threads), threads, params, grads, m, v, n,
                   lr, beta1, beta2, beta1_correction, beta2_correction, eps, weight_decay);
 }
 
@@ -85,6 +85,6 @@ float global_norm_cuda(const float* grads, size_t n) {
 
 void clip_gradients_cuda(float* grads, size_t n, float norm, float max_norm) {
     if (norm <= max_norm) return;
-    const size_t block_size = 256;
-    launch_kernel(scale_kernel, ceil_div(n, block_size), block_size, grads, n, max_norm / norm);
+    const size_t threads = 256;
+    launch_kernel(scale_kernel, ceil_div(n, threads), threads, grads, n, max_norm / norm);
 }

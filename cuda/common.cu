@@ -23,8 +23,8 @@ __global__ void column_partials_sum_kernel(float* out, const float* partial, siz
 }
 
 void add_column_partials_cuda(float* out, const float* partial, size_t parts, size_t C) {
-    const size_t block_size = 128;
-    launch_kernel(column_partials_sum_kernel, ceil_div(C, block_size), block_size, out, partial,
+    const size_t threads = 128;
+    launch_kernel(column_partials_sum_kernel, ceil_div(C, threads), threads, out, partial,
                   parts, C);
 }
 
@@ -50,9 +50,9 @@ __global__ void column_part_sums_kernel(float* partial, const float* x, size_t N
 }
 
 void add_column_sums_cuda(float* out, float* partial, const float* x, size_t N, size_t C) {
-    const size_t block_size = 64;
+    const size_t threads = 64;
     unsigned int parts = ceil_div(N, ROWS_PER_PART);
-    launch_kernel(column_part_sums_kernel, dim3(ceil_div(C, block_size), parts), block_size,
+    launch_kernel(column_part_sums_kernel, dim3(ceil_div(C, threads), parts), threads,
                   partial, x, N, C);
     add_column_partials_cuda(out, partial, parts, C);
 }

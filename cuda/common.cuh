@@ -192,9 +192,9 @@ inline float* cuda_workspace(size_t count) {
     return cuda_grow_floats(&data, &capacity, count);
 }
 
-// the number of blocks of `block_size` that cover `n`
-inline unsigned int ceil_div(size_t n, size_t block_size) {
-    return (unsigned int)((n + block_size - 1) / block_size);
+// the number of blocks of `threads` threads each that cover `n`
+inline unsigned int ceil_div(size_t n, size_t threads) {
+    return (unsigned int)((n + threads - 1) / threads);
 }
 
 // 4 floats at p (16-byte aligned) in one 16-byte load or store. The emulator copies them

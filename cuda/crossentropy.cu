@@ -42,14 +42,14 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* probs,
 
 void crossentropy_forward_cuda(float* losses, float* probs, const float* logits,
                                const int* targets, size_t N, size_t V) {
-    const size_t block_size = 128;  // 4 rows per block
-    launch_kernel(crossentropy_forward_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
+    const size_t threads = 128;  // 4 rows per block
+    launch_kernel(crossentropy_forward_kernel, ceil_div(N * WARP_SIZE, threads), threads,
                   losses, probs, logits, targets, N, V);
 }
 
 void crossentropy_backward_cuda(float* dlogits, const float* probs, const int* targets,
                                 float scale, size_t N, size_t V) {
-    const size_t block_size = 256;
-    launch_kernel(crossentropy_backward_kernel, ceil_div(N * V, block_size), block_size,
+    const size_t threads = 256;
+    launch_kernel(crossentropy_backward_kernel, ceil_div(N * V, threads), threads,
                   dlogits, probs, targets, scale, N, V);
 }

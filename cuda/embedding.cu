@@ -53,15 +53,15 @@ __global__ void embedding_backward_kernel(float* dwte, const float* dout, const 
 }
 
 void embedding_forward_cuda(float* out, const int* tokens, const float* wte, size_t N, size_t C) {
-    const size_t block_size = 256;
-    launch_kernel(embedding_forward_kernel, ceil_div(N * C, block_size), block_size,
+    const size_t threads = 256;
+    launch_kernel(embedding_forward_kernel, ceil_div(N * C, threads), threads,
                   out, tokens, wte, N, C);
 }
 
 void embedding_backward_cuda(float* dwte, const float* dout, const int* tokens, size_t N,
                              size_t C) {
-    const size_t block_size = 128;
-    launch_kernel(embedding_backward_kernel, dim3((unsigned int)N, ceil_div(C, block_size)),
-                  block_size, dwte, dout, tokens, N, C);
+    const size_t threads = 128;
+    launch_kernel(embedding_backward_kernel, dim3((unsigned int)N, ceil_div(C, threads)),
+                  threads, dwte, dout, tokens, N, C);
 
 }

@@ -242,8 +242,8 @@ static void launch_matmul(const MatmulPlan* plan, float* c, const float* a, cons
                   vectorisable(a, a_row, a_col), vectorisable(b, b_col, b_row),
                   (int)((uintptr_t)c % 16 == 0 && P % 4 == 0));
     if (splits > 1) {
-        const size_t block_size = 256;
-        launch_kernel(split_k_sum_kernel, ceil_div(ceil_div(M * P, 4), block_size), block_size,
+        const size_t threads = 256;
+        launch_kernel(split_k_sum_kernel, ceil_div(ceil_div(M * P, 4), threads), threads,
                       c, partial, M * P, (int)splits, accumulate);
     }
 }

@@ -25,8 +25,8 @@ __global__ void add_kernel(float* out, const float* a, const float* b, size_t n)
 }
 
 static void add_cuda(float* out, const float* a, const float* b, size_t n) {
-    const size_t block_size = 256;
-    launch_kernel(add_kernel, ceil_div(n, block_size), block_size, out, a, b, n);
+    const size_t threads = 256;
+    launch_kernel(add_kernel, ceil_div(n, threads), threads, out, a, b, n);
 }
 static void zero_cuda(float* x, size_t n) {
     cuda_memset_async(x, 0, n * sizeof(float));

@@ -130,20 +130,20 @@ __global__ void rmsnorm_backward_weight_kernel(float* partial, const float* dout
 
 void rmsnorm_forward_cuda(float* out, float* rstd, const float* inp, const float* weight,
                           size_t N, size_t C) {
-    const size_t block_size = 128;  // 4 rows per block
-    launch_kernel(rmsnorm_forward_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
+    const size_t threads = 128;  // 4 rows per block
+    launch_kernel(rmsnorm_forward_kernel, ceil_div(N * WARP_SIZE, threads), threads,
                   out, rstd, inp, weight, N, C);
 }
 
 void rmsnorm_backward_cuda(float* dinp, float* dweight, const float* dout, const float* inp,
                            const float* weight, const float* rstd, size_t N, size_t C) {
-    const size_t block_size = 128;
-    launch_kernel(rmsnorm_backward_inp_kernel, ceil_div(N * WARP_SIZE, block_size), block_size,
+    const size_t threads = 128;
+    launch_kernel(rmsnorm_backward_inp_kernel, ceil_div(N * WARP_SIZE, threads), threads,
                   dinp, dout, inp, weight, rstd, N, C);
     if (dweight == NULL) return;  // no gain (weight NULL): nothing to learn
     unsigned int parts = ceil_div(N, ROWS_PER_PART);
     float* partial = cuda_workspace((size_t)parts * C);
-    launch_kernel(rmsnorm_backward_weight_kernel, dim3(ceil_div(C, block_size), parts),
-                  block_size, partial, dout, inp, rstd, N, C);
+    launch_kernel(rmsnorm_backward_weight_kernel, dim3(ceil_div(C, threads), parts),
+                  threads, partial, dout, inp, rstd, N, C);
     add_column_partials_cuda(dweight, partial, parts, C);
 }

@@ -88,25 +88,25 @@ __global__ void rope_backward_kernel(float* dinp, const float* dout, const float
 
 void rope_forward_cuda(float* out, const float* inp, size_t B, size_t T, size_t n_heads,
                        size_t head_size) {
-    const size_t block_size = 256;
+    const size_t threads = 256;
     size_t n_pairs = B * T * n_heads * (head_size / 2);
-    launch_kernel(rope_forward_kernel, ceil_div(n_pairs, block_size), block_size,
+    launch_kernel(rope_forward_kernel, ceil_div(n_pairs, threads), threads,
                   out, inp, rope_table_cuda(T, head_size), B, T, n_heads, head_size);
 }
 
 void rope_forward_at_cuda(float* out, const float* inp, size_t position, size_t N, size_t n_heads,
                           size_t head_size) {
-    const size_t block_size = 256;
+    const size_t threads = 256;
     size_t n_pairs = N * n_heads * (head_size / 2);
-    launch_kernel(rope_forward_at_kernel, ceil_div(n_pairs, block_size), block_size,
+    launch_kernel(rope_forward_at_kernel, ceil_div(n_pairs, threads), threads,
                   out, inp, rope_table_cuda(position + 1, head_size), position, N, n_heads,
                   head_size);
 }
 
 void rope_backward_cuda(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
                         size_t head_size) {
-    const size_t block_size = 256;
+    const size_t threads = 256;
     size_t n_pairs = B * T * n_heads * (head_size / 2);
-    launch_kernel(rope_backward_kernel, ceil_div(n_pairs, block_size), block_size,
+    launch_kernel(rope_backward_kernel, ceil_div(n_pairs, threads), threads,
                   dinp, dout, rope_table_cuda(T, head_size), B, T, n_heads, head_size);
 }

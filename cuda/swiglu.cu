@@ -26,14 +26,14 @@ __global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* do
 }
 
 void swiglu_forward_cuda(float* out, const float* gate, const float* up, size_t N, size_t F) {
-    const size_t block_size = 256;
-    launch_kernel(swiglu_forward_kernel, ceil_div(N * F, block_size), block_size,
+    const size_t threads = 256;
+    launch_kernel(swiglu_forward_kernel, ceil_div(N * F, threads), threads,
                   out, gate, up, N * F);
 }
 
 void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const float* gate,
                           const float* up, size_t N, size_t F) {
-    const size_t block_size = 256;
-    launch_kernel(swiglu_backward_kernel, ceil_div(N * F, block_size), block_size,
+    const size_t threads = 256;
+    launch_kernel(swiglu_backward_kernel, ceil_div(N * F, threads), threads,
                   dgate, dup, dout, gate, up, N * F);
 }

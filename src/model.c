@@ -214,32 +214,32 @@ void model_init_params(Model* model, uint64_t seed) {
 // ---------------------------------------------------------------------------------------
 // The residual bookkeeping: which sources each depth attention reads.
 //
-// Block mode (SPEC.md "Residual mode"; full mode is S = 1). The 2L sub-layers l = 0 .. 2L-1
-// fall into n_blocks = 2L/S blocks of S; sub-layer l is in block l/S (0-based here; SPEC's
-// block n = 1 + l/S). partial[l] is the running sum of the outputs of l's block up to and
-// including l: partial[l] = f_l when l starts its block (f_l's own buffer, no copy), else
-// partial[l-1] + f_l (residual_update). The block sources are b_0 = x0 and, for k >= 1, the
-// completed block b_k = partial[k*S - 1].
-// Sub-layer l reads b_0 .. b_{l/S} (every block before its own: 1 + l/S block sources), then,
-// unless l starts its block, partial[l-1]: the sum of the outputs before it in its block. The
-// output aggregation (l = 2L) reads b_0 .. b_{n_blocks}. A depth window W (full mode only)
-// keeps x0 and the W most recent of those.
+// Block mode (SPEC.md "Residual mode"; full mode is S = 1). Blocks count from 1, as in SPEC:
+// the 2L sub-layers l = 0 .. 2L-1 fall into n_blocks = 2L/S blocks of S, sub-layer l in block
+// n = 1 + l/S. partial[l] is the running sum of the outputs of l's block up to and including
+// l: partial[l] = f_l when l starts its block (f_l's own buffer, no copy), else
+// partial[l-1] + f_l (residual_update). The block sources are b_0 = x0 and the completed
+// blocks b_n = partial[n*S - 1], n = 1 .. n_blocks.
+// Sub-layer l of block n reads b_0 .. b_{n-1} (every block before its own), then, unless l
+// starts its block, partial[l-1]: the sum of the outputs before it in its block. The output
+// aggregation (l = 2L) reads b_0 .. b_{n_blocks}. A depth window W (full mode only) keeps x0
+// and the W most recent of those.
 // Gradients: b_0's is dx0. Every other source is a partial sum, and the backward keeps ONE
-// gradient buffer a block, dpartial[k] for block k (n_blocks of them): b_{k+1} =
-// partial[(k+1)S - 1] and the partial[l-1] that a sub-layer l of block k reads both add into
-// dpartial[k]. One buffer is enough because the backward walks l downwards: when it reaches
-// sub-layer l, every reader of partial[l] is done, so dpartial[l/S] holds d partial[l] = d f_l
-// in full (sublayer_backward reads it there); partial[l] = partial[l-1] + f_l hands that same
+// gradient buffer a block, db_n for block n (block_gradient: a->dpartial holds n_blocks of
+// them): b_n and the partial[l-1] that a sub-layer l of block n reads both add into db_n. One
+// buffer is enough because the backward walks l downwards: when it reaches sub-layer l, every
+// reader of partial[l] is done, so db_n (n = 1 + l/S) holds d partial[l] = d f_l in full
+// (sublayer_backward reads it there); partial[l] = partial[l-1] + f_l hands that same
 // gradient to partial[l-1], so the buffer simply becomes partial[l-1]'s, and sub-layer l's
 // depth attention adds its share on top.
-// L = 2, S = 2 (n_blocks = 2: block 0 = sub-layers 0, 1 with b_1 = partial[1], block 1 =
+// L = 2, S = 2 (n_blocks = 2: block 1 = sub-layers 0, 1 with b_1 = partial[1], block 2 =
 // sub-layers 2, 3 with b_2 = partial[3]):
 //   sub-layer     l   sources (in order)            its depth attention adds into   f_l's grad
-//   L0.attn       0   x0                            dx0                              dpartial[0]
-//   L0.mlp        1   x0, partial[0] (= f_0)        dx0, dpartial[0]                 dpartial[0]
-//   L1.attn       2   x0, b_1                       dx0, dpartial[0]                 dpartial[1]
-//   L1.mlp        3   x0, b_1, partial[2] (= f_2)   dx0, dpartial[0], dpartial[1]    dpartial[1]
-//   output        4   x0, b_1, b_2                  dx0, dpartial[0], dpartial[1]    -
+//   L0.attn       0   x0                            dx0                              db_1
+//   L0.mlp        1   x0, partial[0] (= f_0)        dx0, db_1                        db_1
+//   L1.attn       2   x0, b_1                       dx0, db_1                        db_2
+//   L1.mlp        3   x0, b_1, partial[2] (= f_2)   dx0, db_1, db_2                  db_2
+//   output        4   x0, b_1, b_2                  dx0, db_1, db_2                  -
 // Backward order: output, then l = 3, 2, 1, 0, each sub-layer first reading f_l's gradient,
 // then adding its depth attention's into the buffers on its row; dx0 ends in the embedding.
 
@@ -250,19 +250,24 @@ size_t count_sources(const ModelConfig* c, int l) {
     return (size_t)(1 + l / S + (l % S > 0));
 }
 
+// db_n, the gradient buffer of block n >= 1 (the comment above): (N,d) in a->dpartial
+static float* block_gradient(const Activations* a, int n, size_t N, size_t d) {
+    return a->dpartial + (size_t)(n - 1) * N * d;
+}
+
 size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
                       const float** src, float** dsrc) {
     int S = c->block_size, n_sub = 2 * c->n_layers;
     size_t d = (size_t)c->d_model;
-    int n_block_sources = (l == n_sub) ? n_sub / S + 1 : 1 + l / S;  // b_0 and the blocks before l
+    int last = (l == n_sub) ? n_sub / S : l / S;  // b_0 .. b_last: the blocks before l's own
     size_t count = 0;
-    for (int k = 0; k < n_block_sources; k++, count++) {
-        src[count] = k == 0 ? a->x0 : a->sub[k * S - 1].partial;
-        if (dsrc != NULL) { dsrc[count] = k == 0 ? a->dx0 : a->dpartial + (size_t)(k - 1) * N * d; }
+    for (int n = 0; n <= last; n++, count++) {
+        src[count] = n == 0 ? a->x0 : a->sub[n * S - 1].partial;
+        if (dsrc != NULL) { dsrc[count] = n == 0 ? a->dx0 : block_gradient(a, n, N, d); }
     }
-    if (l < n_sub && l % S > 0) {
+    if (l < n_sub && l % S > 0) {  // partial[l-1], in l's own block 1 + l/S
         src[count] = a->sub[l - 1].partial;
-        if (dsrc != NULL) { dsrc[count] = a->dpartial + (size_t)(l / S) * N * d; }
+        if (dsrc != NULL) { dsrc[count] = block_gradient(a, 1 + l / S, N, d); }
         count++;
     }
     size_t keep = count_sources(c, l);  // a window (full only) keeps x0 and the last W
@@ -356,7 +361,7 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     size_t b = backward != 0;
     a->dlogits = take(&at, b * N * V);
     a->dxf     = take(&at, b * N * d);
-    a->dout    = take(&at, b * N * d);
+    a->df      = take(&at, b * (z.streams > 0) * N * d);
     a->dh      = take(&at, b * (attnres || z.streams > 0) * N * d);
     a->dxn     = take(&at, b * N * d);
     a->dx0     = take(&at, b * N * d);
@@ -750,10 +755,10 @@ void model_backward(Model* model) {
         for (int l = n_sub - 1; l >= 0; l--) {
             const SubLayer* s = &a->sub[l];
             kernels->zero(dX_before, nd_streams);
-            kernels->zero(a->dout, N * d);  // df_l
-            kernels->mhc_output_backward(dX_before, a->dout, a->dhc_mix, dX, s->streams, s->f,
+            kernels->zero(a->df, N * d);
+            kernels->mhc_output_backward(dX_before, a->df, a->dhc_mix, dX, s->streams, s->f,
                                    s->hc_mix, N, d, model->dims.streams);
-            sublayer_backward(model, l, a->dout);
+            sublayer_backward(model, l, a->df);
             mhc_streams_input_backward(model, l, a->dxn, dX_before);
             float* t = dX; dX = dX_before; dX_before = t;
         }
@@ -770,11 +775,11 @@ void model_backward(Model* model) {
             input_backward(model, l, a->dxn, dresidual);
         }
     } else {
-        // one gradient buffer a block, dpartial[l/S] (gather_sources explains it)
+        // one gradient buffer a block, db_n (gather_sources explains it)
         kernels->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
-        input_backward(model, n_sub, a->dxf, a->dout);
+        input_backward(model, n_sub, a->dxf, a->dh);
         for (int l = n_sub - 1; l >= 0; l--) {
-            const float* dp = a->dpartial + (size_t)(l / S) * N * d;  // d partial[l] = d f_l
+            const float* dp = block_gradient(a, 1 + l / S, N, d);  // d partial[l] = d f_l
             sublayer_backward(model, l, dp);
             input_backward(model, l, a->dxn, a->dh);
         }

@@ -174,9 +174,11 @@ typedef struct {
     float* probs;     // (N,V)
     float* losses;    // (N)
     // backward scratch (absent when built without it)
-    float *dlogits, *dxf, *dout, *dh, *dxn, *dx0;
+    float *dlogits, *dxf, *dh, *dxn, *dx0;
+    float* df;        // (N,d) a sub-layer's output gradient, from the streams'      [mhc]
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
-    float* dpartial;  // (2L/S, N, d) gradients of the partial sums, one a block  [AttnRes]
+    float* dpartial;  // (2L/S, N, d) db_1 .. db_{2L/S}: the partial sums' gradients, one a
+                      // block (model.c: block_gradient)                                  [AttnRes]
     float *dquery_rows, *dlast_xn;  // (N,d) each       [--depth-query input]
     // mhc: the streams' gradients (two buffers, the streams after and before a sub-layer),
     // dhc_z (N,m*d), dhc_e (N,E) and dhc_mix (N,n_mix) scratch

@@ -131,22 +131,22 @@ __global__ void attention_backward_key_value_kernel1(float* dk, float* dv, const
 
 static void attention_forward1(float* out, float* att, const float* q, const float* k,
                                const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs) {
-    const size_t block_size = 128;  // 4 query rows per block
-    launch_kernel(attention_forward_kernel1, ceil_div(B * H * T * WARP_SIZE, block_size),
-                  block_size, out, att, q, k, v, B, T, H, G, hs);
+    const size_t threads = 128;  // 4 query rows per block
+    launch_kernel(attention_forward_kernel1, ceil_div(B * H * T * WARP_SIZE, threads),
+                  threads, out, att, q, k, v, B, T, H, G, hs);
 }
 
 static void attention_backward1(float* dq, float* dk, float* dv, const float* dout,
                                 const float* att, const float* q, const float* k, const float* v,
                                 size_t B, size_t T, size_t H, size_t G, size_t hs) {
     float* dscore = cuda_workspace(B * H * T * T);
-    const size_t block_size = 128;
-    launch_kernel(attention_backward_score_kernel1, ceil_div(B * H * T * WARP_SIZE, block_size),
-                  block_size, dscore, dout, att, v, B, T, H, G, hs);
-    launch_kernel(attention_backward_query_kernel1, ceil_div(B * T * H * hs, block_size),
-                  block_size, dq, dscore, k, B, T, H, G, hs);
-    launch_kernel(attention_backward_key_value_kernel1, ceil_div(B * T * G * hs, block_size),
-                  block_size, dk, dv, dscore, dout, att, q, B, T, H, G, hs);
+    const size_t threads = 128;
+    launch_kernel(attention_backward_score_kernel1, ceil_div(B * H * T * WARP_SIZE, threads),
+                  threads, dscore, dout, att, v, B, T, H, G, hs);
+    launch_kernel(attention_backward_query_kernel1, ceil_div(B * T * H * hs, threads),
+                  threads, dq, dscore, k, B, T, H, G, hs);
+    launch_kernel(attention_backward_key_value_kernel1, ceil_div(B * T * G * hs, threads),
+                  threads, dk, dv, dscore, dout, att, q, B, T, H, G, hs);
 }
 
 // ---- checking and timing -----------------------------------------------------------------
