@@ -22,8 +22,9 @@
 #endif
 
 // ./train_cuda (the GPU in one process) takes the step in cuda/model.cuh's two parts, each a
-// CUDA graph unless --no-graph: trainer_forward queues it up to the read-back (forward, zero
-// grad, backward, the norm's partial sums), trainer_update clipping and the update
+// CUDA graph unless --no-graph: trainer_forward, trainer_zero_grad and trainer_backward queue
+// it up to the read-back (forward, zero grad, backward, the norm's partial sums),
+// trainer_update clipping and the update
 #ifdef ATTNRES_CUDA
 #define STEP_IN_TWO_PARTS(t) (!(t)->sharded)
 #else
@@ -148,7 +149,7 @@ void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
 #ifdef ATTNRES_CUDA
     if (STEP_IN_TWO_PARTS(t)) {
-        model_queue_step_cuda(DEVICE(t), x, y, n_targets, B, T);
+        model_step_forward_cuda(DEVICE(t), x, y, n_targets, B, T);
         return;
     }
     model_forward_rows_cuda(DEVICE(t), x, y, n_targets, B, T);  // queued: nothing read back
@@ -158,12 +159,16 @@ void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
 #endif
 }
 
-void trainer_zero_grad(Trainer* t) {
-    if (!STEP_IN_TWO_PARTS(t)) { model_zero_grad(trained_model(t)); }
-}
+void trainer_zero_grad(Trainer* t) { model_zero_grad(trained_model(t)); }
 
 void trainer_backward(Trainer* t) {
-    if (!STEP_IN_TWO_PARTS(t)) { model_backward(trained_model(t)); }
+#ifdef ATTNRES_CUDA
+    if (STEP_IN_TWO_PARTS(t)) {  // with the norm's partial sums; a CUDA graph is launched
+        model_step_backward_cuda(DEVICE(t));
+        return;
+    }
+#endif
+    model_backward(trained_model(t));
 }
 
 float trainer_loss_and_norm(Trainer* t, float* norm) {

@@ -7,10 +7,10 @@
 // src/trainer.c is compiled once per build, -DATTNRES_CUDA for the GPU ones (Makefile).
 // On the GPU the step runs on a device twin of the host Model (cuda/model.cuh), without
 // waiting on the host until trainer_loss_and_norm reads back the loss and the norm. In one
-// process (./train_cuda) trainer_forward queues everything up to that read-back (forward,
-// zero grad, backward, the norm's partial sums) and trainer_update queues clipping and the
-// update, each as one CUDA graph replayed step after step (--no-graph: the same calls
-// queued one by one); trainer_zero_grad and trainer_backward then have nothing left to do.
+// process (./train_cuda) the step runs as two CUDA graphs, replayed step after step
+// (--no-graph: the same calls queued one by one): the first is captured (or walked, for the
+// arguments that change) from trainer_forward to trainer_backward, which launches it; the
+// second is clipping and the update, which trainer_update queues.
 // Everything else (evaluation, decoding, diagnostics, checkpoints) is CPU code on the host
 // Model, after trainer_to_host has copied the parameters and AdamW state there; so
 // evaluation runs at CPU speed in every build.
