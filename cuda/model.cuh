@@ -4,8 +4,8 @@
 // activation size table and orchestration (src/model.c), with every buffer in device memory
 // and the CUDA kernels in its kernel table. model_X_cuda mirrors model_X, same arguments in
 // the same order; host arrays (tokens, targets) stay host arrays and are copied over. Plain
-// C, so that src/trainer.c includes it; cuda/model.cu implements it. Everything runs on
-// cuda_stream (common.cuh); the calls that return a number to the host synchronise.
+// C, as src/model.h; cuda/model.cu implements it, cuda/trainer.cu trains with it. Everything
+// runs on cuda_stream (common.cuh); the calls that return a number to the host synchronise.
 #ifndef ATTNRES_MODEL_CUH
 #define ATTNRES_MODEL_CUH
 
