@@ -264,7 +264,9 @@ NVCCFLAGS  = -O3 -std=c++17 -gencode arch=compute_80,code=sm_80 -gencode arch=co
 # cuBLAS (./train_cuda --cublas, the reference matmul) from the toolkit, found at run time
 # through the toolkit's library folder
 CUDA_LIBS  = -lcublas -Xlinker -rpath=$(abspath $(dir $(NVCC))../lib64)
-CUDA_SRC   = $(wildcard cuda/*.cu)
+# the kernels and the model; cuda/trainer.cu, the GPU programs' step, is linked by them alone
+# (build/train_cuda below)
+CUDA_SRC   = $(filter-out cuda/trainer.cu,$(wildcard cuda/*.cu))
 CUDA_DEPS  = $(wildcard cuda/*.cuh) src/layers.h src/model.h src/util.h
 CUDA_OBJ   = $(patsubst %.cu,build/%.o,$(CUDA_SRC))
 EMU_FLAGS  = -std=c++17 -g -Wall -Wextra -Werror -Wno-unknown-pragmas -Wno-missing-field-initializers -Itests -Icuda -Isrc -Idata
@@ -272,11 +274,11 @@ EMU_TESTS  = $(wildcard tests/cuda_test_*.cpp)
 EMU_OBJ    = $(patsubst %,build/emu/%.o,$(CUDA_SRC) $(EMU_TESTS))
 ASAN_OBJ   = $(patsubst %,build/emu_asan/%.o,$(CUDA_SRC) $(EMU_TESTS)) $(SAN_OBJ)
 
-cuda_check: $(CUDA_OBJ)  ## compile every CUDA file with nvcc (sm_80, sm_90), warnings as errors
+cuda_check: $(CUDA_OBJ) build/cuda/trainer.o  ## compile every CUDA file with nvcc (sm_80, sm_90), warnings as errors
 
-# `make cuda`: ./train_cuda, the same train.c (same flags) with its training step on the GPU
-# (cuda/model.cu): src/trainer.c compiled by $(CC) with -DATTNRES_CUDA, linked by nvcc with
-# the CUDA objects and the CPU objects (evaluation, checkpoints), cudart linked statically.
+# `make cuda`: ./train_cuda, the same train.c (same flags) with its training step on the GPU:
+# cuda/trainer.cu in place of src/trainer.c, linked by nvcc with the CUDA objects and the CPU
+# objects (evaluation, checkpoints), cudart linked statically.
 cuda: build/train_cuda  ## ./train_cuda: ./train with its training step on the GPU (needs nvcc)
 	@cp build/train_cuda train_cuda
 
@@ -284,14 +286,12 @@ build/train_cuda.o: train.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c train.c -o $@
 
-# src/trainer.c, where the step runs, is compiled again with -DATTNRES_CUDA for the GPU
-# trainers, in place of its CPU object
+# the GPU programs' step is cuda/trainer.cu, the mirror of src/trainer.c, in place of its
+# object; the same object with MPI or without, as the distributed objects linked decide that
 GPU_HOST_OBJ = $(filter-out build/src/trainer.o,$(OBJ))
-build/trainer_cuda.o: src/trainer.c cuda/model.cuh cuda/distributed.cuh $(wildcard src/*.h)
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DATTNRES_CUDA -Icuda -c $< -o $@
+build/cuda/trainer.o build/emu/cuda/trainer.cu.o: src/trainer.h src/distributed.h src/options.h
 
-build/train_cuda: build/train_cuda.o build/trainer_cuda.o $(CUDA_OBJ) $(GPU_HOST_OBJ)
+build/train_cuda: build/train_cuda.o build/cuda/trainer.o $(CUDA_OBJ) $(GPU_HOST_OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # ./train_cuda_mpi: ./train_cuda with data parallel over GPUs (`mpirun -np P`, one process
@@ -307,18 +307,14 @@ build/train_cuda_mpi.o: train.c $(wildcard src/*.h data/*.h)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DATTNRES_MPI -c train.c -o $@
 
-build/trainer_cuda_mpi.o: src/trainer.c cuda/model.cuh cuda/distributed.cuh $(wildcard src/*.h)
-	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -DATTNRES_CUDA -DATTNRES_MPI -Icuda -c $< -o $@
-
-build/train_cuda_mpi: build/train_cuda_mpi.o build/trainer_cuda_mpi.o build/cuda_mpi/distributed.o \
+build/train_cuda_mpi: build/train_cuda_mpi.o build/cuda/trainer.o build/cuda_mpi/distributed.o \
                       $(filter-out build/cuda/distributed.o,$(CUDA_OBJ)) \
                       $(filter-out build/src/trainer.o,$(MPI_OBJ))
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS) -lnccl $(MPI_LINK)
 
 # the same with the emulated kernels (and, with no NCCL there, one process): the trainer's
 # sharded GPU step, checked against ./train by tests/run_all.sh without a GPU
-build/emu/train_cuda_mpi: build/train_cuda_mpi.o build/trainer_cuda_mpi.o \
+build/emu/train_cuda_mpi: build/train_cuda_mpi.o build/emu/cuda/trainer.cu.o \
                           $(filter build/emu/cuda/%,$(EMU_OBJ)) $(filter-out build/src/trainer.o,$(MPI_OBJ))
 	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS) $(MPI_LINK)
 
@@ -339,7 +335,7 @@ test_cuda_emu: $(EMU_OBJ) $(OBJ)  ## ./test_cuda_emu: the CUDA kernels and model
 
 # ./train_cuda's object with the emulated kernels: tests/run_all.sh checks that the trainer's
 # device path prints what ./train prints, without a GPU
-build/emu/train_cuda: build/train_cuda.o build/trainer_cuda.o $(filter build/emu/cuda/%,$(EMU_OBJ)) \
+build/emu/train_cuda: build/train_cuda.o build/emu/cuda/trainer.cu.o $(filter build/emu/cuda/%,$(EMU_OBJ)) \
                       $(GPU_HOST_OBJ)
 	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
 

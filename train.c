@@ -2,9 +2,9 @@
 // Muon (warmup, then cosine or warmup-stable-decay; gradient clipping), evaluate, checkpoint,
 // resume. Run `./train --help` for the flags. Start reading at main() at the bottom: its loop
 // is one training step after another (batch, forward, zero grad, backward, clip, update), with
-// a log line, an evaluation and a checkpoint every so often. Where the step runs (CPU, GPU,
-// several processes) is src/trainer.c; --sample is src/sample.c; --export and --init-from
-// (safetensors files) are src/safetensors.c.
+// a log line, an evaluation and a checkpoint every so often. Where the step runs is
+// src/trainer.c (the CPU, one process or several) or its GPU mirror cuda/trainer.cu;
+// --sample is src/sample.c; --export and --init-from (safetensors files) are src/safetensors.c.
 #define _POSIX_C_SOURCE 200809L  // nanosleep
 #include <errno.h>
 #include <math.h>

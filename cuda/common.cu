@@ -93,7 +93,7 @@ static void graph_check(cudaError_t error, const char* what) {
     exit(EXIT_FAILURE);
 }
 
-CudaGraph* cuda_graph_capture_begin(void) {
+static CudaGraph* cuda_graph_capture_begin(void) {
     if (cuda_graph_capturing != NULL || cuda_graph_walking != NULL) {
         fprintf(stderr, "error: a CUDA graph is prepared inside another\n");
         exit(EXIT_FAILURE);
@@ -108,20 +108,30 @@ CudaGraph* cuda_graph_capture_begin(void) {
     return g;
 }
 
-void cuda_graph_capture_end(CudaGraph* g) {
+static void cuda_graph_capture_end(CudaGraph* g) {
     cuda_graph_capturing = NULL;
     graph_check(cudaStreamEndCapture(cuda_stream, &g->graph), "capture");
     graph_check(cudaGraphInstantiate(&g->exec, g->graph, 0), "instantiation");
 }
 
-void cuda_graph_walk_begin(CudaGraph* g) {
+static void cuda_graph_walk_begin(CudaGraph* g) {
     g->next = 0;
     cuda_graph_walking = g;
 }
 
-void cuda_graph_walk_end(CudaGraph* g) {
+static void cuda_graph_walk_end(CudaGraph* g) {
     cuda_graph_walking = NULL;
     if (g->next != g->ops.size()) walk_differs(g, "fewer operations");
+}
+
+void cuda_graph_begin(CudaGraph** graph) {
+    if (*graph == NULL) *graph = cuda_graph_capture_begin();
+    else cuda_graph_walk_begin(*graph);
+}
+
+void cuda_graph_end(CudaGraph* graph) {
+    if (cuda_graph_capturing == graph) cuda_graph_capture_end(graph);
+    else cuda_graph_walk_end(graph);
 }
 
 // the next operation of the walk, which must be a kernel's launch (kernel) or a set or copy

@@ -60,7 +60,9 @@ inline bool cuda_sync_every_launch() {
 // new ones (cudaGraphExecKernelNodeSetParams). So every launch of the graph runs the kernels,
 // grids, blocks and arguments that queue() would have queued itself. A walk that meets another
 // kernel, grid, block, set or copy than the capture's exits naming it. cuda_graph_launch
-// queues the whole graph on cuda_stream.
+// queues the whole graph on cuda_stream. Work that several calls queue in turn (the training
+// step's forward, zero grad and backward) is bracketed by cuda_graph_begin and cuda_graph_end
+// instead, the two halves of cuda_graph_prepare.
 struct CudaGraph;
 // the graph being captured (its launches recorded) or walked (compared, nothing queued)
 inline CudaGraph* cuda_graph_capturing = NULL;
@@ -69,21 +71,14 @@ inline CudaGraph* cuda_graph_walking = NULL;
 // bytes), recorded after its launch (capturing) or compared with the capture (walking)
 void cuda_graph_kernel(const void* kernel, dim3 grid, dim3 block, void* const* args,
                        const size_t* sizes, size_t n_args);
-CudaGraph* cuda_graph_capture_begin(void);
-void cuda_graph_capture_end(CudaGraph* graph);
-void cuda_graph_walk_begin(CudaGraph* graph);
-void cuda_graph_walk_end(CudaGraph* graph);
+// The capture of a new graph into *graph (NULL), or the walk of *graph, begins; then ends
+void cuda_graph_begin(CudaGraph** graph);
+void cuda_graph_end(CudaGraph* graph);
 template <typename Queue>
 void cuda_graph_prepare(CudaGraph** graph, Queue queue) {
-    if (*graph == NULL) {
-        *graph = cuda_graph_capture_begin();
-        queue();
-        cuda_graph_capture_end(*graph);
-    } else {
-        cuda_graph_walk_begin(*graph);
-        queue();
-        cuda_graph_walk_end(*graph);
-    }
+    cuda_graph_begin(graph);
+    queue();
+    cuda_graph_end(*graph);
 }
 void cuda_graph_launch(CudaGraph* graph);
 void cuda_graph_free(CudaGraph* graph);  // NULL: nothing

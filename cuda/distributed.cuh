@@ -1,6 +1,6 @@
 // distributed.cuh — data-parallel training on GPUs (mirror of src/distributed.h): the
 // gradients' reduce-scatter and the parameters' all-gather of ZeRO-1 through NCCL, on
-// cuda_stream, between one process per GPU that mpirun started. Plain C, for src/trainer.c.
+// cuda_stream, between one process per GPU that mpirun started. Plain C, for cuda/trainer.cu.
 //
 // Built with -DATTNRES_MPI (build/train_cuda_mpi, make train-mpi where nvcc is) these are
 // NCCL calls; without (./train_cuda, the emulator) there is one process and each is a copy.

@@ -141,6 +141,7 @@ void model_build_cuda(ModelCuda* m, const ModelConfig* c, size_t max_B, size_t m
     m->graph = 0;
     m->step_graph = NULL;
     m->graph_B = m->graph_T = 0;
+    m->step_tokens = m->step_targets = NULL;
     memset(m->update_graphs, 0, sizeof(m->update_graphs));
     m->tokens = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
     m->targets = (int*)cuda_malloc_checked(max_B * max_T * sizeof(int));
@@ -257,7 +258,9 @@ void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_sha
 
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm) {
-    model_queue_step_cuda(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+    model_step_forward_cuda(m, tokens, targets, crossentropy_count(targets, B * T), B, T);
+    model_zero_grad_cuda(m);
+    model_step_backward_cuda(m);
     *loss = model_step_loss_and_norm_cuda(m, norm);
 }
 
@@ -273,35 +276,42 @@ void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const in
 
 // ---------------------------------------------------------------------------------------
 // ./train_cuda's step: forward to the read-back, then clipping and the update, each queued
-// as the calls above or replayed as a CUDA graph (docs/cuda.md, "The captured step").
+// as the calls above or replayed as a CUDA graph (docs/cuda.md, "The captured step"). The
+// first graph spans three calls: model_step_forward_cuda begins its capture or walk,
+// model_zero_grad_cuda's zeroing is captured or walked in turn, model_step_backward_cuda
+// ends it and launches the graph.
 
 void model_use_graph_cuda(ModelCuda* m, int on) { m->graph = on; }
 
-void model_queue_step_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t n_targets,
-                           size_t B, size_t T) {
-    check_step_batch(m, targets, B, T);
-    Model* model = &m->model;
-    size_t N = B * T;
-    auto queue = [&] {  // on the device copies of the batch
-        model_forward_rows(model, m->tokens, m->targets, n_targets, B, T);
-        model_zero_grad(model);
-        model_backward(model);
-        queue_read_back(m, N, model->grads_memory, model->num_params);
-    };
+void model_step_forward_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                             size_t n_targets, size_t B, size_t T) {
     if (!m->graph) {
-        upload_batch(m, tokens, targets, N);
-        queue();
+        model_forward_rows_cuda(m, tokens, targets, n_targets, B, T);
         return;
     }
+    check_step_batch(m, targets, B, T);
     if (m->step_graph != NULL && (B != m->graph_B || T != m->graph_T)) {  // captured anew
         cuda_graph_free(m->step_graph);
         m->step_graph = NULL;
     }
     m->graph_B = B;
     m->graph_T = T;
-    // walked before the upload, which waits for the last step's update (pageable memory)
-    cuda_graph_prepare(&m->step_graph, queue);
-    upload_batch(m, tokens, targets, N);
+    m->step_tokens = tokens;
+    m->step_targets = targets;
+    cuda_graph_begin(&m->step_graph);
+    model_forward_rows(&m->model, m->tokens, m->targets, n_targets, B, T);  // on the device copies
+}
+
+void model_step_backward_cuda(ModelCuda* m) {
+    Model* model = &m->model;
+    size_t N = model->B * model->T;
+    model_backward(model);
+    queue_read_back(m, N, model->grads_memory, model->num_params);
+    if (!m->graph) return;
+    cuda_graph_end(m->step_graph);
+    // the batch copied in after the walk, so that the walk runs while the GPU finishes the
+    // last step's update (the copy, from pageable memory, waits for it)
+    upload_batch(m, m->step_tokens, m->step_targets, N);
     cuda_graph_launch(m->step_graph);
 }
 

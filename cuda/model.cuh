@@ -4,8 +4,8 @@
 // activation size table and orchestration (src/model.c), with every buffer in device memory
 // and the CUDA kernels in its kernel table. model_X_cuda mirrors model_X, same arguments in
 // the same order; host arrays (tokens, targets) stay host arrays and are copied over. Plain
-// C, so that src/trainer.c includes it; cuda/model.cu implements it. Everything runs on
-// cuda_stream (common.cuh); the calls that return a number to the host synchronise.
+// C, as src/model.h; cuda/model.cu implements it, cuda/trainer.cu trains with it. Everything
+// runs on cuda_stream (common.cuh); the calls that return a number to the host synchronise.
 #ifndef ATTNRES_MODEL_CUH
 #define ATTNRES_MODEL_CUH
 
@@ -26,9 +26,10 @@ typedef struct {
     float* readback;  // page-locked host memory (max_B*max_T + NORM_PARTIALS): what a
                       // training step reads back, in one go (model_forward_backward_cuda)
     // The step as CUDA graphs (model_use_graph_cuda), each captured at its first use:
-    int graph;                       // 1: model_queue_step_cuda, model_update_step_cuda replay
+    int graph;                       // 1: the step's calls below capture or walk, then replay
     CudaGraph* step_graph;           // forward, zero grad, backward, the read-back's copies,
     size_t graph_B, graph_T;         // for batches of this shape
+    const int *step_tokens, *step_targets;  // its batch (host), copied in before the launch
     CudaGraph* update_graphs[2][2];  // clipping or not, then the update: [Muon][clipped]
 } ModelCuda;
 
@@ -56,19 +57,23 @@ void model_zero_grad_cuda(ModelCuda* m);
 void model_backward_cuda(ModelCuda* m);
 float model_grad_norm_cuda(const ModelCuda* m);
 // ./train_cuda's training step (one process), the GPU never waiting on the host until the
-// read-back. model_queue_step_cuda uploads the batch (host arrays, targets required;
-// n_targets: the targets of the batch whose mean loss is taken) and queues the forward,
-// zero_grad, backward, the gradient norm's partial sums and the copies of the read-back;
+// read-back, in train.c's calls: model_step_forward_cuda uploads the batch (host arrays,
+// targets required; n_targets: the targets of the batch whose mean loss is taken) and queues
+// the forward; model_zero_grad_cuda queues the zeroing; model_step_backward_cuda queues the
+// backward, the gradient norm's partial sums and the copies of the read-back;
 // model_step_loss_and_norm_cuda waits for them, ONE read-back, and returns the loss and the
 // gradient norm in *norm; model_update_step_cuda queues clipping and the update. With
 // model_use_graph_cuda(m, 1) each of the two queued parts is a CUDA graph, captured at its
 // first use and replayed after: the same kernels, in the same order, with the same
-// arguments, so the same results bit for bit (docs/cuda.md, "The captured step"). A graph
-// keeps the addresses of the shared scratch (cuda_workspace), which a model built later and
-// larger would move: build every model before the first step of any.
+// arguments, so the same results bit for bit (docs/cuda.md, "The captured step"). The step
+// graph's capture (or walk) begins in model_step_forward_cuda and ends in
+// model_step_backward_cuda, which then uploads the batch and launches it. A graph keeps the
+// addresses of the shared scratch (cuda_workspace), which a model built later and larger
+// would move: build every model before the first step of any.
 void model_use_graph_cuda(ModelCuda* m, int on);
-void model_queue_step_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t n_targets,
-                           size_t B, size_t T);
+void model_step_forward_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                             size_t n_targets, size_t B, size_t T);
+void model_step_backward_cuda(ModelCuda* m);
 float model_step_loss_and_norm_cuda(ModelCuda* m, float* norm);
 // The update after the read-back: the gradient clipped to max_norm when its norm is larger
 // (max_norm 0: never), then the optimiser's step t (from 1): AdamW on every tensor, or with
@@ -93,9 +98,9 @@ void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_sha
 // A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the
 // GPU runs them without waiting on the host, then the rows' losses and the norm's partial
 // sums come back together. *loss and *norm equal what model_forward_cuda and
-// model_grad_norm_cuda return, bit for bit. model_queue_step_cuda and
-// model_step_loss_and_norm_cuda in one call (a CUDA graph with model_use_graph_cuda), for
-// bench_cuda and the tests.
+// model_grad_norm_cuda return, bit for bit. The step's calls above, from
+// model_step_forward_cuda to model_step_loss_and_norm_cuda, in one (a CUDA graph with
+// model_use_graph_cuda), for bench_cuda and the tests.
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm);
 // The same for one process of several (data parallel, ZeRO-1): forward and backward on this

@@ -43,6 +43,7 @@ void dist_init(Dist* d, int* argc, char*** argv) {
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->world);
+    d->mpi = 1;
     MPI_Comm machine;  // the processes that share this one's memory: its machine
     mpi_check(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL,
                                   &machine), "MPI_Comm_split_type");
@@ -137,6 +138,7 @@ void dist_init(Dist* d, int* argc, char*** argv) {
     d->world = 1;
     d->local_rank = 0;
     d->local_size = 1;
+    d->mpi = 0;
 }
 
 void dist_finalize(void) {}

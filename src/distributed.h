@@ -4,7 +4,8 @@
 //
 // Built with -DATTNRES_MPI (make train-mpi: ./train_mpi, started by mpirun) these are MPI
 // calls; built without (./train), there is one process and every function is the identity,
-// so `make train` needs no MPI.
+// so `make train` needs no MPI. The trainers (src/trainer.c, cuda/trainer.cu) are the same
+// either way: the object a program links decides whether it runs one process or several.
 //
 // ZeRO stage 1: the flat parameter buffer (n floats) is cut into `world` contiguous shards,
 // rank r owning [shard_lo, shard_hi). After the backward, each rank's gradients are summed
@@ -28,6 +29,9 @@ typedef struct {
     // the shards' bounds when not the even split: rank r owns [shard_bounds[r],
     // shard_bounds[r+1]) (world + 1 entries; Muon's, model_muon_shard_bounds); NULL: even
     const size_t* shard_bounds;
+    // 1 when MPI started the job (./train_mpi, ./train_cuda_mpi), even a job of one process;
+    // 0 in the builds without MPI. Set by dist_init, so decided by the distributed.c linked.
+    int mpi;
 } Dist;
 
 // Starts MPI (mpirun's processes) or, without it, one process of rank 0.

@@ -1,16 +1,20 @@
 // trainer.h — where the training step runs: on the CPU (./train), on the GPU (./train_cuda),
 // and with several processes (./train_mpi, ./train_cuda_mpi: data parallel, ZeRO-1).
 //
-// train.c's loop calls the step's parts in order, the same calls in every build:
+// train.c's loop calls the step's parts in order, the same calls in every build, each doing
+// what its name says:
 //   trainer_forward -> trainer_zero_grad -> trainer_backward -> trainer_loss_and_norm ->
 //   trainer_clip -> trainer_update
-// src/trainer.c is compiled once per build, -DATTNRES_CUDA for the GPU ones (Makefile).
+// Two files implement this header, function for function: src/trainer.c on the CPU and
+// cuda/trainer.cu on the GPU; a program links one of them (Makefile). One process or several
+// is chosen when linking too, by the distributed layer (distributed.h): one process is a
+// world of one.
 // On the GPU the step runs on a device twin of the host Model (cuda/model.cuh), without
 // waiting on the host until trainer_loss_and_norm reads back the loss and the norm. In one
-// process (./train_cuda) trainer_forward queues everything up to that read-back (forward,
-// zero grad, backward, the norm's partial sums) and trainer_update queues clipping and the
-// update, each as one CUDA graph replayed step after step (--no-graph: the same calls
-// queued one by one); trainer_zero_grad and trainer_backward then have nothing left to do.
+// process (./train_cuda) the step runs as two CUDA graphs, replayed step after step
+// (--no-graph: the same calls queued one by one): the first is captured (or walked, for the
+// arguments that change) from trainer_forward to trainer_backward, which launches it; the
+// second is clipping and the update, which trainer_clip sets up and trainer_update queues.
 // Everything else (evaluation, decoding, diagnostics, checkpoints) is CPU code on the host
 // Model, after trainer_to_host has copied the parameters and AdamW state there; so
 // evaluation runs at CPU speed in every build.
@@ -21,16 +25,20 @@
 #include "distributed.h"
 #include "model.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct {
     Model* host;
     void* device;       // the GPU builds: the ModelCuda that trains; NULL in ./train
     Dist* dist;         // with Muon's shards, its shard_bounds are this trainer's
-    // Data parallel: ZeRO-1, with several processes; and always in the GPU build with MPI,
-    // so that a run of one process there tests the NCCL path too. This rank owns the shard
-    // [lo, hi) of the flat parameter buffer: the sum over the ranks of its gradients
-    // (grad_shard) and its AdamW moments (m_shard, v_shard), on the device that trains; the
-    // trained model's full moments are released (NULL), and so are the host's, except on
-    // rank 0 while it writes a checkpoint.
+    // Data parallel: ZeRO-1, with several processes; and on the GPU whenever MPI started the
+    // job (Dist's mpi), so that a run of one process there tests the NCCL path too. This rank
+    // owns the shard [lo, hi) of the flat parameter buffer: the sum over the ranks of its
+    // gradients (grad_shard) and its AdamW moments (m_shard, v_shard), on the device that
+    // trains; the trained model's full moments are released (NULL), and so are the host's,
+    // except on rank 0 while it writes a checkpoint.
     int sharded;
     size_t lo, hi;
     float *grad_shard, *m_shard, *v_shard;
@@ -65,7 +73,8 @@ void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
 void trainer_zero_grad(Trainer* t);
 void trainer_backward(Trainer* t);
 float trainer_loss_and_norm(Trainer* t, float* norm);
-// the gradient scaled to norm max_norm when it is larger (max_norm 0: off)
+// the gradient scaled to norm max_norm when it is larger (max_norm 0: off); ./train_cuda
+// queues the scaling with the update, as one CUDA graph, in trainer_update
 void trainer_clip(Trainer* t, float norm, float max_norm);
 // The optimiser's step adam_t (from 1): AdamW on every tensor, or Muon on the layers'
 // matrices and AdamW on the rest; with several ranks, every rank then has the whole parameters
@@ -87,4 +96,7 @@ void trainer_host_gradients(Trainer* t, const int* x, const int* y, size_t B, si
 // seconds on a monotonic clock: what the trainer's collectives and train.c's steps are timed by
 double now_seconds(void);
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -61,8 +61,10 @@ static Steps run_steps(ModelCuda* gpu, const Model* host, bool graph, bool muon,
         cuda_emu::trace.clear();
         cuda_emu::tracing = true;
 #endif
-        model_queue_step_cuda(gpu, tokens.data(), targets.data(), crossentropy_count(targets.data(), N),
-                              B, T);
+        model_step_forward_cuda(gpu, tokens.data(), targets.data(),
+                                crossentropy_count(targets.data(), N), B, T);
+        model_zero_grad_cuda(gpu);
+        model_step_backward_cuda(gpu);
         float norm, loss = model_step_loss_and_norm_cuda(gpu, &norm);
         ModelUpdate u = {norm, max_norms[(t - 1) % 4], muon, 1e-2f / (float)t, 0.9f, 0.95f,
                          1e-8f, 0.1f, 0.95f, t};

@@ -322,7 +322,7 @@ if built "$asan_shape_test"; then
         env CUDA_EMU_ORDER=reverse "$asan_shape_test" -tc="depth attention*"
 fi
 
-# the trainer's device path: src/trainer.c built with -DATTNRES_CUDA. build/emu/train_cuda links it
+# the GPU's training step, cuda/trainer.cu: build/emu/train_cuda links it
 # with the emulated kernels and must print what ./train prints (timings aside), each number
 # within one unit of its last printed digit (the two round differently).
 same_numbers() {

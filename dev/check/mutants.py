@@ -77,8 +77,9 @@ CHECK_STATE_FILES = {"model.c"}
 # The CUDA files (--cuda: cuda/*.cu, and the .cuh headers that define functions): their
 # agreement tests in ./test_cuda_emu (run in forward and in reverse thread order: a missing
 # barrier may show in one order only). A new kernel file needs its line here;
-# CUDA_NOT_MUTATED hold no layer arithmetic (the whole-model tests cover them).
-CUDA_NOT_MUTATED = {"model.cu", "distributed.cu"}
+# CUDA_NOT_MUTATED hold no layer arithmetic (the whole-model tests cover them; trainer.cu,
+# the step's calls, tests/run_all.sh's emulated ./train_cuda against ./train).
+CUDA_NOT_MUTATED = {"model.cu", "distributed.cu", "trainer.cu"}
 CUDA_TESTS = {
     "adamw.cu": ["adamw update*", "global gradient norm*"],
     "attention.cu": ["attention forward and backward*"],
