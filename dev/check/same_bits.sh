@@ -70,9 +70,9 @@ if [ "${SAME_BITS_CUDA:-0}" = 1 ]; then
       name=${c%%:*}; flags=${c#*:}
       rm -f "$OUT/$name.ckpt" "$OUT/${name}_cuda.ckpt"
       # shellcheck disable=SC2086
-      "${R[@]}" -np 2 build/train_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/comm .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
+      "${R[@]}" -np 2 build/train_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/collectives .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
       # shellcheck disable=SC2086
-      "${R[@]}" -np 1 build/emu/train_cuda_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/${name}_cuda.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/comm .*//; s#'"$OUT"'#OUT#g' > "$OUT/${name}_cuda.log" || true
+      "${R[@]}" -np 1 build/emu/train_cuda_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/${name}_cuda.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/collectives .*//; s#'"$OUT"'#OUT#g' > "$OUT/${name}_cuda.log" || true
     done
   fi
 fi
