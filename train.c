@@ -40,7 +40,7 @@ static Options defaults(void) {
     o.task = "reverse";
     o.text_path = NULL;
     o.length = 12; o.symbols = 16; o.eval_examples = 500;
-    o.batch = 32; o.seq_len = 0; o.steps = 1000; o.warmup = 100; o.threads = 0;
+    o.batch = 32; o.microbatches = 1; o.seq_len = 0; o.steps = 1000; o.warmup = 100; o.threads = 0;
     o.eval_every = 200; o.log_every = 50;
     o.lr = 3e-3f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
     o.beta1 = 0.9f; o.beta2 = 0.95f; o.adam_eps = 1e-8f;
@@ -77,6 +77,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--symbols", OPT_INT, &o->symbols, "tasks: distinct symbols (V = symbols + 1)"},
         {"--eval-examples", OPT_INT, &o->eval_examples, "held-out examples (tasks) / max eval rows (text)"},
         {"--batch", OPT_INT, &o->batch, "batch size B"},
+        {"--microbatches", OPT_INT, &o->microbatches, "the step in M parts of B/M rows, gradients summed"},
         {"--seq-len", OPT_INT, &o->seq_len, "sequence length T (text: 0 = 64; tasks: 0 or 2*length)"},
         {"--steps", OPT_INT, &o->steps, "training steps"},
         {"--lr", OPT_FLOAT, &o->lr, "peak learning rate", FLOAT_POSITIVE},
@@ -584,6 +585,15 @@ static void check_processes(const Options* o, int argc, char** argv) {
         die("--batch %d does not divide among %d processes (each takes an equal share of "
             "every batch)", o->batch, dist.world);
     }
+    int rows = o->batch / dist.world;
+    if (rows % o->microbatches != 0) {
+        die("--microbatches %d does not divide %d rows (--batch %d over %d process%s)",
+            o->microbatches, rows, o->batch, dist.world, dist.world == 1 ? "" : "es");
+    }
+    if (o->microbatches > 1 && trainer_on_gpu()) {
+        die("--microbatches runs in the CPU builds (./train, ./train_mpi): the GPU's step "
+            "takes its batch whole");
+    }
     if (o->sample && dist.world > 1) { die("--sample runs in one process: start it without mpirun"); }
     if (o->export_path != NULL && dist.world > 1) {
         die("--export runs in one process: start it without mpirun");
@@ -652,16 +662,21 @@ int main(int argc, char** argv) {
         r.last = evaluate(&r.model, &r.decoder, &r.ds, &r.o, r.x, r.y, r.work);
         if (r.o.init_from != NULL && r.o.checkpoint != NULL) { save_imported(&r); }
     }
-    // every rank draws the same global batch and trains on its own B/world rows of it
+    // every rank draws the same global batch and trains on its own B/world rows of it, in
+    // --microbatches parts of B/world/M rows: the gradients add up, zeroed once
     size_t rows = r.B / (size_t)dist.world, first = (size_t)dist.rank * rows * r.T;
+    size_t micro_rows = rows / (size_t)r.o.microbatches;
     for (int step = r.start_step; step < r.end_step; step++) {
         int done = step + 1;  // AdamW's step t, from 1
         double step_start = now_seconds();
         dataset_train_batch(&r.ds, r.x, r.y, r.B, (uint64_t)step);
-        trainer_forward(&r.trainer, r.x + first, r.y + first, rows, r.T,
-                        crossentropy_count(r.y, r.B * r.T));
-        trainer_zero_grad(&r.trainer);
-        trainer_backward(&r.trainer);
+        size_t n_targets = crossentropy_count(r.y, r.B * r.T);
+        for (int micro = 0; micro < r.o.microbatches; micro++) {
+            size_t at = first + (size_t)micro * micro_rows * r.T;
+            trainer_forward(&r.trainer, r.x + at, r.y + at, micro_rows, r.T, n_targets);
+            if (micro == 0) { trainer_zero_grad(&r.trainer); }
+            trainer_backward(&r.trainer);
+        }
         float norm, loss = trainer_loss_and_norm(&r.trainer, &norm);
         check_step(&r, done, loss, norm);
         float lr = learning_rate(&r.o, step);

@@ -46,7 +46,7 @@ enum { RUN_FLAG = 12, RUN_TASK = 13, RUN_LENGTH, RUN_SYMBOLS, RUN_SEQ_LEN, RUN_B
        RUN_STEPS, RUN_WARMUP, RUN_EVAL_EXAMPLES, RUN_SEED_LO, RUN_SEED_HI, RUN_TEXT_LO,
        RUN_TEXT_HI, RUN_LR, RUN_FINAL_LR_FRAC, RUN_WEIGHT_DECAY, RUN_GRAD_CLIP, RUN_BETA1,
        RUN_BETA2, RUN_ADAM_EPS, RUN_BEST_STEP, RUN_BEST_VAL, RUN_SCHEDULE, RUN_DECAY_FRAC,
-       RUN_OPTIMIZER, RUN_MUON_MOMENTUM, RUN_TEXT_NAME = 64 };
+       RUN_OPTIMIZER, RUN_MUON_MOMENTUM, RUN_MICROBATCHES, RUN_TEXT_NAME = 64 };
 
 static int float_bits(float x) { int i; memcpy(&i, &x, sizeof(i)); return i; }
 static float bits_float(int i) { float x; memcpy(&x, &i, sizeof(x)); return x; }
@@ -68,6 +68,8 @@ static void run_to_header(const RunRecord* r, int* h) {
     h[RUN_DECAY_FRAC] = float_bits(r->decay_frac);
     h[RUN_OPTIMIZER] = r->optimizer;
     h[RUN_MUON_MOMENTUM] = float_bits(r->muon_momentum);
+    // M, or 0 for one (as files older than the slot hold): without the flag, the same bytes
+    h[RUN_MICROBATCHES] = r->microbatches > 1 ? r->microbatches : 0;
     memcpy(h + RUN_TEXT_NAME, r->text_name, sizeof(r->text_name));
     h[RUN_FLAG] = 1;
 }
@@ -87,6 +89,7 @@ static void header_to_run(const int* h, RunRecord* r) {
     r->decay_frac = bits_float(h[RUN_DECAY_FRAC]);
     r->optimizer = h[RUN_OPTIMIZER];  // 0 (adamw) in files older than the slot
     r->muon_momentum = bits_float(h[RUN_MUON_MOMENTUM]);
+    r->microbatches = h[RUN_MICROBATCHES] == 0 ? 1 : h[RUN_MICROBATCHES];  // 0 in older files
     memcpy(r->text_name, h + RUN_TEXT_NAME, sizeof(r->text_name));
     r->text_name[sizeof(r->text_name) - 1] = '\0';
 }
@@ -277,11 +280,11 @@ static int run_record_problem(const RunRecord* r, char* reason, size_t len) {
                  muon ? "muon" : "adamw");
         return -1;
     }
-    const char* names[] = {"length", "symbols", "seq_len", "batch", "steps", "warmup",
-                           "eval_examples", "best_step"};
-    const int values[] = {r->length, r->symbols, r->seq_len, r->batch, r->steps, r->warmup,
-                          r->eval_examples, r->best_step};
-    for (int i = 0; i < 8; i++) {
+    const char* names[] = {"length", "symbols", "seq_len", "batch", "microbatches", "steps",
+                           "warmup", "eval_examples", "best_step"};
+    const int values[] = {r->length, r->symbols, r->seq_len, r->batch, r->microbatches,
+                          r->steps, r->warmup, r->eval_examples, r->best_step};
+    for (int i = 0; i < 9; i++) {
         if (values[i] < 0) {
             snprintf(reason, len, "%s %d", names[i], values[i]);
             return -1;

@@ -8,17 +8,16 @@
 //                      laid out in checkpoint.c; [34] the schedule, 0 cosine or 1 wsd, and
 //                      [35] wsd's decay fraction as float bits, 0 for cosine; [36] the
 //                      optimiser, 0 adamw or 1 muon, and [37] Muon's momentum as float
-//                      bits, 0 for adamw), [128..133] the depth-attention variant
-//                      (ModelConfig's depth_score .. mixing, the values of a state file's
-//                      [13..18]), [134] mHC-lite's streams m (0: not mhc, the state
-//                      file's [19]); rest 0
+//                      bits, 0 for adamw; [38] --microbatches M, 0 for 1), [128..133] the
+//                      depth-attention variant (ModelConfig's depth_score .. mixing, the
+//                      values of a state file's [13..18]), [134] mHC-lite's streams m (0:
+//                      not mhc, the state file's [19]); rest 0
 //   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
 // Version 1 files (no run record) and 2 (no variant: the default model) still load; files
-// written before [34..37] were used hold zeros there, which read as cosine and adamw: no new
-// version. Files
-// are written to PATH.tmp.<pid> (the process's own: two runs saving to one PATH never write
-// into the same file), synced to the disk and renamed over PATH, so neither a crash, a power
-// cut nor a second run leaves a torn file. A file whose parameters or moments hold NaN or
+// written before [34..38] were used hold zeros there, which read as cosine, adamw and M = 1:
+// no new version. Files are written to PATH.tmp.<pid> (the process's own: two runs saving to
+// one PATH never write into the same file), synced to the disk and renamed over PATH, so
+// neither a crash, a power cut nor a second run leaves a torn file. A file whose parameters or moments hold NaN or
 // Inf is refused at load.
 #ifndef ATTNRES_CHECKPOINT_H
 #define ATTNRES_CHECKPOINT_H
@@ -45,6 +44,7 @@ typedef struct {
     float decay_frac;              // wsd's --decay-frac; 0 for cosine
     int optimizer;                 // 0 adamw, 1 muon (options.h's OPTIMIZER_*)
     float muon_momentum;           // muon's --muon-momentum; 0 for adamw
+    int microbatches;              // --microbatches M (1 in files older than the slot)
     char text_name[256];           // text: the file's name, without its folders ...
     unsigned long long text_bytes; // ... and its size
     int best_step;                 // the best validation loss so far and its step (0: none)

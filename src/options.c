@@ -169,9 +169,10 @@ int options_check(Options* o, char* err, size_t err_len) {
         }
     }
     const char* positive[] = {"--batch", "--steps", "--eval-every", "--log-every",
-                              "--eval-examples"};
-    int values[] = {o->batch, o->steps, o->eval_every, o->log_every, o->eval_examples};
-    for (int i = 0; i < 5; i++) {
+                              "--eval-examples", "--microbatches"};
+    int values[] = {o->batch, o->steps, o->eval_every, o->log_every, o->eval_examples,
+                    o->microbatches};
+    for (int i = 0; i < 6; i++) {
         // --init-from with --steps 0 trains nothing: it evaluates the file's weights (and
         // writes them to --checkpoint)
         int imported_as_is = i == 1 && values[i] == 0 && o->init_from != NULL;

@@ -25,6 +25,7 @@ typedef struct {
     const char* text_path;
     int length, symbols, eval_examples;
     int batch, seq_len, steps, warmup, threads, eval_every, log_every;
+    int microbatches;        // --microbatches M: the step's batch in M parts, gradients summed
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
     const char* schedule;    // cosine | wsd (options_check sets schedule_kind)
     int schedule_kind;       // SCHEDULE_COSINE or SCHEDULE_WSD

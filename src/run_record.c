@@ -20,6 +20,7 @@ RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, floa
     run.symbols = text ? 0 : o->symbols;
     run.seq_len = ds->seq_len;
     run.batch = o->batch;
+    run.microbatches = o->microbatches;
     run.steps = o->steps;
     run.warmup = o->warmup;
     run.eval_examples = o->eval_examples;
@@ -61,13 +62,13 @@ int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* w
              "bytes) (%s)", path, was->text_name, was->text_bytes, now->text_name,
              now->text_bytes, fix);
     }
-    const char* int_flags[] = {"--length", "--symbols", "--seq-len", "--batch", "--steps",
-                               "--warmup", "--eval-examples"};
-    int int_was[] = {was->length, was->symbols, was->seq_len, was->batch, was->steps,
-                     was->warmup, was->eval_examples};
-    int int_now[] = {now->length, now->symbols, now->seq_len, now->batch, now->steps,
-                     now->warmup, now->eval_examples};
-    for (int i = 0; i < 7; i++) {
+    const char* int_flags[] = {"--length", "--symbols", "--seq-len", "--batch", "--microbatches",
+                               "--steps", "--warmup", "--eval-examples"};
+    int int_was[] = {was->length, was->symbols, was->seq_len, was->batch, was->microbatches,
+                     was->steps, was->warmup, was->eval_examples};
+    int int_now[] = {now->length, now->symbols, now->seq_len, now->batch, now->microbatches,
+                     now->steps, now->warmup, now->eval_examples};
+    for (int i = 0; i < 8; i++) {
         if (int_was[i] != int_now[i]) {
             FAIL("checkpoint %s was trained with %s %d, this run has %s %d (%s)", path,
                  int_flags[i], int_was[i], int_flags[i], int_now[i], fix);

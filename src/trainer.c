@@ -66,12 +66,13 @@ void trainer_free(Trainer* t) {
     free(t->shard_bounds);
 }
 
-// Sharded, each rank's loss is its rows' share of the global mean (their sum over the global
-// count n_targets), so the gradients summed over the ranks are the global batch's.
+// The rows' loss is their share of the global mean (their sum over the global count
+// n_targets), so the gradients summed over the microbatches and the ranks are the global
+// batch's; the rows' losses add into loss_sum, in double, for trainer_loss_and_norm.
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
-    if (t->sharded) { model_forward_rows(t->host, x, y, n_targets, B, T); }
-    else { model_forward_counted(t->host, x, y, n_targets, B, T); }
+    model_forward_rows(t->host, x, y, n_targets, B, T);
+    t->loss_sum += t->host->kernels->sum(t->host->acts.losses, B * T);
 }
 
 void trainer_zero_grad(Trainer* t) { model_zero_grad(t->host); }
@@ -82,11 +83,12 @@ void trainer_backward(Trainer* t) { model_backward(t->host); }
 // the loss and the squared norm added over the ranks
 float trainer_loss_and_norm(Trainer* t, float* norm) {
     Model* host = t->host;
+    double local_loss = t->loss_sum;
+    t->loss_sum = 0.0;  // for the next step's forwards
     if (!t->sharded) {
         *norm = model_grad_norm(host);
-        return host->loss;
+        return model_set_loss(host, local_loss);
     }
-    double local_loss = host->kernels->sum(host->acts.losses, host->B * host->T);
     double start = now_seconds();
     dist_reduce_scatter(t->dist, t->grad_shard, host->grads_memory, host->num_params);
     double sum_sq = sum_of_squares(t->grad_shard, t->hi - t->lo);

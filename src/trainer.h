@@ -5,6 +5,8 @@
 // what its name says:
 //   trainer_forward -> trainer_zero_grad -> trainer_backward -> trainer_loss_and_norm ->
 //   trainer_clip -> trainer_update
+// With --microbatches M (the CPU builds), the forward and the backward run M times, each on
+// B/M of the rows, the gradients adding up (zeroed after the first forward only).
 // Two files implement this header, function for function: src/trainer.c on the CPU and
 // cuda/trainer.cu on the GPU; a program links one of them (Makefile). One process or several
 // is chosen when linking too, by the distributed layer (distributed.h): one process is a
@@ -43,6 +45,7 @@ typedef struct {
     size_t lo, hi;
     float *grad_shard, *m_shard, *v_shard;
     double comm_seconds;  // time spent in the collectives of the steps (waiting included)
+    double loss_sum;      // the CPU: the step's rows' losses so far, over its microbatches
     int optimizer;        // OPTIMIZER_ADAMW or OPTIMIZER_MUON (options.h)
     float muon_momentum;  // Muon's mu
     size_t* shard_bounds; // Muon with several ranks: the shards, cut between its matrices
@@ -65,9 +68,10 @@ void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int o
                   float muon_momentum);
 void trainer_free(Trainer* t);
 
-// The step. x, y (B,T) are this rank's rows of the global batch, which has n_targets
-// targets; trainer_loss_and_norm returns the global batch's loss and its gradient norm in
-// *norm (over every rank: the gradients are summed first).
+// The step. x, y (B,T) are this rank's rows of the global batch (or of one microbatch of
+// it), which has n_targets targets; trainer_loss_and_norm returns the global batch's loss
+// and its gradient norm in *norm (over every microbatch and every rank: the gradients are
+// summed first).
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets);
 void trainer_zero_grad(Trainer* t);

@@ -89,6 +89,19 @@ mpi_rank_killed() {
     return $ok
 }
 
+# --microbatches with data parallel: 2 processes, each its 6 rows in 2 and in 3 parts, against
+# one process's whole batch (losses within 1e-5, the order of the sums apart); a part count
+# that does not divide a process's rows is refused in one line
+mpi_microbatches() {
+    local dir=$TEST_DIR out
+    ./train "${MPI_FLAGS[@]}" --mode block --block-size 2 --diagnostics "$dir/p1" >/dev/null &&
+        mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2 --microbatches 2 --diagnostics "$dir/m2" >/dev/null &&
+        mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2 --microbatches 3 --diagnostics "$dir/m3" >/dev/null &&
+        mpi_same_losses "$dir/m2" "$dir/p1" 1e-5 && mpi_same_losses "$dir/m3" "$dir/p1" 1e-5 || return 1
+    out=$(mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --microbatches 4 2>&1 >/dev/null)
+    echo "$out" | grep -qx "error: --microbatches 4 does not divide 6 rows (--batch 12 over 2 processes)" || { echo "$out"; return 1; }
+}
+
 # one line and status 1: a batch that does not divide, processes given different flags,
 # --sample under mpirun, a --text that is a pipe with no writer (under timeout: a job that
 # waits for one fails rather than hangs)

@@ -372,6 +372,13 @@ train_cuda_emu_init_from_matches_train() {
         cmp "$dir/cpu.safetensors" "$dir/cuda.safetensors" &&
         train_cuda_emu_matches_train --init-from "$dir/cpu.safetensors"
 }
+# --microbatches is the CPU builds' (src/trainer.c): the GPU's step refuses it in one line
+train_cuda_emu_refuses_microbatches() {
+    local out
+    # shellcheck disable=SC2086
+    out=$(build/emu/train_cuda $EMU_TRAIN_FLAGS --microbatches 2 2>&1 >/dev/null)
+    [ "$out" = "error: --microbatches runs in the CPU builds (./train, ./train_mpi): the GPU's step takes its batch whole" ] || { echo "$out"; return 1; }
+}
 if built build/emu/train_cuda; then
     section "./train_cuda's training step with the emulated kernels, against ./train"
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
@@ -386,6 +393,8 @@ if built build/emu/train_cuda; then
         train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
     single "train_cuda (emulated) matches train from --init-from weights (mhc 2 streams), and exports them back" \
         train_cuda_emu_init_from_matches_train
+    single "train_cuda (emulated) refuses --microbatches 2 in one line: the CPU builds' flag" \
+        train_cuda_emu_refuses_microbatches
     single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, mhc + muon" \
         train_cuda_emu_graph_is_no_graph --mode mhc --streams 2 --optimizer muon
     single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, full variants" \
@@ -431,6 +440,7 @@ if built build/train_mpi; then
     single "ZeRO-1: the sharded moments gathered = one process's moments" mpi_moments_match
     single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
     single "one-line refusals: batch not dividing, different flags, --sample, --export" mpi_refuses
+    single "--microbatches 2 and 3 on 2 processes = 1 process's whole batch (50 steps, 1e-5)" mpi_microbatches
 fi
 
 # ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one

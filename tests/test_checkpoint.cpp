@@ -78,6 +78,7 @@ RunRecord text_run() {
     run.task = 3;
     run.length = 12; run.symbols = 16; run.seq_len = 64; run.batch = 32; run.steps = 1000;
     run.warmup = 100; run.eval_examples = 500; run.seed = 0x123456789abcdefull;
+    run.microbatches = 4;
     run.lr = 3e-3f; run.final_lr_frac = 0.1f; run.weight_decay = 0.1f; run.grad_clip = 1.0f;
     run.beta1 = 0.9f; run.beta2 = 0.95f; run.adam_eps = 1e-8f;
     std::snprintf(run.text_name, sizeof run.text_name, "%s", "shakespeare.txt");

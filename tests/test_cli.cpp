@@ -247,6 +247,8 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--L", "-1"}, {"L", "positive", "-1"}},
         {{"--F", "0"}, {"F", "positive"}},
         {{"--batch", "0"}, {"--batch", "positive"}},
+        {{"--microbatches", "0"}, {"--microbatches", "positive"}},
+        {{"--microbatches", "3"}, {"--microbatches 3 does not divide 32 rows (--batch 32 over 1 process)"}},
         {{"--steps", "0"}, {"--steps", "positive"}},
         {{"--eval-every", "-5"}, {"--eval-every", "positive"}},
         {{"--lr", "0"}, {"--lr", "out of range", "(0, 3.40282e+38]"}},
@@ -692,9 +694,9 @@ TEST_CASE("a checkpoint with one NaN in an optimiser moment is refused by --resu
 }
 
 TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sample end cleanly") {
-    // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..37]
-    // the run record, the schedule at [34..35], the optimiser at [36..37]; [64] the text
-    // file's name; [128..133] the
+    // each slot the format uses (checkpoint.h: [2..11] config, step, parameter count; [12..38]
+    // the run record, the schedule at [34..35], the optimiser at [36..37], the microbatches at
+    // [38]; [64] the text file's name; [128..133] the
     // variant) set to a negative, a small and a huge value: the file is refused with one error
     // line or read as a plausible one, never a crash (a task past the task table was one,
     // found by fuzzing)
@@ -703,7 +705,7 @@ TEST_CASE("a checkpoint with any header slot in use corrupted: --resume and --sa
     check_success(run_train(dir, tiny({"--steps", "2", "--eval-every", "2", "--checkpoint", good})));
     const std::string bytes = read_text(good);
     std::vector<int> slots;
-    for (int i = 2; i <= 37; i++) slots.push_back(i);
+    for (int i = 2; i <= 38; i++) slots.push_back(i);
     for (int i : {64, 128, 129, 130, 131, 132, 133}) slots.push_back(i);
     std::string path = dir.file("slot.ckpt");
     for (int slot : slots) {
@@ -1105,6 +1107,54 @@ TEST_CASE("a --optimizer muon run interrupted and resumed prints what the uninte
     check_interrupted_run_resumes_exactly({"--optimizer", "muon", "--muon-momentum", "0.9"});
 }
 
+TEST_CASE("a --microbatches 2 run interrupted and resumed prints what the uninterrupted run prints") {
+    check_interrupted_run_resumes_exactly({"--microbatches", "2"});
+}
+
+// --microbatches M: the step's batch in M parts whose gradients add up (train.c), so the run
+// trains on the whole batch's loss and gradient, as --microbatches 1 does, up to the order of
+// the sums over the rows; M is recorded in the checkpoint's slot [38] (0 for one).
+TEST_CASE("--microbatches 2 and 4 print the losses of --microbatches 1 and end within rounding of its checkpoint") {
+    TempDir dir;
+    Args common = {"--steps", "20", "--eval-every", "10", "--log-every", "1", "--batch", "8"};
+    std::string paths[3];
+    std::vector<std::string> lines[3];
+    const char* parts[3] = {"1", "2", "4"};
+    for (int k = 0; k < 3; k++) {
+        paths[k] = dir.file(std::string("m") + parts[k] + ".ckpt");
+        Args args = common;
+        args.insert(args.end(), {"--microbatches", parts[k], "--checkpoint", paths[k]});
+        Run run = run_train(dir, tiny(args));
+        check_success(run);
+        lines[k] = lines_from_step(without_timings(run.out), 1);
+    }
+    REQUIRE(lines[0].size() == 20 + 2 + 1);  // steps 1-20, two evaluations, final
+    for (int k = 1; k < 3; k++) {
+        INFO("--microbatches ", parts[k]);
+        CHECK(lines[k] == lines[0]);
+        std::string a = read_text(paths[0]), b = read_text(paths[k]);
+        REQUIRE(a.size() == b.size());
+        int slot[2];
+        std::memcpy(&slot[0], &a[38 * sizeof(int)], sizeof(int));
+        std::memcpy(&slot[1], &b[38 * sizeof(int)], sizeof(int));
+        CHECK(slot[0] == 0);
+        CHECK(slot[1] == std::stoi(parts[k]));
+        // the parameters and moments: within 2e-6 of each kind's largest value
+        size_t P = (a.size() - 256 * sizeof(int)) / (3 * sizeof(float));
+        for (int kind = 0; kind < 3; kind++) {
+            const float* x = reinterpret_cast<const float*>(a.data() + 256 * sizeof(int)) + kind * P;
+            const float* y = reinterpret_cast<const float*>(b.data() + 256 * sizeof(int)) + kind * P;
+            double largest = 0.0, worst = 0.0;
+            for (size_t i = 0; i < P; i++) {
+                largest = std::max(largest, (double)std::fabs(x[i]));
+                worst = std::max(worst, std::fabs((double)x[i] - y[i]));
+            }
+            CHECK(largest > 0.0);
+            CHECK(worst <= 2e-6 * largest);
+        }
+    }
+}
+
 TEST_CASE("--resume refuses another --optimizer or --muon-momentum than the checkpoint's, naming the flag") {
     TempDir dir;
     std::string muon = dir.file("muon.ckpt"), adamw = dir.file("adamw.ckpt");
@@ -1261,6 +1311,7 @@ TEST_CASE("--resume refuses a run whose flags differ from the checkpoint's, nami
         {{"--seed", "7"}, {"--seed 1337", "--seed 7"}},
         {{"--warmup", "1"}, {"--warmup 100", "--warmup 1"}},
         {{"--schedule", "wsd"}, {"--schedule cosine", "--schedule wsd"}},
+        {{"--microbatches", "2"}, {"--microbatches 1", "--microbatches 2"}},
     };
     for (const Case& k : cases) {
         Args args = {"--steps", "4", "--eval-every", "2", "--resume", "--checkpoint", path};

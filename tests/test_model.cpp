@@ -16,6 +16,8 @@
 #include "gradcheck.h"
 #include "layers.h"
 #include "model.h"
+#include "options.h"
+#include "trainer.h"
 
 using gradcheck::check_gradient;
 using gradcheck::compare_exact;
@@ -588,6 +590,57 @@ TEST_CASE("forward and backward are bit-identical across runs and for 1 and 2 Op
         compare_exact("gradients, second run", grads[1].data(), grads[0].data(), grads[0].size());
         compare_exact("logits, 1 thread vs 2", logits[2].data(), logits[0].data(), logits[0].size());
         compare_exact("gradients, 1 thread vs 2", grads[2].data(), grads[0].data(), grads[0].size());
+    }
+}
+
+// --microbatches M (train.c's step): M forwards and backwards of B/M rows each through the
+// trainer, the gradients zeroed after the first forward only, against one of all B rows.
+// The loss and the gradients are the whole batch's; only the order of the sums over the rows
+// differs (each microbatch's, then the M of them), by rounding.
+TEST_CASE("--microbatches: M parts' gradients and losses add up to the whole batch's, in every mode") {
+    ScopedThreads threads(1);
+    const size_t B = 6, T = 8;
+    std::vector<ModelConfig> configs;
+    for (int S : {0, 1, 2}) configs.push_back({11, 16, 2, 2, 1, 24, S});
+    configs.push_back({11, 16, 2, 2, 1, 24, 0, 0, 0, 0, 0, 0, 0, 2});
+    for (const ModelConfig& c : configs) {
+        INFO("mode ", mode_name(c));
+        Batch batch = random_batch(c.vocab_size, B, T, 91, {1, 9, 30});
+        size_t n_targets = crossentropy_count(batch.targets.data(), B * T);
+        Vec grads[3];
+        float loss[3], norm[3];
+        int parts[3] = {1, 2, 3};
+        for (int run = 0; run < 3; run++) {
+            ScopedModel scoped(c, B, T);
+            randomise_params(scoped.m, 4100);
+            Dist one = {0, 1, 0, 1};
+            Trainer t;
+            trainer_init(&t, &scoped.m, &one, B, T, OPTIMIZER_ADAMW, 0.0f);
+            size_t rows = B / (size_t)parts[run];
+            for (int micro = 0; micro < parts[run]; micro++) {
+                size_t at = (size_t)micro * rows * T;
+                trainer_forward(&t, batch.tokens.data() + at, batch.targets.data() + at, rows, T,
+                                n_targets);
+                if (micro == 0) trainer_zero_grad(&t);
+                trainer_backward(&t);
+            }
+            loss[run] = trainer_loss_and_norm(&t, &norm[run]);
+            grads[run].assign(scoped.m.grads_memory, scoped.m.grads_memory + scoped.m.num_params);
+            trainer_free(&t);
+        }
+        double largest = 0.0;
+        for (float g : grads[0]) largest = std::max(largest, (double)std::fabs(g));
+        REQUIRE(largest > 0.0);
+        for (int run = 1; run < 3; run++) {
+            INFO(parts[run], " microbatches");
+            CHECK(loss[run] == doctest::Approx(loss[0]).epsilon(1e-6));
+            CHECK(norm[run] == doctest::Approx(norm[0]).epsilon(1e-5));
+            double worst = 0.0;
+            for (size_t i = 0; i < grads[0].size(); i++) {
+                worst = std::max(worst, std::fabs((double)grads[run][i] - grads[0][i]));
+            }
+            CHECK(worst <= 1e-6 * largest);
+        }
     }
 }
 
