@@ -6,7 +6,7 @@
 //   k_i = g * V_i * r_i,  r_i = (mean(V_i^2) + eps)^(-1/2)
 //   s_i = w . k_i,  alpha = softmax_i(s),  out = sum_i alpha_i V_i
 // alpha and key_rstd (the r_i) are (N,n_sources); the backward's formulas are the C file's.
-// The kernels the model runs also take SPEC's one-head variants' switches (DepthSwitches,
+// The kernels the model runs also take SPEC's one-head variants' switches (KernelSwitches,
 // depth_sources.cuh: no key norm, sigmoid scores, a query with a row part, the mixings' fixed
 // weights), each the same for the whole grid; every switch off is the default operator.
 // depth_variants.cu sets them through the two launchers at the end of this file.
@@ -348,7 +348,7 @@ depth_attention_forward_kernel(float* out, float* alpha, float* key_rstd,
                                                SourceList sources, const float* query,
                                                const float* norm_weight, size_t n_sources,
                                                size_t N, size_t C, float* xn, float* out_rstd,
-                                               const float* weight, DepthSwitches sw) {
+                                               const float* weight, KernelSwitches sw) {
     __shared__ float warp_sq[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_dot[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float score[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -476,11 +476,11 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts,
                                                      size_t N, size_t C, int distinct,
                                                      float* dweight_parts, const float* dxn,
                                                      const float* out, const float* out_rstd,
-                                                     const float* weight, DepthSwitches switches,
+                                                     const float* weight, KernelSwitches switches,
                                                      float* switched_gain_parts,
                                                      float* switched_weight_parts) {
     // (the default operator's instance: every switch off, the key norm on, no such parts)
-    const DepthSwitches sw = SWITCHED ? switches : DepthSwitches{};
+    const KernelSwitches sw = SWITCHED ? switches : KernelSwitches{};
     const bool key_norm = !SWITCHED || norm_weight != NULL;
     float* gain_parts = SWITCHED ? switched_gain_parts : NULL;
     float* weight_parts = SWITCHED ? switched_weight_parts : NULL;
@@ -743,7 +743,7 @@ void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     depth_attention_switched_forward_cuda(NULL, NULL, out, alpha, key_rstd, sources, query,
-                                          norm_weight, NULL, DepthSwitches{}, n_sources, N, C);
+                                          norm_weight, NULL, KernelSwitches{}, n_sources, N, C);
 }
 
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
@@ -753,7 +753,7 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
     // without dxn the rows kernel only reads dout
     depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, NULL, (float*)dout,
                                            NULL, NULL, NULL, NULL, alpha, key_rstd, sources,
-                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
+                                           query, norm_weight, KernelSwitches{}, n_sources, N, C);
 }
 
 // ---- the depth attention and the RMSNorm of its output ----
@@ -761,26 +761,25 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
 // CPU call the two layers in turn; here the forward kernel does both in one launch (its step
 // 5), and the backward rows kernel does the norm's backward first (its step 0), before the
 // column sums' launch.
-void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
-                                          float* key_rstd, const float* const* sources,
-                                          const float* query, const float* norm_weight,
+void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, DepthSaved saved,
+                                          const float* const* sources, DepthParams params,
                                           const float* weight, size_t n_sources, size_t N,
                                           size_t C) {
-    depth_attention_switched_forward_cuda(xn, rstd, out, alpha, key_rstd, sources, query,
-                                          norm_weight, weight, DepthSwitches{}, n_sources, N, C);
+    depth_attention_switched_forward_cuda(xn, rstd, out, saved.alpha, saved.key_rstd, sources,
+                                          params.query, params.norm, weight, KernelSwitches{},
+                                          n_sources, N, C);
 }
 
-void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dnorm_weight, float* dweight,
-                                           float* dout_scratch,
-                                           const float* dxn, const float* out, const float* rstd,
-                                           const float* weight, const float* alpha,
-                                           const float* key_rstd, const float* const* sources,
-                                           const float* query, const float* norm_weight,
+void depth_attention_rmsnorm_backward_cuda(float* const* dsources, DepthParams grads,
+                                           float* dweight, float* dout_scratch, const float* dxn,
+                                           const float* out, const float* rstd,
+                                           const float* weight, DepthSaved saved,
+                                           const float* const* sources, DepthParams params,
                                            size_t n_sources, size_t N, size_t C) {
-    depth_attention_switched_backward_cuda(dsources, dquery, dnorm_weight, dweight, dout_scratch,
-                                           dxn, out, rstd, weight, alpha, key_rstd, sources,
-                                           query, norm_weight, DepthSwitches{}, n_sources, N, C);
+    depth_attention_switched_backward_cuda(dsources, grads.query, grads.norm, dweight,
+                                           dout_scratch, dxn, out, rstd, weight, saved.alpha,
+                                           saved.key_rstd, sources, params.query, params.norm,
+                                           KernelSwitches{}, n_sources, N, C);
 }
 
 // ---- the launchers, with SPEC's switches ----
@@ -791,7 +790,7 @@ void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery
 void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
                                            float* key_rstd, const float* const* sources,
                                            const float* query, const float* norm_weight,
-                                           const float* weight, DepthSwitches sw,
+                                           const float* weight, KernelSwitches sw,
                                            size_t n_sources, size_t N, size_t C) {
     launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, out,
                   alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
@@ -809,7 +808,7 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                                             const float* rstd, const float* weight,
                                             const float* alpha, const float* key_rstd,
                                             const float* const* sources, const float* query,
-                                            const float* norm_weight, DepthSwitches sw,
+                                            const float* norm_weight, KernelSwitches sw,
                                             size_t n_sources, size_t N, size_t C) {
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));

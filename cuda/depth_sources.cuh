@@ -68,9 +68,9 @@ inline int distinct_grads(float* const* dsources, size_t n_sources) {
 
 // SPEC's one-head variants, which depth_attention.cu's kernels run beside the default
 // operator (depth_variants.cu's layers call them; the key norm off is norm_weight NULL).
-// DepthSwitches{} is the default operator. (No padding between or after the fields: a
+// KernelSwitches{} is the default operator. (No padding between or after the fields: a
 // captured graph compares a launch's argument bytes with the last, padding included.)
-struct DepthSwitches {
+struct KernelSwitches {
     const float* query_rows;  // (N,C) the query's row part u_n: q = w + u_n (--depth-query
                               // input), or NULL
     float* dquery_rows;       // (N,C) its gradient, += (the backward, with query_rows)
@@ -81,8 +81,8 @@ struct DepthSwitches {
     int normalise;            // the weights are softmax(coefficients) (static mixing), else
                               // the coefficients themselves (DenseFormer)
 };
-static_assert(sizeof(DepthSwitches) == 4 * sizeof(float*) + 2 * sizeof(int),
-              "DepthSwitches has no padding");
+static_assert(sizeof(KernelSwitches) == 4 * sizeof(float*) + 2 * sizeof(int),
+              "KernelSwitches has no padding");
 
 // depth_attention_rmsnorm_forward_cuda and _backward_cuda (layers.cuh) with the switches: xn
 // NULL (forward) or dxn NULL (backward, dout then read as given) for the depth attention
@@ -90,7 +90,7 @@ static_assert(sizeof(DepthSwitches) == 4 * sizeof(float*) + 2 * sizeof(int),
 void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
                                            float* key_rstd, const float* const* sources,
                                            const float* query, const float* norm_weight,
-                                           const float* weight, DepthSwitches sw,
+                                           const float* weight, KernelSwitches sw,
                                            size_t n_sources, size_t N, size_t C);
 void depth_attention_switched_backward_cuda(float* const* dsources, float* dquery,
                                             float* dnorm_weight, float* dweight, float* dout,
@@ -98,7 +98,7 @@ void depth_attention_switched_backward_cuda(float* const* dsources, float* dquer
                                             const float* rstd, const float* weight,
                                             const float* alpha, const float* key_rstd,
                                             const float* const* sources, const float* query,
-                                            const float* norm_weight, DepthSwitches sw,
+                                            const float* norm_weight, KernelSwitches sw,
                                             size_t n_sources, size_t N, size_t C);
 
 // depth_variants.cu's gradient of the mixings' coefficients from the parts of dweight that

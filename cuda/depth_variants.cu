@@ -15,7 +15,7 @@
 //   out = sum_i weight_i V_i
 //
 // With one head, and in the mixings, the layers run depth_attention.cu's kernels with the
-// switches on (DepthSwitches, depth_sources.cuh): the same block shape and loads as the
+// switches on (KernelSwitches, depth_sources.cuh): the same block shape and loads as the
 // default operator, and its RMSNorm fused each way; the mixings' coefficients get their
 // gradient from this file's depth_mixing_coefficients_kernel. The kernels below take more
 // heads: a block of VARIANT_BLOCK threads per row, each way, the RMSNorm fused too (the
@@ -336,7 +336,7 @@ static void attention_forward(float* xn, float* rstd, float* out, float* alpha, 
                               const float* weight, size_t n_sources, size_t N, size_t C,
                               size_t heads, int sigmoid) {
     if (heads == 1) {
-        DepthSwitches sw = {};
+        KernelSwitches sw = {};
         sw.sigmoid = sigmoid;
         sw.query_rows = query_rows;
         depth_attention_switched_forward_cuda(xn, rstd, out, alpha, key_rstd, sources, query,
@@ -359,7 +359,7 @@ static void attention_backward(float* const* dsources, float* dquery, float* dqu
                                const float* query_rows, const float* norm_weight,
                                size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid) {
     if (heads == 1) {
-        DepthSwitches sw = {};
+        KernelSwitches sw = {};
         sw.sigmoid = sigmoid;
         sw.query_rows = query_rows;
         sw.dquery_rows = dquery_rows;
@@ -412,7 +412,7 @@ static void mixing_forward(float* xn, float* rstd, float* out, float* weights,
                            int normalise) {
     launch_kernel(depth_mixing_weights_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES, weights,
                   coefficients, n_sources, normalise);
-    DepthSwitches sw = {};
+    KernelSwitches sw = {};
     sw.weights = weights;
     depth_attention_switched_forward_cuda(xn, rstd, out, weights, NULL, sources, NULL, NULL,
                                           weight, sw, n_sources, N, C);
@@ -424,7 +424,7 @@ static void mixing_backward(float* const* dsources, float* dcoefficients, float*
                             const float* weight, const float* weights,
                             const float* const* sources, size_t n_sources, size_t N, size_t C,
                             int normalise) {
-    DepthSwitches sw = {};
+    KernelSwitches sw = {};
     sw.weights = weights;
     sw.dcoefficients = dcoefficients;
     sw.normalise = normalise;
@@ -458,50 +458,46 @@ static void zero(float* x, size_t n) {
     cuda_memset_async(x, 0, n * sizeof(float));
 }
 
-void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
-                                float* last_xn, float* last_rstd, float* query_rows,
-                                const float* const* sources, const float* query,
-                                const float* norm_weight, const float* query_proj,
-                                const float* coefficients, const float* weight, size_t n_sources,
-                                size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
-    if (mixing) {
-        mixing_forward(xn, rstd, h, alpha, sources, coefficients, weight, n_sources, N, C,
-                       mixing == 1);
+void attnres_input_forward_cuda(float* xn, float* rstd, float* h, DepthSaved saved,
+                                const float* const* sources, DepthParams params,
+                                const float* weight, size_t n_sources, size_t N, size_t C,
+                                DepthSwitches switches) {
+    if (switches.mixing) {
+        mixing_forward(xn, rstd, h, saved.alpha, sources, params.mix, weight, n_sources, N, C,
+                       switches.mixing == 1);
         return;
     }
-    if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
-        rmsnorm_forward_cuda(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
-        linear_forward_cuda(query_rows, last_xn, query_proj, N, C, C);
+    const float* query_rows = NULL;
+    if (params.qproj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+        rmsnorm_forward_cuda(saved.last_xn, saved.last_rstd, sources[n_sources - 1], NULL, N, C);
+        linear_forward_cuda(saved.query_rows, saved.last_xn, params.qproj, N, C, C);
+        query_rows = saved.query_rows;
     }
-    attention_forward(xn, rstd, h, alpha, key_rstd, sources, query,
-                      query_proj != NULL ? query_rows : NULL, norm_weight, weight, n_sources, N,
-                      C, heads, sigmoid);
+    attention_forward(xn, rstd, h, saved.alpha, saved.key_rstd, sources, params.query, query_rows,
+                      params.norm, weight, n_sources, N, C, switches.heads, switches.sigmoid);
 }
 
-void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
-                                 float* dquery_proj, float* dcoefficients, float* dweight,
-                                 float* dh, float* dquery_rows, float* dlast_xn,
-                                 const float* dxn, const float* h, const float* rstd,
-                                 const float* weight, const float* alpha, const float* key_rstd,
-                                 const float* last_xn, const float* last_rstd,
-                                 const float* query_rows, const float* const* sources,
-                                 const float* query, const float* norm_weight,
-                                 const float* query_proj, size_t n_sources, size_t N, size_t C,
-                                 size_t heads, int sigmoid, int mixing) {
-    if (mixing) {
-        mixing_backward(dsources, dcoefficients, dweight, dh, dxn, h, rstd, weight, alpha, sources,
-                        n_sources, N, C, mixing == 1);
+void attnres_input_backward_cuda(float* const* dsources, DepthParams grads, float* dweight,
+                                 DepthScratch scratch, const float* dxn, const float* h,
+                                 const float* rstd, DepthSaved saved, const float* const* sources,
+                                 DepthParams params, const float* weight, size_t n_sources,
+                                 size_t N, size_t C, DepthSwitches switches) {
+    if (switches.mixing) {
+        mixing_backward(dsources, grads.mix, dweight, scratch.dh, dxn, h, rstd, weight,
+                        saved.alpha, sources, n_sources, N, C, switches.mixing == 1);
         return;
     }
-    if (query_proj != NULL) zero(dquery_rows, N * C);
-    attention_backward(dsources, dquery, query_proj != NULL ? dquery_rows : NULL, dnorm_weight,
-                       dweight, dh, dxn, h, rstd, weight, alpha, key_rstd, sources, query,
-                       query_proj != NULL ? query_rows : NULL, norm_weight, n_sources, N, C,
-                       heads, sigmoid);
-    if (query_proj != NULL) {
-        zero(dlast_xn, N * C);
-        linear_backward_cuda(dlast_xn, dquery_proj, dquery_rows, last_xn, query_proj, N, C, C);
-        rmsnorm_backward_cuda(dsources[n_sources - 1], NULL, dlast_xn, sources[n_sources - 1],
-                              NULL, last_rstd, N, C);
+    int input_query = params.qproj != NULL;
+    if (input_query) zero(scratch.dquery_rows, N * C);
+    attention_backward(dsources, grads.query, input_query ? scratch.dquery_rows : NULL, grads.norm,
+                       dweight, scratch.dh, dxn, h, rstd, weight, saved.alpha, saved.key_rstd,
+                       sources, params.query, input_query ? saved.query_rows : NULL, params.norm,
+                       n_sources, N, C, switches.heads, switches.sigmoid);
+    if (input_query) {
+        zero(scratch.dlast_xn, N * C);
+        linear_backward_cuda(scratch.dlast_xn, grads.qproj, scratch.dquery_rows, saved.last_xn,
+                             params.qproj, N, C, C);
+        rmsnorm_backward_cuda(dsources[n_sources - 1], NULL, scratch.dlast_xn,
+                              sources[n_sources - 1], NULL, saved.last_rstd, N, C);
     }
 }
