@@ -209,18 +209,8 @@ depth_attention_forward_kernel(float* xn, float* out_rstd, float* out, DepthSave
         }
     }
     __syncthreads();
-    // 3. the softmax: every thread of the row reads the scores in the same order; thread i
-    //    writes alpha_i
-    if (live) {
-        float max_score = -INFINITY;
-        for (size_t i = 0; i < n_sources; i++) max_score = fmaxf(max_score, score[r][i]);
-        float sum = 0.0f;
-        for (size_t i = 0; i < n_sources; i++) sum += expf(score[r][i] - max_score);
-        for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            row_alpha[r][i] = expf(score[r][i] - max_score) / sum;
-            saved.alpha[row * n_sources + i] = row_alpha[r][i];
-        }
-    }
+    // 3. the softmax, thread i writing alpha_i
+    if (live) row_softmax(row_alpha[r], saved.alpha + row * n_sources, score[r], n_sources, t);
     __syncthreads();
     // 4. the weighted sum, in order of i
     float sum_sq = live ? row_weighted_sum(out + row * C, row_alpha[r], sources, n_sources, row,

@@ -196,6 +196,21 @@ __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float 
     load_columns(weight_k, weight, group, C);
 }
 
+// alpha = softmax(score) of one row (score and row_alpha in shared memory, n_sources each):
+// every thread of the row reads the scores in the same order; thread t writes alpha_i for
+// i = t, t + ROW_THREADS, ... into row_alpha and into alpha_out (the row's saved alpha)
+__device__ __forceinline__ void row_softmax(float* row_alpha, float* alpha_out, const float* score,
+                                            size_t n_sources, unsigned int t) {
+    float max_score = -INFINITY;
+    for (size_t i = 0; i < n_sources; i++) max_score = fmaxf(max_score, score[i]);
+    float sum = 0.0f;
+    for (size_t i = 0; i < n_sources; i++) sum += expf(score[i] - max_score);
+    for (size_t i = t; i < n_sources; i += ROW_THREADS) {
+        row_alpha[i] = expf(score[i] - max_score) / sum;
+        alpha_out[i] = row_alpha[i];
+    }
+}
+
 // out_row (the row's C floats) = sum_i alpha_i V_i at this thread's columns of row `row`, in
 // order of i, a column group's loads of SOURCE_CHUNK sources at a time; the group's outputs
 // are written once all its sources are summed. alpha: the row's n_sources weights. Returns

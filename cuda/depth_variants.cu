@@ -104,14 +104,7 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* out, 
             saved.alpha[row * n_sources + i] = row_alpha[r][i];
         }
     } else if (live) {
-        float max_score = -INFINITY;
-        for (size_t i = 0; i < n_sources; i++) max_score = fmaxf(max_score, score[r][i]);
-        float sum = 0.0f;
-        for (size_t i = 0; i < n_sources; i++) sum += expf(score[r][i] - max_score);
-        for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            row_alpha[r][i] = expf(score[r][i] - max_score) / sum;
-            saved.alpha[row * n_sources + i] = row_alpha[r][i];
-        }
+        row_softmax(row_alpha[r], saved.alpha + row * n_sources, score[r], n_sources, t);
     }
     __syncthreads();
     // 4. the weighted sum, in order of i
