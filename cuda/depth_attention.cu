@@ -134,8 +134,9 @@ __global__ void depth_attention_backward_naive_rows_kernel(
     }
 }
 
-// The sums of the dquery and dnorm_weight lines of src/depth_attention.c's naive backward,
-// factored as its tiled depth_attention_backward does (one sum, then times g_c or w_c).
+// Mirrors src/depth_attention.c:depth_attention_backward_naive, its dquery and dnorm_weight
+// lines, their sums factored as the tiled depth_attention_backward does (one sum, then times
+// g_c or w_c).
 // Threads: thread c of the grid takes column c, every row and source of it.
 // acc_c = sum over the rows n and sources i, in order, of ds_i r_i V_ic; then
 // dquery_c += g_c acc_c (dw = sum ds_i k_i) and dnorm_weight_c += w_c acc_c.

@@ -320,7 +320,7 @@ struct SourceScales {
 // i, SOURCE_CHUNK at a time, dV_i += source_gradient at the group's columns, where wg and dy
 // hold the group's w_c g_c and dout_c, and acc[k] += ds_i rstd_i V_ic. chunk_grads: a chunk's
 // gradients are all read before any is written (distinct_grads), else each just before its
-// write.
+// write. (depth_variants.cu's switched kernel has the loop written out: it says why.)
 __device__ __forceinline__ void add_source_gradients(float acc[DEPTH_COLS],
                                                      const GradList& dsources,
                                                      const SourceList& sources,

@@ -56,6 +56,8 @@ static_assert(sizeof(VariantOutputs) == 7 * sizeof(float*), "VariantOutputs has 
 
 // ---- one head, and the mixings: depth_attention.cu's kernels with the switches ----
 
+// Mirrors src/depth_variants.c:depth_attention_variant_forward with one head, and
+// src/depth_variants.c:depth_mixing_forward, each with the norm after it; it is
 // depth_attention.cu's depth_attention_forward_kernel (the steps there) with the switches:
 // without the key norm (params.norm NULL) rstd_i = 1 and g = 1; with saved.query_rows the
 // query is w + u_n; with switches.sigmoid alpha_i = sigmoid(s_i); in the mixings
@@ -116,6 +118,8 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* out, 
     row_rmsnorm_forward(xn, out_rstd, out, weight, out_sq, sum_sq, live, row, C, r, t);
 }
 
+// Mirrors src/depth_variants.c:depth_attention_variant_backward with one head, and
+// src/depth_variants.c:depth_mixing_backward, each with the norm's backward before it; it is
 // depth_attention.cu's depth_attention_backward_rows_kernel (its steps and formulas there)
 // with the switches, as in the forward: without the key norm rstd_i = 1, g = 1 and no
 // correction term; sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i); with a row part of the
@@ -282,7 +286,8 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
 }
 
 // weights = softmax(coefficients) (normalise) or the coefficients; one thread per source,
-// each reading the coefficients in the same order
+// each reading the coefficients in the same order. (Launched by depth_mixing_rmsnorm_forward,
+// the mixings' forward, before the switched kernel: no launcher of its own.)
 __global__ void depth_mixing_weights_kernel(float* weights, const float* coefficients,
                                             size_t n_sources, int normalise) {
     for (size_t i = threadIdx.x; i < n_sources; i += blockDim.x) {
@@ -443,6 +448,7 @@ __device__ __forceinline__ float block_sum(float x, float warp_sums[VARIANT_BLOC
 // then out = sum_i alpha_i V_i; one block per row. The scores wait in alpha until step 2.
 // With xn not NULL, then the row's RMSNorm (as depth_attention.cu's fused forward):
 // xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), weight NULL for ones.
+// Launched by depth_attention_variant_rmsnorm_forward.
 __global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rstd, float* out,
                                                        DepthSaved saved, SourceList sources,
                                                        DepthParams params, const float* weight,
@@ -520,7 +526,8 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rst
 // the caller sums over the rows (dq = g acc). With dxn not NULL the kernel first takes dxn
 // back through the row's RMSNorm (saved out_rstd, gain weight) into dout (the caller's
 // scratch; step 0, as depth_attention.cu's fused backward), and writes the row's terms of the
-// gain's gradient, dxn_c out_c out_rstd, to dweight_parts when not NULL.
+// gain's gradient, dxn_c out_c out_rstd, to dweight_parts when not NULL. Launched by
+// depth_attention_variant_rmsnorm_backward.
 __global__ void depth_attention_variant_backward_kernel(GradList dsources, VariantOutputs outputs,
                                                         float* dout, const float* dxn,
                                                         const float* out, const float* out_rstd,
