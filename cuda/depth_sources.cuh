@@ -66,57 +66,12 @@ inline int distinct_grads(float* const* dsources, size_t n_sources) {
     return 1;
 }
 
-// SPEC's one-head variants, which depth_attention.cu's kernels run beside the default
-// operator (depth_variants.cu's layers call them; the key norm off is norm_weight NULL).
-// DepthSwitches{} is the default operator. (No padding between or after the fields: a
-// captured graph compares a launch's argument bytes with the last, padding included.)
-struct DepthSwitches {
-    const float* query_rows;  // (N,C) the query's row part u_n: q = w + u_n (--depth-query
-                              // input), or NULL
-    float* dquery_rows;       // (N,C) its gradient, += (the backward, with query_rows)
-    const float* weights;     // (n_sources) the mixings: one weight per source for every row
-                              // in place of the scores, or NULL
-    float* dcoefficients;     // (n_sources) the mixings' coefficients' gradient, += (backward)
-    int sigmoid;              // alpha_i = sigmoid(s_i), no normaliser (--depth-score sigmoid)
-    int normalise;            // the weights are softmax(coefficients) (static mixing), else
-                              // the coefficients themselves (DenseFormer)
-};
-static_assert(sizeof(DepthSwitches) == 4 * sizeof(float*) + 2 * sizeof(int),
+// The depth attention's structs of layers.h (DepthSaved, DepthParams, DepthSwitches) travel to
+// the kernels by value too. A captured graph compares a launch's argument bytes with the
+// last, padding included (common.cuh), so they have none.
+static_assert(sizeof(DepthSaved) == 5 * sizeof(float*), "DepthSaved has no padding");
+static_assert(sizeof(DepthParams) == 4 * sizeof(float*), "DepthParams has no padding");
+static_assert(sizeof(DepthSwitches) == sizeof(size_t) + 2 * sizeof(int),
               "DepthSwitches has no padding");
-
-// depth_attention_rmsnorm_forward_cuda and _backward_cuda (layers.cuh) with the switches: xn
-// NULL (forward) or dxn NULL (backward, dout then read as given) for the depth attention
-// alone; dquery and dnorm_weight NULL where there is no such parameter
-void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
-                                           float* key_rstd, const float* const* sources,
-                                           const float* query, const float* norm_weight,
-                                           const float* weight, DepthSwitches sw,
-                                           size_t n_sources, size_t N, size_t C);
-void depth_attention_switched_backward_cuda(float* const* dsources, float* dquery,
-                                            float* dnorm_weight, float* dweight, float* dout,
-                                            const float* dxn, const float* out,
-                                            const float* rstd, const float* weight,
-                                            const float* alpha, const float* key_rstd,
-                                            const float* const* sources, const float* query,
-                                            const float* norm_weight, DepthSwitches sw,
-                                            size_t n_sources, size_t N, size_t C);
-
-// depth_variants.cu's gradient of the mixings' coefficients from the parts of dweight that
-// depth_attention_switched_backward_cuda's rows kernel wrote (parts, n_sources): dweight_i =
-// the sum of weight_parts[p][i], then dcoefficients += softmax's backward of it (normalise)
-// or dweight itself
-void depth_mixing_coefficients_cuda(float* dcoefficients, const float* weight_parts,
-                                    const float* weights, size_t parts, size_t n_sources,
-                                    int normalise);
-
-// depth_attention.cu's sums of the parts of the parameters' gradients that a backward wrote
-// (parts, C) each, in fixed orders (the default's blocks of rows; the many-head kernels' rows):
-// dquery += g * sum acc_parts (g = norm_weight, 1 when NULL; dquery NULL: none);
-// dnorm_weight (when not NULL) += the sum of gain_parts, or query * sum acc_parts when
-// gain_parts is NULL; dweight += the sum of dweight_parts when that is not NULL
-void depth_attention_parts_sum_cuda(float* dquery, float* dnorm_weight, float* dweight,
-                                    const float* acc_parts, const float* gain_parts,
-                                    const float* dweight_parts, const float* query,
-                                    const float* norm_weight, size_t parts, size_t C);
 
 #endif

@@ -98,18 +98,15 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
 // one above. (The macro tells dev/bench/bench_depth.cu, also built against older cuda/ files
 // for a before/after, that these exist.)
 #define HAS_DEPTH_ATTENTION_RMSNORM 1
-void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, float* alpha,
-                                          float* key_rstd, const float* const* sources,
-                                          const float* query, const float* norm_weight,
+void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, DepthSaved saved,
+                                          const float* const* sources, DepthParams params,
                                           const float* weight, size_t n_sources, size_t N,
                                           size_t C);
-void depth_attention_rmsnorm_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dnorm_weight, float* dweight,
-                                           float* dout_scratch,
-                                           const float* dxn, const float* out, const float* rstd,
-                                           const float* weight, const float* alpha,
-                                           const float* key_rstd, const float* const* sources,
-                                           const float* query, const float* norm_weight,
+void depth_attention_rmsnorm_backward_cuda(float* const* dsources, DepthParams grads,
+                                           float* dweight, float* dout_scratch, const float* dxn,
+                                           const float* out, const float* rstd,
+                                           const float* weight, DepthSaved saved,
+                                           const float* const* sources, DepthParams params,
                                            size_t n_sources, size_t N, size_t C);
 // The most floats of the workspace (common.cuh) one depth attention backward borrows.
 size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t C);
@@ -143,22 +140,15 @@ size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C
 // The one call the model makes for an AttnRes sub-layer's input, as layers.h's
 // attnres_input_forward and attnres_input_backward: the default operator runs fused with its
 // norm (one kernel), a variant or a mixing runs and then rmsnorm_forward_cuda.
-void attnres_input_forward_cuda(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
-                                float* last_xn, float* last_rstd, float* query_rows,
-                                const float* const* sources, const float* query,
-                                const float* norm_weight, const float* query_proj,
-                                const float* coefficients, const float* weight, size_t n_sources,
-                                size_t N, size_t C, size_t heads, int sigmoid, int mixing);
-void attnres_input_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
-                                 float* dquery_proj, float* dcoefficients, float* dweight,
-                                 float* dh, float* dquery_rows, float* dlast_xn,
-                                 const float* dxn, const float* h, const float* rstd,
-                                 const float* weight, const float* alpha, const float* key_rstd,
-                                 const float* last_xn, const float* last_rstd,
-                                 const float* query_rows, const float* const* sources,
-                                 const float* query, const float* norm_weight,
-                                 const float* query_proj, size_t n_sources, size_t N, size_t C,
-                                 size_t heads, int sigmoid, int mixing);
+void attnres_input_forward_cuda(float* xn, float* rstd, float* h, DepthSaved saved,
+                                const float* const* sources, DepthParams params,
+                                const float* weight, size_t n_sources, size_t N, size_t C,
+                                DepthSwitches switches);
+void attnres_input_backward_cuda(float* const* dsources, DepthParams grads, float* dweight,
+                                 DepthScratch scratch, const float* dxn, const float* h,
+                                 const float* rstd, DepthSaved saved, const float* const* sources,
+                                 DepthParams params, const float* weight, size_t n_sources,
+                                 size_t N, size_t C, DepthSwitches switches);
 
 // ---- mhc.cu ------------------------------------------------------------------------------
 // mHC-lite, as layers.h's mhc.c functions: streams X (N, m*d), a row's coefficients (and
@@ -173,14 +163,11 @@ void mhc_expand_backward_cuda(float* dx0, const float* dX, size_t N, size_t d, s
 void mhc_reduce_forward_cuda(float* out, const float* X, size_t N, size_t d, size_t m);
 void mhc_reduce_backward_cuda(float* dX, const float* dout, size_t N, size_t d, size_t m);
 void mhc_input_forward_cuda(float* u, float* mix, float* e, float* z, float* rstd,
-                            const float* X, const float* norm_weight, const float* proj,
-                            const float* bias, const float* scale, size_t N, size_t d,
-                            size_t m);
-void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float* dbias,
-                             float* dscale, float* dmix, float* de, float* dz, const float* du,
-                             const float* X, const float* z, const float* rstd, const float* e,
-                             const float* mix, const float* norm_weight, const float* proj,
-                             const float* scale, size_t N, size_t d, size_t m);
+                            const float* X, MhcParams params, size_t N, size_t d, size_t m);
+void mhc_input_backward_cuda(float* dX, MhcParams grads, float* dmix, float* de, float* dz,
+                             const float* du, const float* X, const float* z, const float* rstd,
+                             const float* e, const float* mix, MhcParams params, size_t N,
+                             size_t d, size_t m);
 void mhc_output_forward_cuda(float* Xnext, const float* X, const float* f, const float* mix,
                              size_t N, size_t d, size_t m);
 void mhc_output_backward_cuda(float* dX, float* df, float* dmix, const float* dXnext,

@@ -314,22 +314,19 @@ void mhc_reduce_backward_cuda(float* dX, const float* dout, size_t N, size_t d, 
 }
 
 void mhc_input_forward_cuda(float* u, float* mix, float* e, float* z, float* rstd,
-                            const float* X, const float* norm_weight, const float* proj,
-                            const float* bias, const float* scale, size_t N, size_t d,
-                            size_t m) {
+                            const float* X, MhcParams params, size_t N, size_t d, size_t m) {
     size_t R;
     Permutations perms = permutations(m, &R);
-    rmsnorm_forward_cuda(z, rstd, X, norm_weight, N, m * d);
-    linear_forward_cuda(e, z, proj, N, m * d, 2 * m + R);
-    launch_kernel(mhc_input_forward_kernel, (unsigned int)N, MHC_BLOCK, u, mix, e, X, bias, scale,
-                  perms, d, m, R);
+    rmsnorm_forward_cuda(z, rstd, X, params.norm, N, m * d);
+    linear_forward_cuda(e, z, params.proj, N, m * d, 2 * m + R);
+    launch_kernel(mhc_input_forward_kernel, (unsigned int)N, MHC_BLOCK, u, mix, e, X, params.bias,
+                  params.scale, perms, d, m, R);
 }
 
-void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float* dbias,
-                             float* dscale, float* dmix, float* de, float* dz, const float* du,
-                             const float* X, const float* z, const float* rstd, const float* e,
-                             const float* mix, const float* norm_weight, const float* proj,
-                             const float* scale, size_t N, size_t d, size_t m) {
+void mhc_input_backward_cuda(float* dX, MhcParams grads, float* dmix, float* de, float* dz,
+                             const float* du, const float* X, const float* z, const float* rstd,
+                             const float* e, const float* mix, MhcParams params, size_t N,
+                             size_t d, size_t m) {
     size_t R;
     Permutations perms = permutations(m, &R);
     size_t E = 2 * m + R;
@@ -341,12 +338,12 @@ void mhc_input_backward_cuda(float* dX, float* dnorm_weight, float* dproj, float
     float* bias_partial = scale_terms + N * 3;
     float* scale_partial = bias_partial + parts * E;
     launch_kernel(mhc_input_backward_rows_kernel, (unsigned int)N, MHC_BLOCK, dX, dmix, de,
-                  dp_rows, scale_terms, du, X, mix, e, scale, perms, d, m, R);
-    add_column_sums_cuda(dbias, bias_partial, dp_rows, N, E);
-    add_column_sums_cuda(dscale, scale_partial, scale_terms, N, 3);
+                  dp_rows, scale_terms, du, X, mix, e, params.scale, perms, d, m, R);
+    add_column_sums_cuda(grads.bias, bias_partial, dp_rows, N, E);
+    add_column_sums_cuda(grads.scale, scale_partial, scale_terms, N, 3);
     cuda_memset_async(dz, 0, N * m * d * sizeof(float));
-    linear_backward_cuda(dz, dproj, de, z, proj, N, m * d, E);
-    rmsnorm_backward_cuda(dX, dnorm_weight, dz, X, norm_weight, rstd, N, m * d);
+    linear_backward_cuda(dz, grads.proj, de, z, params.proj, N, m * d, E);
+    rmsnorm_backward_cuda(dX, grads.norm, dz, X, params.norm, rstd, N, m * d);
 }
 
 void mhc_output_forward_cuda(float* Xnext, const float* X, const float* f, const float* mix,

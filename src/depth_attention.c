@@ -221,26 +221,24 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 // this is their definition; the GPU (cuda/depth_attention.cu) fuses the norm into the depth
 // attention's kernels (one launch forward, the rows kernel backward) and is checked against
 // this.
-void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
-                                     float* key_rstd, const float* const* sources,
-                                     const float* query, const float* norm_weight,
+void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, DepthSaved saved,
+                                     const float* const* sources, DepthParams params,
                                      const float* weight, size_t n_sources, size_t N, size_t C) {
-    depth_attention_forward(out, alpha, key_rstd, sources, query, norm_weight, n_sources, N, C);
+    depth_attention_forward(out, saved.alpha, saved.key_rstd, sources, params.query, params.norm,
+                            n_sources, N, C);
     rmsnorm_forward(xn, rstd, out, weight, N, C);
 }
 
 // dout_scratch (N,C) is not an incoming gradient: it is overwritten with out's gradient (the
 // norm's input gradient), which the depth attention's backward then reads
-void depth_attention_rmsnorm_backward(float* const* dsources, float* dquery,
-                                      float* dnorm_weight, float* dweight, float* dout_scratch,
-                                      const float* dxn, const float* out, const float* rstd,
-                                      const float* weight, const float* alpha,
-                                      const float* key_rstd, const float* const* sources,
-                                      const float* query, const float* norm_weight,
+void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads, float* dweight,
+                                      float* dout_scratch, const float* dxn, const float* out,
+                                      const float* rstd, const float* weight, DepthSaved saved,
+                                      const float* const* sources, DepthParams params,
                                       size_t n_sources, size_t N, size_t C) {
     #pragma omp parallel for
     for (size_t i = 0; i < N * C; i++) { dout_scratch[i] = 0.0f; }  // rmsnorm_backward adds
     rmsnorm_backward(dout_scratch, dweight, dxn, out, weight, rstd, N, C);
-    depth_attention_backward(dsources, dquery, dnorm_weight, dout_scratch, alpha, key_rstd,
-                             sources, query, norm_weight, n_sources, N, C);
+    depth_attention_backward(dsources, grads.query, grads.norm, dout_scratch, saved.alpha,
+                             saved.key_rstd, sources, params.query, params.norm, n_sources, N, C);
 }

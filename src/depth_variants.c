@@ -299,9 +299,9 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
 
 // 1 for the default operator (depth_attention.c): softmax, one head, the key norm, a static
 // query, no mixing
-static int default_operator(const float* norm_weight, const float* query_proj, size_t heads,
-                            int sigmoid, int mixing) {
-    return !mixing && heads == 1 && !sigmoid && norm_weight != NULL && query_proj == NULL;
+static int default_operator(DepthParams params, DepthSwitches switches) {
+    return !switches.mixing && switches.heads == 1 && !switches.sigmoid && params.norm != NULL &&
+           params.qproj == NULL;
 }
 
 static void zero(float* x, size_t n) {
@@ -309,29 +309,29 @@ static void zero(float* x, size_t n) {
     for (size_t i = 0; i < n; i++) { x[i] = 0.0f; }
 }
 
-void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
-                           float* last_xn, float* last_rstd, float* query_rows,
-                           const float* const* sources, const float* query,
-                           const float* norm_weight, const float* query_proj,
-                           const float* coefficients, const float* weight, size_t n_sources,
-                           size_t N, size_t C, size_t heads, int sigmoid, int mixing) {
-    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing) && xn != NULL) {
-        depth_attention_rmsnorm_forward(xn, rstd, h, alpha, key_rstd, sources, query,
-                                        norm_weight, weight, n_sources, N, C);
+void attnres_input_forward(float* xn, float* rstd, float* h, DepthSaved saved,
+                           const float* const* sources, DepthParams params, const float* weight,
+                           size_t n_sources, size_t N, size_t C, DepthSwitches switches) {
+    if (default_operator(params, switches) && xn != NULL) {
+        depth_attention_rmsnorm_forward(xn, rstd, h, saved, sources, params, weight, n_sources, N,
+                                        C);
         return;
     }
     // (without the norm the default operator is the variant with every switch off, the same
     // bits: test_variants.cpp)
-    if (mixing) {
-        depth_mixing_forward(h, alpha, sources, coefficients, n_sources, N, C, mixing == 1);
+    if (switches.mixing) {
+        depth_mixing_forward(h, saved.alpha, sources, params.mix, n_sources, N, C,
+                             switches.mixing == 1);
     } else {
-        if (query_proj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
-            rmsnorm_forward(last_xn, last_rstd, sources[n_sources - 1], NULL, N, C);
-            linear_forward(query_rows, last_xn, query_proj, N, C, C);
+        const float* query_rows = NULL;
+        if (params.qproj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+            rmsnorm_forward(saved.last_xn, saved.last_rstd, sources[n_sources - 1], NULL, N, C);
+            linear_forward(saved.query_rows, saved.last_xn, params.qproj, N, C, C);
+            query_rows = saved.query_rows;
         }
-        depth_attention_variant_forward(h, alpha, key_rstd, sources, query,
-                                        query_proj != NULL ? query_rows : NULL, norm_weight,
-                                        n_sources, N, C, heads, sigmoid);
+        depth_attention_variant_forward(h, saved.alpha, saved.key_rstd, sources, params.query,
+                                        query_rows, params.norm, n_sources, N, C, switches.heads,
+                                        switches.sigmoid);
     }
     if (xn != NULL) { rmsnorm_forward(xn, rstd, h, weight, N, C); }
 }
@@ -339,38 +339,36 @@ void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float
 // forward was: h = DA(sources), xn = rmsnorm(h; weight). dh = rmsnorm's input gradient, then
 // the operator's backward from dh into the sources' gradients (with --depth-query input, on
 // through query_rows = last_xn U^T and last_xn = rmsnorm(V_last) into V_last's gradient)
-void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
-                            float* dquery_proj, float* dcoefficients, float* dweight, float* dh,
-                            float* dquery_rows, float* dlast_xn, const float* dxn,
-                            const float* h, const float* rstd, const float* weight,
-                            const float* alpha, const float* key_rstd, const float* last_xn,
-                            const float* last_rstd, const float* query_rows,
-                            const float* const* sources, const float* query,
-                            const float* norm_weight, const float* query_proj,
-                            size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid,
-                            int mixing) {
-    if (default_operator(norm_weight, query_proj, heads, sigmoid, mixing)) {
-        depth_attention_rmsnorm_backward(dsources, dquery, dnorm_weight, dweight, dh, dxn, h,
-                                         rstd, weight, alpha, key_rstd, sources, query,
-                                         norm_weight, n_sources, N, C);
+void attnres_input_backward(float* const* dsources, DepthParams grads, float* dweight,
+                            DepthScratch scratch, const float* dxn, const float* h,
+                            const float* rstd, DepthSaved saved, const float* const* sources,
+                            DepthParams params, const float* weight, size_t n_sources, size_t N,
+                            size_t C, DepthSwitches switches) {
+    if (default_operator(params, switches)) {
+        depth_attention_rmsnorm_backward(dsources, grads, dweight, scratch.dh, dxn, h, rstd,
+                                         weight, saved, sources, params, n_sources, N, C);
         return;
     }
+    float* dh = scratch.dh;
     zero(dh, N * C);
     rmsnorm_backward(dh, dweight, dxn, h, weight, rstd, N, C);
-    if (mixing) {
-        depth_mixing_backward(dsources, dcoefficients, dh, alpha, sources, n_sources, N, C,
-                              mixing == 1);
+    if (switches.mixing) {
+        depth_mixing_backward(dsources, grads.mix, dh, saved.alpha, sources, n_sources, N, C,
+                              switches.mixing == 1);
         return;
     }
-    if (query_proj != NULL) { zero(dquery_rows, N * C); }
-    depth_attention_variant_backward(dsources, dquery, query_proj != NULL ? dquery_rows : NULL,
-                                     dnorm_weight, dh, alpha, key_rstd, sources, query,
-                                     query_proj != NULL ? query_rows : NULL, norm_weight,
-                                     n_sources, N, C, heads, sigmoid);
-    if (query_proj != NULL) {
-        zero(dlast_xn, N * C);
-        linear_backward(dlast_xn, dquery_proj, dquery_rows, last_xn, query_proj, N, C, C);
-        rmsnorm_backward(dsources[n_sources - 1], NULL, dlast_xn, sources[n_sources - 1], NULL,
-                         last_rstd, N, C);
+    int input_query = params.qproj != NULL;
+    if (input_query) { zero(scratch.dquery_rows, N * C); }
+    depth_attention_variant_backward(dsources, grads.query,
+                                     input_query ? scratch.dquery_rows : NULL, grads.norm, dh,
+                                     saved.alpha, saved.key_rstd, sources, params.query,
+                                     input_query ? saved.query_rows : NULL, params.norm,
+                                     n_sources, N, C, switches.heads, switches.sigmoid);
+    if (input_query) {
+        zero(scratch.dlast_xn, N * C);
+        linear_backward(scratch.dlast_xn, grads.qproj, scratch.dquery_rows, saved.last_xn,
+                        params.qproj, N, C, C);
+        rmsnorm_backward(dsources[n_sources - 1], NULL, scratch.dlast_xn, sources[n_sources - 1],
+                         NULL, saved.last_rstd, N, C);
     }
 }

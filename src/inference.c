@@ -133,7 +133,9 @@ static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
 
 // The residual rows of depth attention l (model.h): the query w_l, the key norm's gain g_l,
 // U_l and the mixing coefficients, NULL where the variant has no such tensor
-static DepthRows residual_rows(const Model* m, size_t l) { return model_depth_rows(m, &m->params, l); }
+static DepthParams residual_rows(const Model* m, size_t l) {
+    return model_depth_params(m, &m->params, l);
+}
 
 // h (B,d) = the depth attention of sub-layer l, in two phases (SPEC "Two-phase inference")
 static void default_depth_step(Decoder* dec, int l, float* h) {
@@ -158,8 +160,8 @@ static void variant_depth_step(Decoder* dec, int l, float* h) {
     const ModelDims* z = &dec->model->dims;
     const Activations* a = &dec->acts;
     size_t B = dec->B, d = z->d, S = z->S, K = z->depth_heads, i = (size_t)l % S, first = (size_t)l - i;
-    DepthRows block = residual_rows(dec->model, first);  // rows first .. first + S - 1
-    DepthRows own = residual_rows(dec->model, (size_t)l);
+    DepthParams block = residual_rows(dec->model, first);  // rows first .. first + S - 1
+    DepthParams own = residual_rows(dec->model, (size_t)l);
     if (i == 0) {
         const float* blocks[z->n_sub + 2];
         size_t n = gather_sources(a, c, B, l, blocks, NULL);

@@ -11,6 +11,8 @@
 
 #include <stddef.h>
 
+#include "layers.h"  // the structs some entries take (DepthParams, MhcParams, ...)
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -41,39 +43,27 @@ typedef struct {
                             const float* up, size_t N, size_t F);
     // AttnRes: the depth attention of any kind, then its RMSNorm (layers.h); sources and
     // dsources are host arrays of pointers into the table's memory
-    void (*attnres_input_forward)(float* xn, float* rstd, float* h, float* alpha,
-                                  float* key_rstd, float* last_xn, float* last_rstd,
-                                  float* query_rows, const float* const* sources,
-                                  const float* query, const float* norm_weight,
-                                  const float* query_proj, const float* coefficients,
+    void (*attnres_input_forward)(float* xn, float* rstd, float* h, DepthSaved saved,
+                                  const float* const* sources, DepthParams params,
                                   const float* weight, size_t n_sources, size_t N, size_t C,
-                                  size_t heads, int sigmoid, int mixing);
-    void (*attnres_input_backward)(float* const* dsources, float* dquery, float* dnorm_weight,
-                                   float* dquery_proj, float* dcoefficients, float* dweight,
-                                   float* dh, float* dquery_rows, float* dlast_xn,
-                                   const float* dxn, const float* h, const float* rstd,
-                                   const float* weight, const float* alpha,
-                                   const float* key_rstd, const float* last_xn,
-                                   const float* last_rstd, const float* query_rows,
-                                   const float* const* sources, const float* query,
-                                   const float* norm_weight, const float* query_proj,
-                                   size_t n_sources, size_t N, size_t C, size_t heads,
-                                   int sigmoid, int mixing);
+                                  DepthSwitches switches);
+    void (*attnres_input_backward)(float* const* dsources, DepthParams grads, float* dweight,
+                                   DepthScratch scratch, const float* dxn, const float* h,
+                                   const float* rstd, DepthSaved saved,
+                                   const float* const* sources, DepthParams params,
+                                   const float* weight, size_t n_sources, size_t N, size_t C,
+                                   DepthSwitches switches);
     // mHC-lite (layers.h, mhc.c): streams (N, m*d), a row's coefficients in mix
     void (*mhc_expand_forward)(float* X, const float* x0, size_t N, size_t d, size_t m);
     void (*mhc_expand_backward)(float* dx0, const float* dX, size_t N, size_t d, size_t m);
     void (*mhc_reduce_forward)(float* out, const float* X, size_t N, size_t d, size_t m);
     void (*mhc_reduce_backward)(float* dX, const float* dout, size_t N, size_t d, size_t m);
     void (*mhc_input_forward)(float* u, float* mix, float* e, float* z, float* rstd,
-                              const float* X, const float* norm_weight, const float* proj,
-                              const float* bias, const float* scale, size_t N, size_t d,
-                              size_t m);
-    void (*mhc_input_backward)(float* dX, float* dnorm_weight, float* dproj, float* dbias,
-                               float* dscale, float* dmix, float* de, float* dz,
+                              const float* X, MhcParams params, size_t N, size_t d, size_t m);
+    void (*mhc_input_backward)(float* dX, MhcParams grads, float* dmix, float* de, float* dz,
                                const float* du, const float* X, const float* z,
                                const float* rstd, const float* e, const float* mix,
-                               const float* norm_weight, const float* proj, const float* scale,
-                               size_t N, size_t d, size_t m);
+                               MhcParams params, size_t N, size_t d, size_t m);
     void (*mhc_output_forward)(float* Xnext, const float* X, const float* f, const float* mix,
                                size_t N, size_t d, size_t m);
     void (*mhc_output_backward)(float* dX, float* df, float* dmix, const float* dXnext,

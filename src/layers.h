@@ -5,6 +5,9 @@
 //     backward's are the gradients and scratch it writes), then the incoming gradient
 //     (dout), then the inputs, weights and saved values, in no fixed order among them
 //     (rmsnorm_backward takes rstd last, attention_backward att before q, k and v), then sizes;
+//   - where that would be more than a dozen, the arguments that belong together travel as one
+//     named struct (the depth attention's parameters, saved values and switches; mHC-lite's
+//     parameters), passed by value; switches come after the sizes;
 //   - all tensors are float32, row-major; N is the number of rows (positions, N = B*T);
 //   - a linear map with weight W of shape [OUT, IN] computes y = x W^T (no biases);
 //   - backward functions ACCUMULATE (+=) into every gradient they write, so a tensor that
@@ -91,6 +94,40 @@ void swiglu_forward(float* out, const float* gate, const float* up, size_t N, si
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
                      const float* up, size_t N, size_t F);
 
+// ---- the depth attention's arguments, by what they are ------------------------------------
+// The model's call for an AttnRes sub-layer's input (attnres_input_forward below) and the
+// fused forms take the depth attention's parameters, what its forward saves and its switches
+// as these structs. A field the config does not have is NULL (0 for a switch).
+// The parameters of one depth attention: its rows of the residual tensors (model.h,
+// model_depth_params). The same struct holds their gradients.
+typedef struct {
+    float* query;  // (C) the pseudo-query w (res_query)
+    float* norm;   // (C) the key norm's gain g (res_norm); NULL with --key-norm off
+    float* qproj;  // (C,C) U, the query's input part (res_qproj, --depth-query input)
+    float* mix;    // (n_sources) the mixing coefficients (res_logits or res_scalars, --mixing)
+} DepthParams;
+// What the forward saves for the backward (and the decoder reads).
+typedef struct {
+    float* alpha;       // (N,n_sources,heads) the weights; a mixing: its n_sources weights
+    float* key_rstd;    // (N,n_sources,heads) the key norm's r_i
+    float* last_xn;     // (N,C) rmsnorm(V_last), no gain          (--depth-query input)
+    float* last_rstd;   // (N) that norm's rstd                    (--depth-query input)
+    float* query_rows;  // (N,C) last_xn U^T, the query's row part (--depth-query input)
+} DepthSaved;
+// SPEC's switches that are not a parameter's presence (those are: norm NULL is --key-norm
+// off, qproj not NULL is --depth-query input). heads 1 and the rest 0: the default operator.
+typedef struct {
+    size_t heads;  // K heads of C/K channels each, their own scores (--depth-heads)
+    int sigmoid;   // 1: alpha_i = sigmoid(s_i), no normaliser (--depth-score sigmoid)
+    int mixing;    // 0 attention, 1 static softmax(mix), 2 DenseFormer's mix (--mixing)
+} DepthSwitches;
+// The backward's scratch, overwritten.
+typedef struct {
+    float* dh;           // (N,C) h's gradient
+    float* dquery_rows;  // (N,C) query_rows' gradient (--depth-query input)
+    float* dlast_xn;     // (N,C) last_xn's gradient (--depth-query input)
+} DepthScratch;
+
 // ---- depth_attention.c -------------------------------------------------------------------
 // The AttnRes operator: softmax attention over n_sources depth sources, per row.
 // sources[i] points at a (N,C) tensor V_i; query w (C), the pseudo-query, and norm_weight g
@@ -124,21 +161,19 @@ void depth_attention_backward_naive(float* const* dsources, float* dquery, float
 // norms its input, and the output's depth attention feeds the final norm), as one call:
 // out = depth_attention(sources), then xn = rmsnorm(out; weight) with rstd (N) saved; weight
 // (C) is that norm's gain (the sub-layer's attn_norm or mlp_norm, or final_norm), NULL for
-// none. Here the two functions above, in turn; cuda/ runs both in one kernel, the row still
-// on chip.
-void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, float* alpha,
-                                     float* key_rstd, const float* const* sources,
-                                     const float* query, const float* norm_weight,
+// none. The query and the key norm's gain are params.query and params.norm; alpha and
+// key_rstd are saved in saved.alpha and saved.key_rstd (the other fields unused). Here the
+// two functions above, in turn; cuda/ runs both in one kernel, the row still on chip.
+void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, DepthSaved saved,
+                                     const float* const* sources, DepthParams params,
                                      const float* weight, size_t n_sources, size_t N, size_t C);
 // Its backward from dxn: dout_scratch (N,C) is overwritten with out's gradient (rmsnorm's
 // input gradient; the caller's scratch, not an incoming gradient), dweight (C) +=, then
-// depth_attention_backward from dout_scratch (dsources, dquery and dnorm_weight +=).
-void depth_attention_rmsnorm_backward(float* const* dsources, float* dquery,
-                                      float* dnorm_weight, float* dweight, float* dout_scratch,
-                                      const float* dxn, const float* out, const float* rstd,
-                                      const float* weight, const float* alpha,
-                                      const float* key_rstd, const float* const* sources,
-                                      const float* query, const float* norm_weight,
+// depth_attention_backward from dout_scratch (dsources, grads.query and grads.norm +=).
+void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads, float* dweight,
+                                      float* dout_scratch, const float* dxn, const float* out,
+                                      const float* rstd, const float* weight, DepthSaved saved,
+                                      const float* const* sources, DepthParams params,
                                       size_t n_sources, size_t N, size_t C);
 
 // ---- depth_variants.c --------------------------------------------------------------------
@@ -173,35 +208,26 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
 // The one call the model makes for an AttnRes sub-layer's input (model.c: input_forward):
 // h (N,C) = the depth attention over the sources by the operator the switches pick, then
 // xn (N,C) = rmsnorm(h; weight) with rstd (N) saved (xn NULL: h alone, no norm):
-//   mixing 1 (static, normalised) or 2 (dense): depth_mixing_forward with coefficients,
-//     alpha holding its n_sources weights;
-//   heads 1, softmax, a norm weight, no query_proj: the default operator and its norm in one
-//     call (depth_attention_rmsnorm_forward); without the norm (xn NULL: the decoder's), the
-//     variant below with every switch off, which is the default operator bit for bit;
-//   else depth_attention_variant_forward; with query_proj U (C,C) (--depth-query input) the
-//     query's row part first: last_xn (N,C) = rmsnorm(sources[n-1]) without a gain, last_rstd
-//     (N) saved, query_rows (N,C) = last_xn U^T.
-// A parameter the config does not have is NULL (norm_weight, query_proj, coefficients), and
-// so is a buffer it does not use (last_xn, last_rstd, query_rows).
-void attnres_input_forward(float* xn, float* rstd, float* h, float* alpha, float* key_rstd,
-                           float* last_xn, float* last_rstd, float* query_rows,
-                           const float* const* sources, const float* query,
-                           const float* norm_weight, const float* query_proj,
-                           const float* coefficients, const float* weight, size_t n_sources,
-                           size_t N, size_t C, size_t heads, int sigmoid, int mixing);
-// Its backward from dxn: dsources, dquery, dnorm_weight, dquery_proj, dcoefficients and dweight
-// += (each NULL where the forward's parameter is); dh, dquery_rows and dlast_xn (N,C) are
-// scratch, overwritten (the last two only with query_proj).
-void attnres_input_backward(float* const* dsources, float* dquery, float* dnorm_weight,
-                            float* dquery_proj, float* dcoefficients, float* dweight, float* dh,
-                            float* dquery_rows, float* dlast_xn, const float* dxn,
-                            const float* h, const float* rstd, const float* weight,
-                            const float* alpha, const float* key_rstd, const float* last_xn,
-                            const float* last_rstd, const float* query_rows,
-                            const float* const* sources, const float* query,
-                            const float* norm_weight, const float* query_proj,
-                            size_t n_sources, size_t N, size_t C, size_t heads, int sigmoid,
-                            int mixing);
+//   mixing 1 (static, normalised) or 2 (dense): depth_mixing_forward with params.mix,
+//     saved.alpha holding its n_sources weights;
+//   heads 1, softmax, a norm weight, no query projection: the default operator and its norm
+//     in one call (depth_attention_rmsnorm_forward); without the norm (xn NULL: the
+//     decoder's), the variant below with every switch off, which is the default operator bit
+//     for bit;
+//   else depth_attention_variant_forward; with params.qproj U (C,C) (--depth-query input) the
+//     query's row part first: saved.last_xn (N,C) = rmsnorm(sources[n-1]) without a gain,
+//     saved.last_rstd (N), saved.query_rows (N,C) = last_xn U^T.
+// A saved buffer the config does not use is NULL (DepthSaved's comments).
+void attnres_input_forward(float* xn, float* rstd, float* h, DepthSaved saved,
+                           const float* const* sources, DepthParams params, const float* weight,
+                           size_t n_sources, size_t N, size_t C, DepthSwitches switches);
+// Its backward from dxn: dsources, grads (the fields params has) and dweight +=; scratch's
+// buffers are overwritten.
+void attnres_input_backward(float* const* dsources, DepthParams grads, float* dweight,
+                            DepthScratch scratch, const float* dxn, const float* h,
+                            const float* rstd, DepthSaved saved, const float* const* sources,
+                            DepthParams params, const float* weight, size_t n_sources, size_t N,
+                            size_t C, DepthSwitches switches);
 
 // ---- mhc.c -------------------------------------------------------------------------------
 // mHC-lite (SPEC "mHC-lite"): m streams X (N, m*d) per row, stream s of row n at
@@ -220,20 +246,26 @@ void mhc_expand_backward(float* dx0, const float* dX, size_t N, size_t d, size_t
 // out (N, d) = sum_s X_s; backward: dX_s += dout for every s
 void mhc_reduce_forward(float* out, const float* X, size_t N, size_t d, size_t m);
 void mhc_reduce_backward(float* dX, const float* dout, size_t N, size_t d, size_t m);
-// A sub-layer's input from the streams: z = rmsnorm(X; norm_weight) over m*d, e = z proj^T
-// (proj (E, m*d)), the coefficients with bias (E) and scale (3), u (N, d) = sum_s a_pre[s] X_s.
+// A sub-layer's parameters (its rows of hc_norm, hc_proj, hc_bias and hc_scale, model.h); the
+// same struct holds their gradients.
+typedef struct {
+    float* norm;   // (m*d) the gain c of the streams' norm
+    float* proj;   // (E, m*d) Phi
+    float* bias;   // (E) beta: pre (m), res (R), post (m)
+    float* scale;  // (3) sigma: pre, res, post
+} MhcParams;
+// A sub-layer's input from the streams: z = rmsnorm(X; params.norm) over m*d, e = z Phi^T,
+// the coefficients with the bias and scale, u (N, d) = sum_s a_pre[s] X_s.
 // Saves z (N, m*d), rstd (N), e (N, E) and mix (N, MHC_MIX_WIDTH(m)).
 void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, const float* X,
-                       const float* norm_weight, const float* proj, const float* bias,
-                       const float* scale, size_t N, size_t d, size_t m);
+                       MhcParams params, size_t N, size_t d, size_t m);
 // Its backward from du (N, d), with dmix's a_post and H parts from mhc_output_backward: dmix's
-// a_pre and pi parts are written; de (N, E) and dz (N, m*d) are scratch (overwritten); dX,
-// dnorm_weight, dproj, dbias and dscale +=.
-void mhc_input_backward(float* dX, float* dnorm_weight, float* dproj, float* dbias,
-                        float* dscale, float* dmix, float* de, float* dz, const float* du,
-                        const float* X, const float* z, const float* rstd, const float* e,
-                        const float* mix, const float* norm_weight, const float* proj,
-                        const float* scale, size_t N, size_t d, size_t m);
+// a_pre and pi parts are written; de (N, E) and dz (N, m*d) are scratch (overwritten); dX and
+// every gradient in grads +=.
+void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, float* dz,
+                        const float* du, const float* X, const float* z, const float* rstd,
+                        const float* e, const float* mix, MhcParams params, size_t N, size_t d,
+                        size_t m);
 // The streams after the sub-layer: Xnext_t = sum_s H[s][t] X_s + a_post[t] f, f (N, d).
 void mhc_output_forward(float* Xnext, const float* X, const float* f, const float* mix,
                         size_t N, size_t d, size_t m);

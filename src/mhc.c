@@ -92,14 +92,15 @@ void mhc_reduce_backward(float* dX, const float* dout, size_t N, size_t d, size_
 
 // u (N, d) and the row's coefficients from the streams X (N, m*d). Saves z (N, m*d) and
 // rstd (N) of the stream norm, e (N, E) and mix (N, MHC_MIX_WIDTH(m)) for the backward.
-// norm_weight c (m*d), proj Phi (E, m*d), bias beta (E), scale sigma (3).
+// params: norm c (m*d), proj Phi (E, m*d), bias beta (E), scale sigma (3).
 void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, const float* X,
-                       const float* norm_weight, const float* proj, const float* bias,
-                       const float* scale, size_t N, size_t d, size_t m) {
+                       MhcParams params, size_t N, size_t d, size_t m) {
     int perms[MHC_MAX_PERMUTATIONS * MHC_MAX_STREAMS];
     size_t R = mhc_permutation_table(perms, m), E = 2 * m + R, W = MHC_MIX_WIDTH(m);
-    rmsnorm_forward(z, rstd, X, norm_weight, N, m * d);
-    linear_forward(e, z, proj, N, m * d, E);
+    const float* bias = params.bias;
+    const float* scale = params.scale;
+    rmsnorm_forward(z, rstd, X, params.norm, N, m * d);
+    linear_forward(e, z, params.proj, N, m * d, E);
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* en = e + n * E;
@@ -152,13 +153,12 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
 // the same dH values (in another order: in double, exactly), and dq is exactly 0, where the
 // first form would leave the rounding of dpi (a few 1e-9) in the identity's bias gradient.
 // dmix's a_pre and pi parts are written here;
-// de (N, E) and dz (N, m*d) are scratch, overwritten. dX, dnorm_weight, dproj, dbias and
-// dscale +=.
-void mhc_input_backward(float* dX, float* dnorm_weight, float* dproj, float* dbias,
-                        float* dscale, float* dmix, float* de, float* dz, const float* du,
-                        const float* X, const float* z, const float* rstd, const float* e,
-                        const float* mix, const float* norm_weight, const float* proj,
-                        const float* scale, size_t N, size_t d, size_t m) {
+// de (N, E) and dz (N, m*d) are scratch, overwritten. dX and grads' norm (dc), proj (dPhi),
+// bias (dbeta) and scale (dsigma) +=.
+void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, float* dz,
+                        const float* du, const float* X, const float* z, const float* rstd,
+                        const float* e, const float* mix, MhcParams params, size_t N, size_t d,
+                        size_t m) {
     int perms[MHC_MAX_PERMUTATIONS * MHC_MAX_STREAMS];
     size_t R = mhc_permutation_table(perms, m), E = 2 * m + R, W = MHC_MIX_WIDTH(m);
     #pragma omp parallel for
@@ -200,20 +200,20 @@ void mhc_input_backward(float* dX, float* dnorm_weight, float* dproj, float* dbi
         const float* dp = de + n * E;
         const float* en = e + n * E;
         for (size_t k = 0; k < E; k++) {
-            dbias[k] += dp[k];
-            dscale[k < m ? 0 : k < m + R ? 1 : 2] += dp[k] * en[k];
+            grads.bias[k] += dp[k];
+            grads.scale[k < m ? 0 : k < m + R ? 1 : 2] += dp[k] * en[k];
         }
     }
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         float* dp = de + n * E;
-        for (size_t k = 0; k < E; k++) { dp[k] *= scale[k < m ? 0 : k < m + R ? 1 : 2]; }
+        for (size_t k = 0; k < E; k++) { dp[k] *= params.scale[k < m ? 0 : k < m + R ? 1 : 2]; }
     }
     size_t n_dz = N * m * d;
     #pragma omp parallel for
     for (size_t i = 0; i < n_dz; i++) { dz[i] = 0.0f; }
-    linear_backward(dz, dproj, de, z, proj, N, m * d, E);
-    rmsnorm_backward(dX, dnorm_weight, dz, X, norm_weight, rstd, N, m * d);
+    linear_backward(dz, grads.proj, de, z, params.proj, N, m * d, E);
+    rmsnorm_backward(dX, grads.norm, dz, X, params.norm, rstd, N, m * d);
 }
 
 // Xnext (N, m*d): X'_t = sum_s H[s][t] X_s + a_post[t] f, from the streams X (N, m*d), the

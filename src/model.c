@@ -338,11 +338,11 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->act      = take(&at, mlp * N * F);
         // the partial sum that starts a block is f_l itself: the same buffer, no copy
         s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, sub * attnres * N * d);
-        s->alpha    = take(&at, N * s->n_sources * z.depth_heads);
-        s->key_rstd = take(&at, N * s->n_sources * z.depth_heads);
-        s->last_xn = take(&at, (z.n_qproj_rows > 0) * N * d);
-        s->last_rstd = take(&at, (z.n_qproj_rows > 0) * N);
-        s->query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->depth.alpha      = take(&at, N * s->n_sources * z.depth_heads);
+        s->depth.key_rstd   = take(&at, N * s->n_sources * z.depth_heads);
+        s->depth.last_xn    = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->depth.last_rstd  = take(&at, (z.n_qproj_rows > 0) * N);
+        s->depth.query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
         // mhc: the streams entering l (slot 2L: after the last sub-layer); the final norm's
         // rstd is one a stream
         s->streams  = take(&at, N * z.streams * d);
@@ -512,9 +512,9 @@ static void sublayer_backward(Model* model, int l, const float* df) {
     else { mlp_sublayer_backward(model, l, df); }
 }
 
-DepthRows model_depth_rows(const Model* model, const ParameterTensors* t, size_t l) {
+DepthParams model_depth_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
-    DepthRows r = {NULL, NULL, NULL, NULL};
+    DepthParams r = {NULL, NULL, NULL, NULL};
     if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
     if (z->n_norm_rows > 0) { r.norm = t->res_norm + l * z->d; }
     if (z->n_qproj_rows > 0) { r.qproj = t->res_qproj + l * z->d * z->d; }
@@ -523,17 +523,19 @@ DepthRows model_depth_rows(const Model* model, const ParameterTensors* t, size_t
     return r;
 }
 
+// the depth attention's switches (layers.h) as the config sets them
+static DepthSwitches depth_switches(const Model* model) {
+    return (DepthSwitches){model->dims.depth_heads, model->config.depth_score,
+                           model->config.mixing};
+}
+
 // the decoder's depth attention (inference.c): attnres_input_forward without the norm
 void depth_forward_rows(const Model* model, Activations* a, size_t N, int l, float* out) {
-    const ModelConfig* c = &model->config;
     const float* src[model->dims.n_sub + 2];
-    size_t n = gather_sources(a, c, N, l, src, NULL);
-    DepthRows p = model_depth_rows(model, &model->params, (size_t)l);
-    SubLayer* s = &a->sub[l];
-    model->kernels->attnres_input_forward(NULL, NULL, out, s->alpha, s->key_rstd, s->last_xn,
-                                      s->last_rstd, s->query_rows, src, p.query, p.norm,
-                                      p.qproj, p.mix, NULL, n, N, model->dims.d, model->dims.depth_heads,
-                                      c->depth_score, c->mixing);
+    size_t n = gather_sources(a, &model->config, N, l, src, NULL);
+    DepthParams p = model_depth_params(model, &model->params, (size_t)l);
+    model->kernels->attnres_input_forward(NULL, NULL, out, a->sub[l].depth, src, p, NULL, n, N,
+                                          model->dims.d, depth_switches(model));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -561,12 +563,11 @@ static Norm sublayer_norm(Model* model, int l) {
 }
 
 // mHC-lite's rows of sub-layer l in t (the model's params or grads)
-typedef struct { float *norm, *proj, *bias, *scale; } HcRows;
-static HcRows hc_rows(const Model* model, const ParameterTensors* t, size_t l) {
+static MhcParams mhc_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
     size_t md = z->streams * z->d;
-    return (HcRows){t->hc_norm + l * md, t->hc_proj + l * z->E * md, t->hc_bias + l * z->E,
-                    t->hc_scale + l * 3};
+    return (MhcParams){t->hc_norm + l * md, t->hc_proj + l * z->E * md, t->hc_bias + l * z->E,
+                       t->hc_scale + l * 3};
 }
 
 void mhc_forward_rows(const Model* model, Activations* a, size_t N, int l) {
@@ -579,9 +580,8 @@ void mhc_forward_rows(const Model* model, Activations* a, size_t N, int l) {
         kernels->mhc_reduce_forward(a->xf, s->hc_z, N, d, streams);
         return;
     }
-    HcRows p = hc_rows(model, &model->params, (size_t)l);
-    kernels->mhc_input_forward(s->h, s->hc_mix, s->hc_e, s->hc_z, s->hc_rstd, s->streams, p.norm,
-                         p.proj, p.bias, p.scale, N, d, streams);
+    kernels->mhc_input_forward(s->h, s->hc_mix, s->hc_e, s->hc_z, s->hc_rstd, s->streams,
+                               mhc_params(model, &model->params, (size_t)l), N, d, streams);
 }
 
 // Its backward: dstreams (N, m*d) += the gradient of the streams entering l from dxn (the
@@ -602,11 +602,10 @@ static void mhc_streams_input_backward(Model* model, int l, const float* dxn, fl
     }
     kernels->zero(a->dh, N * d);
     kernels->rmsnorm_backward(a->dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
-    HcRows p = hc_rows(model, &model->params, (size_t)l);
-    HcRows g = hc_rows(model, &model->grads, (size_t)l);
-    kernels->mhc_input_backward(dstreams, g.norm, g.proj, g.bias, g.scale, a->dhc_mix, a->dhc_e,
-                          a->dhc_z, a->dh, s->streams, s->hc_z, s->hc_rstd, s->hc_e, s->hc_mix,
-                          p.norm, p.proj, p.scale, N, d, streams);
+    MhcParams p = mhc_params(model, &model->params, (size_t)l);
+    MhcParams g = mhc_params(model, &model->grads, (size_t)l);
+    kernels->mhc_input_backward(dstreams, g, a->dhc_mix, a->dhc_e, a->dhc_z, a->dh, s->streams,
+                                s->hc_z, s->hc_rstd, s->hc_e, s->hc_mix, p, N, d, streams);
 }
 
 static void input_forward(Model* model, int l) {
@@ -628,11 +627,9 @@ static void input_forward(Model* model, int l) {
     // xn_l = rmsnorm(h_l)
     const float* src[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, NULL);
-    DepthRows p = model_depth_rows(model, &model->params, (size_t)l);
-    SubLayer* s = &a->sub[l];
-    kernels->attnres_input_forward(norm.xn, norm.rstd, norm.h, s->alpha, s->key_rstd, s->last_xn,
-                             s->last_rstd, s->query_rows, src, p.query, p.norm, p.qproj, p.mix,
-                             norm.weight, n, N, d, model->dims.depth_heads, c->depth_score, c->mixing);
+    DepthParams p = model_depth_params(model, &model->params, (size_t)l);
+    kernels->attnres_input_forward(norm.xn, norm.rstd, norm.h, a->sub[l].depth, src, p,
+                                   norm.weight, n, N, d, depth_switches(model));
 }
 
 // The backward of input_forward from dxn, the gradient of xn_l. none: dh holds the residual
@@ -651,14 +648,12 @@ static void input_backward(Model* model, int l, const float* dxn, float* dh) {
     const float* src[model->dims.n_sub + 2];
     float* dsrc[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, dsrc);
-    DepthRows p = model_depth_rows(model, &model->params, (size_t)l);
-    DepthRows g = model_depth_rows(model, &model->grads, (size_t)l);
-    const SubLayer* s = &a->sub[l];
-    kernels->attnres_input_backward(dsrc, g.query, g.norm, g.qproj, g.mix, norm.dweight, dh,
-                              a->dquery_rows, a->dlast_xn, dxn, norm.h, norm.rstd, norm.weight,
-                              s->alpha, s->key_rstd, s->last_xn, s->last_rstd, s->query_rows,
-                              src, p.query, p.norm, p.qproj, n, N, d, model->dims.depth_heads,
-                              c->depth_score, c->mixing);
+    DepthParams p = model_depth_params(model, &model->params, (size_t)l);
+    DepthParams g = model_depth_params(model, &model->grads, (size_t)l);
+    DepthScratch scratch = {dh, a->dquery_rows, a->dlast_xn};
+    kernels->attnres_input_backward(dsrc, g, norm.dweight, scratch, dxn, norm.h, norm.rstd,
+                                    a->sub[l].depth, src, p, norm.weight, n, N, d,
+                                    depth_switches(model));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -894,7 +889,7 @@ const float* model_depth_alpha(const Model* model, int l, size_t* n_sources, siz
     *n_sources = model->acts.sub[l].n_sources;
     *heads = model->config.mixing ? 1 : model->dims.depth_heads;
     *rows = model->config.mixing ? 1 : model->B * model->T;
-    return model->acts.sub[l].alpha;
+    return model->acts.sub[l].depth.alpha;
 }
 
 const float* model_sublayer_input(const Model* model, int l) {

@@ -148,12 +148,9 @@ typedef struct {
     float* up;        // (N,F) xn Wu^T                     [MLP]
     float* act;       // (N,F) silu(gate) * up             [MLP]
     float* partial;   // (N,d) partial block sum after l (f's buffer when l starts a block) [AttnRes]
-    float* alpha;     // (N,n_sources,K) depth-attention weights  [AttnRes]
-                      // (with --mixing: the n_sources weights, the same for every row)
-    float* key_rstd;  // (N,n_sources,K)                          [AttnRes]
-    float* last_xn;     // (N,d) rmsnorm(V_last), no gain              [--depth-query input]
-    float* last_rstd;   // (N)                                         [--depth-query input]
-    float* query_rows;  // (N,d) last_xn U_l^T: the query's row part   [--depth-query input]
+    DepthSaved depth; // what the depth attention saves (layers.h): alpha and key_rstd
+                      // (N,n_sources,K), with --depth-query input last_xn, last_rstd and
+                      // query_rows                                        [AttnRes]
     // mHC-lite: h is u = sum_s a_pre[s] X_s. Slot 2L holds the streams after the last
     // sub-layer, hc_z = rmsnorm(X_s; final_norm) stream by stream and hc_rstd (N*m)
     float* streams;   // (N,m*d) the streams X_l entering sub-layer l       [mhc]
@@ -299,10 +296,9 @@ void residual_update(const Model* model, Activations* a, int l, size_t N);
 // s->f = MLP(s->xn) of sub-layer l (odd), s->xn = rmsnorm(s->h) already there; N rows.
 void mlp_sublayer_forward(const Model* model, SubLayer* s, int l, size_t N);
 // The residual tensors' rows of depth attention l in t (the model's params or grads): the
-// query w_l, the key norm's gain g_l, U_l, the mixing coefficients; NULL where the variant
-// has no such tensor.
-typedef struct { float *query, *norm, *qproj, *mix; } DepthRows;
-DepthRows model_depth_rows(const Model* model, const ParameterTensors* t, size_t l);
+// query w_l, the key norm's gain g_l, U_l, the mixing coefficients (layers.h's DepthParams);
+// NULL where the variant has no such tensor.
+DepthParams model_depth_params(const Model* model, const ParameterTensors* t, size_t l);
 // out (N,d) = the depth attention of sub-layer l (l = 2L: output aggregation) over its sources
 // in a, N rows, by the sequential definition: attnres_input_forward (depth_variants.c)
 // without the norm, for the operator the config picks; saves what it needs in a->sub[l].

@@ -684,21 +684,22 @@ struct FusedResult {
     std::vector<Floats> dtensors;
 };
 // the CPU's results for ds and dxn; gain: the norm's weight (NULL: none, and no dweight)
-FusedResult fused_on_cpu(const DepthSources& ds, const Floats& query, const Floats& norm_weight,
+FusedResult fused_on_cpu(const DepthSources& ds, Floats& query, Floats& norm_weight,
                          const float* gain, const Floats& dxn, const Floats& dquery0,
                          const Floats& dnorm_weight0, const Floats& dweight0, size_t N, size_t C) {
     size_t n = ds.n();
     FusedResult r{Floats(N * C), Floats(N), Floats(N * C), Floats(N * n), Floats(N * n),
                   Floats(N * C, 12345.0f), dquery0, dnorm_weight0, dweight0, {}};
     DepthSources::Lists host = ds.host_lists();
-    depth_attention_rmsnorm_forward(r.xn.data(), r.rstd.data(), r.out.data(), r.alpha.data(),
-                                    r.key_rstd.data(), host.src.data(), query.data(),
-                                    norm_weight.data(), gain, n, N, C);
-    depth_attention_rmsnorm_backward(host.dsrc.data(), r.dquery.data(), r.dnorm_weight.data(),
+    DepthSaved saved = {r.alpha.data(), r.key_rstd.data(), nullptr, nullptr, nullptr};
+    DepthParams params = {query.data(), norm_weight.data(), nullptr, nullptr};
+    DepthParams grads = {r.dquery.data(), r.dnorm_weight.data(), nullptr, nullptr};
+    depth_attention_rmsnorm_forward(r.xn.data(), r.rstd.data(), r.out.data(), saved,
+                                    host.src.data(), params, gain, n, N, C);
+    depth_attention_rmsnorm_backward(host.dsrc.data(), grads,
                                      gain != nullptr ? r.dweight.data() : nullptr,
                                      r.dout.data(), dxn.data(), r.out.data(), r.rstd.data(),
-                                     gain, r.alpha.data(), r.key_rstd.data(), host.src.data(),
-                                     query.data(), norm_weight.data(), n, N, C);
+                                     gain, saved, host.src.data(), params, n, N, C);
     r.dtensors = host.dtensors;
     return r;
 }
@@ -756,14 +757,15 @@ TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, mat
             float* d_weight = gain ? d.upload(weight) : nullptr;
             float *d_dquery = d.upload(dquery0), *d_dnorm_weight = d.upload(dnorm_weight0);
             float* d_dweight = d.upload(dweight0);
-            depth_attention_rmsnorm_forward_cuda(d_xn, d_rstd, d_out, d_alpha, d_key_rstd,
-                                                 dev.src.data(), d_query, d_norm_weight,
-                                                 d_weight, n_sources, N, C);
-            depth_attention_rmsnorm_backward_cuda(dev.dsrc.data(), d_dquery, d_dnorm_weight,
+            DepthSaved saved = {d_alpha, d_key_rstd, nullptr, nullptr, nullptr};
+            DepthParams params = {d_query, d_norm_weight, nullptr, nullptr};
+            DepthParams grads = {d_dquery, d_dnorm_weight, nullptr, nullptr};
+            depth_attention_rmsnorm_forward_cuda(d_xn, d_rstd, d_out, saved, dev.src.data(),
+                                                 params, d_weight, n_sources, N, C);
+            depth_attention_rmsnorm_backward_cuda(dev.dsrc.data(), grads,
                                                   gain ? d_dweight : nullptr, d_dout,
-                                                  d.upload(dxn), d_out, d_rstd, d_weight,
-                                                  d_alpha, d_key_rstd, dev.src.data(), d_query,
-                                                  d_norm_weight, n_sources, N, C);
+                                                  d.upload(dxn), d_out, d_rstd, d_weight, saved,
+                                                  dev.src.data(), params, n_sources, N, C);
             Outputs result{{"xn", download(d_xn, N * C)}, {"rstd", download(d_rstd, N)},
                            {"out", download(d_out, N * C)},
                            {"alpha", download(d_alpha, N * n_sources)},
@@ -1019,6 +1021,8 @@ struct MhcInputs {
         dXnext = rng.uniform_vector(N * D, -1, 1);
         du = rng.uniform_vector(N * d, -1, 1);
     }
+    // the parameters on the host
+    MhcParams params() { return {norm_weight.data(), proj.data(), bias.data(), scale.data()}; }
 };
 
 // The operators in the order a sub-layer runs them: the streams from x0 (expand), the
@@ -1065,16 +1069,15 @@ TEST_CASE("mHC-lite's operators forward and backward on the GPU match the CPU, m
     Floats dbias = dbias0, dscale = dscale0, de = stale_e, dz = stale_z, dX_reduce = dX0;
     mhc_expand_forward(expanded.data(), x0.data(), N, d, m);
     mhc_input_forward(u.data(), mix.data(), e.data(), z.data(), rstd.data(), X.data(),
-                      norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
+                      in.params(), N, d, m);
     mhc_output_forward(Xnext.data(), X.data(), f.data(), mix.data(), N, d, m);
     mhc_reduce_forward(out.data(), X.data(), N, d, m);
     mhc_reduce_backward(dX_reduce.data(), dout.data(), N, d, m);
     mhc_output_backward(dX.data(), df.data(), dmix.data(), dXnext.data(), X.data(), f.data(),
                         mix.data(), N, d, m);
-    mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                       dmix.data(), de.data(), dz.data(), du.data(), X.data(), z.data(),
-                       rstd.data(), e.data(), mix.data(), norm_weight.data(), proj.data(),
-                       scale.data(), N, d, m);
+    MhcParams grads = {dnorm.data(), dproj.data(), dbias.data(), dscale.data()};
+    mhc_input_backward(dX.data(), grads, dmix.data(), de.data(), dz.data(), du.data(), X.data(),
+                       z.data(), rstd.data(), e.data(), mix.data(), in.params(), N, d, m);
     mhc_expand_backward(dx0.data(), dX.data(), N, d, m);
 
     Outputs cuda = run_cuda([&] {
@@ -1092,15 +1095,15 @@ TEST_CASE("mHC-lite's operators forward and backward on the GPU match the CPU, m
         float *d_de = dev.upload(stale_e), *d_dz = dev.upload(stale_z);
         float* d_dX_reduce = dev.upload(dX0);
         mhc_expand_forward_cuda(d_expanded, dev.upload(x0), N, d, m);
-        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, d_norm, d_proj, dev.upload(bias),
-                               d_scale, N, d, m);
+        MhcParams params = {d_norm, d_proj, dev.upload(bias), d_scale};
+        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, params, N, d, m);
         mhc_output_forward_cuda(d_Xnext, d_X, d_f, d_mix, N, d, m);
         mhc_reduce_forward_cuda(d_out, d_X, N, d, m);
         mhc_reduce_backward_cuda(d_dX_reduce, dev.upload(dout), N, d, m);
         mhc_output_backward_cuda(d_dX, d_df, d_dmix, dev.upload(dXnext), d_X, d_f, d_mix, N, d, m);
-        mhc_input_backward_cuda(d_dX, d_dnorm, d_dproj, d_dbias, d_dscale, d_dmix, d_de, d_dz,
-                                dev.upload(du), d_X, d_z, d_rstd, d_e, d_mix, d_norm, d_proj,
-                                d_scale, N, d, m);
+        MhcParams d_grads = {d_dnorm, d_dproj, d_dbias, d_dscale};
+        mhc_input_backward_cuda(d_dX, d_grads, d_dmix, d_de, d_dz, dev.upload(du), d_X, d_z, d_rstd,
+                                d_e, d_mix, params, N, d, m);
         mhc_expand_backward_cuda(d_dx0, d_dX, N, d, m);
         return Outputs{{"expanded X", download(d_expanded, N * D)}, {"u", download(d_u, N * d)},
                        {"mix", download(d_mix, N * W)}, {"e", download(d_e, N * E)},
@@ -1159,13 +1162,12 @@ TEST_CASE("mHC-lite on the GPU: with every stream equal the res logits' gradient
     Floats dbias = dbias0, dscale = dscale0, de(N * E), dz(N * D);
     mhc_expand_forward(X.data(), x0.data(), N, d, m);
     mhc_input_forward(u.data(), mix.data(), e.data(), z.data(), rstd.data(), X.data(),
-                      norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
+                      in.params(), N, d, m);
     mhc_output_backward(dX.data(), df.data(), dmix.data(), dXnext.data(), X.data(), f.data(),
                         mix.data(), N, d, m);
-    mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                       dmix.data(), de.data(), dz.data(), du.data(), X.data(), z.data(),
-                       rstd.data(), e.data(), mix.data(), norm_weight.data(), proj.data(),
-                       scale.data(), N, d, m);
+    MhcParams grads = {dnorm.data(), dproj.data(), dbias.data(), dscale.data()};
+    mhc_input_backward(dX.data(), grads, dmix.data(), de.data(), dz.data(), du.data(), X.data(),
+                       z.data(), rstd.data(), e.data(), mix.data(), in.params(), N, d, m);
     Outputs cuda = run_cuda([&] {
         Device dev;
         float *d_X = dev.zeros(N * D), *d_u = dev.zeros(N * d), *d_mix = dev.zeros(N * W);
@@ -1176,12 +1178,12 @@ TEST_CASE("mHC-lite on the GPU: with every stream equal the res logits' gradient
         float *d_de = dev.zeros(N * E), *d_dz = dev.zeros(N * D);
         float *d_norm = dev.upload(norm_weight), *d_proj = dev.upload(proj), *d_scale = dev.upload(scale);
         mhc_expand_forward_cuda(d_X, dev.upload(x0), N, d, m);
-        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, d_norm, d_proj, dev.upload(bias),
-                               d_scale, N, d, m);
+        MhcParams params = {d_norm, d_proj, dev.upload(bias), d_scale};
+        mhc_input_forward_cuda(d_u, d_mix, d_e, d_z, d_rstd, d_X, params, N, d, m);
         mhc_output_backward_cuda(d_dX, d_df, d_dmix, dev.upload(dXnext), d_X, d_f, d_mix, N, d, m);
-        mhc_input_backward_cuda(d_dX, d_dnorm, d_dproj, d_dbias, d_dscale, d_dmix, d_de, d_dz,
-                                dev.upload(du), d_X, d_z, d_rstd, d_e, d_mix, d_norm, d_proj,
-                                d_scale, N, d, m);
+        MhcParams d_grads = {d_dnorm, d_dproj, d_dbias, d_dscale};
+        mhc_input_backward_cuda(d_dX, d_grads, d_dmix, d_de, d_dz, dev.upload(du), d_X, d_z, d_rstd,
+                                d_e, d_mix, params, N, d, m);
         return Outputs{{"de", download(d_de, N * E)}, {"dbias", download(d_dbias, E)},
                        {"dscale", download(d_dscale, 3)}};
     });

@@ -2,8 +2,8 @@
 # run_all.sh LEVEL — what `make test` (LEVEL test) and `make check` (LEVEL check) run after
 # building: every suite of the level, then its time and one summary line "N passed, M failed"
 # (doctest test cases and state files counted one each).
-#   test:  the unit tests, every parity state file, the tools, gradcheck, the docs' limits and
-#          one emulator pass of the CUDA kernels: a newcomer's few minutes
+#   test:  the unit tests, every parity state file, the tools, gradcheck, the docs' limits, the
+#          signatures' width and one emulator pass of the CUDA kernels: a newcomer's few minutes
 #   check: all of that, then the emulator's other thread order and block shapes, the
 #          sanitizers, ./train_cuda's step emulated, data parallel over MPI, ./train_cuda
 set -u
@@ -287,6 +287,43 @@ check_docs_names_what_broke() {
     return $ok
 }
 single "tests/check_docs.sh names each limit a front page breaks, with its number" check_docs_names_what_broke
+
+section "signatures a person can hold"
+single "no function of src/, cuda/ or train.c takes more than 16 parameters (tests/check_signatures.sh)" \
+    tests/check_signatures.sh
+# tests/check_signatures.sh itself names each declaration of 17 parameters (a definition, a
+# prototype, a kernel behind __launch_bounds__, a kernel table's member) by file and line, and
+# none of 16, no call with 17 arguments and no signature in a comment or a string
+check_signatures_names_a_wide_function() {
+    local dir=$TEST_DIR status p16 p17
+    p16="int a, int b, int c, int d, int e, int f, int g, int h, int i, int j, int k, int l, int m, int n, int o, int p"
+    p17="$p16, float* q"
+    cat >"$dir/wide.cu" <<WIDE
+// void in_a_comment($p17);
+static int sixteen($p16) { return a; }
+void seventeen($p17) {
+    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", a, b, c, d, e, f, g, h, i, j, k,
+           l, m, n, o, p);
+    const char* text = "void in_a_string($p17);";
+}
+size_t prototype($p17);
+__global__ void __launch_bounds__(256, 2)
+kernel($p17) {}
+typedef struct {
+    void (*entry)($p17);
+} Table;
+WIDE
+    tests/check_signatures.sh "$dir/wide.cu" >"$dir/out"
+    status=$?
+    printf '%s\n' "$dir/wide.cu:3: seventeen takes 17 parameters (at most 16)" \
+        "$dir/wide.cu:8: prototype takes 17 parameters (at most 16)" \
+        "$dir/wide.cu:10: kernel takes 17 parameters (at most 16)" \
+        "$dir/wide.cu:12: entry takes 17 parameters (at most 16)" >"$dir/expected"
+    [ $status -eq 1 ] || echo "status $status"
+    diff "$dir/expected" "$dir/out" && [ $status -eq 1 ]
+}
+single "tests/check_signatures.sh names each declaration of 17 parameters by file and line, and no call" \
+    check_signatures_names_a_wide_function
 
 section "make bench-sizes' choice of PyTorch's BLAS (stubs, nothing timed)"
 # tests/bench_sizes_tests.sh

@@ -581,17 +581,17 @@ TEST_CASE("depth attention with its RMSNorm (one call) matches finite difference
     Vec xn(N * C), rstd(N), out(N * C), alpha(N * n), key_rstd(N * n);
     Vec dquery(C, 0.0f), dnorm_weight(C, 0.0f), dgain(C, 0.0f);
     Vec dout(N * C, 1e3f);  // overwritten with out's gradient
+    DepthSaved saved = {alpha.data(), key_rstd.data(), nullptr, nullptr, nullptr};
+    DepthParams params = {dc.query.data(), dc.norm_weight.data(), nullptr, nullptr};
+    DepthParams grads = {dquery.data(), dnorm_weight.data(), nullptr, nullptr};
     auto forward = [&] {
-        depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), alpha.data(),
-                                        key_rstd.data(), dc.sources.data(), dc.query.data(),
-                                        dc.norm_weight.data(), gain.data(), n, N, C);
+        depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), saved,
+                                        dc.sources.data(), params, gain.data(), n, N, C);
     };
     forward();
-    depth_attention_rmsnorm_backward(dc.dsources.data(), dquery.data(), dnorm_weight.data(),
-                                     dgain.data(), dout.data(), R.data(), out.data(),
-                                     rstd.data(), gain.data(), alpha.data(), key_rstd.data(),
-                                     dc.sources.data(), dc.query.data(), dc.norm_weight.data(),
-                                     n, N, C);
+    depth_attention_rmsnorm_backward(dc.dsources.data(), grads, dgain.data(), dout.data(),
+                                     R.data(), out.data(), rstd.data(), gain.data(), saved,
+                                     dc.sources.data(), params, n, N, C);
     // dout is rmsnorm's input gradient of R alone
     Vec dout_ref(N * C, 0.0f);
     rmsnorm_backward(dout_ref.data(), nullptr, R.data(), out.data(), gain.data(), rstd.data(),

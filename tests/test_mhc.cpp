@@ -58,9 +58,10 @@ struct MhcCase {
     }
     void input_forward() {
         mhc_input_forward(u.data(), mix.data(), e.data(), z.data(), rstd.data(), X.data(),
-                          norm_weight.data(), proj.data(), bias.data(), scale.data(), N, d, m);
+                          params(), N, d, m);
     }
     void output_forward() { mhc_output_forward(Xnext.data(), X.data(), f.data(), mix.data(), N, d, m); }
+    MhcParams params() { return {norm_weight.data(), proj.data(), bias.data(), scale.data()}; }
 };
 
 // The gradients of one MhcCase's backward, zeroed (de and dz: scratch), and the calls that
@@ -75,11 +76,11 @@ struct MhcGrads {
         mhc_output_backward(dX.data(), df.data(), dmix.data(), dnext.data(), c.X.data(),
                             c.f.data(), c.mix.data(), c.N, c.d, c.m);
     }
-    void input_backward(const MhcCase& c, const Vec& du) {
-        mhc_input_backward(dX.data(), dnorm.data(), dproj.data(), dbias.data(), dscale.data(),
-                           dmix.data(), de.data(), dz.data(), du.data(), c.X.data(), c.z.data(),
-                           c.rstd.data(), c.e.data(), c.mix.data(), c.norm_weight.data(),
-                           c.proj.data(), c.scale.data(), c.N, c.d, c.m);
+    void input_backward(MhcCase& c, const Vec& du) {
+        MhcParams grads = {dnorm.data(), dproj.data(), dbias.data(), dscale.data()};
+        mhc_input_backward(dX.data(), grads, dmix.data(), de.data(), dz.data(), du.data(),
+                           c.X.data(), c.z.data(), c.rstd.data(), c.e.data(), c.mix.data(),
+                           c.params(), c.N, c.d, c.m);
     }
     // the streams' and every parameter's gradient against finite differences of loss
     void check_input_gradients(MhcCase& c, const std::function<double()>& loss) {

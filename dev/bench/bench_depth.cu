@@ -137,14 +137,15 @@ static Results cpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, C
     std::vector<float> dweight(in.dweight);
     if (call == FUSED) {
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM  // an earlier commit's src/ may not have the fused call
-        depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), alpha.data(),
-                                        key_rstd.data(), sources.data(), in.query.data(),
-                                        in.norm_weight.data(), in.weight.data(), n, rows, C);
-        depth_attention_rmsnorm_backward(dsources.data(), dquery.data(), dnorm_weight.data(),
-                                         dweight.data(), dout.data(), in.dxn.data(), out.data(),
-                                         rstd.data(), in.weight.data(), alpha.data(),
-                                         key_rstd.data(), sources.data(), in.query.data(),
-                                         in.norm_weight.data(), n, rows, C);
+        DepthSaved saved = {alpha.data(), key_rstd.data(), NULL, NULL, NULL};
+        std::vector<float> query(in.query), norm_weight(in.norm_weight);
+        DepthParams params = {query.data(), norm_weight.data(), NULL, NULL};
+        DepthParams grads = {dquery.data(), dnorm_weight.data(), NULL, NULL};
+        depth_attention_rmsnorm_forward(xn.data(), rstd.data(), out.data(), saved, sources.data(),
+                                        params, in.weight.data(), n, rows, C);
+        depth_attention_rmsnorm_backward(dsources.data(), grads, dweight.data(), dout.data(),
+                                         in.dxn.data(), out.data(), rstd.data(), in.weight.data(),
+                                         saved, sources.data(), params, n, rows, C);
 #endif
     } else {
         (call == NAIVE ? depth_attention_forward_naive : depth_attention_forward)(
@@ -175,11 +176,14 @@ static Results gpu_call(const HostInputs& in, size_t n, size_t rows, size_t C, C
     float *dnorm_weight = upload(in.dnorm_weight), *dweight = upload(in.dweight);
     if (call == FUSED) {
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM
-        depth_attention_rmsnorm_forward_cuda(xn, rstd, out, alpha, key_rstd, sources.data(), query,
-                                             norm_weight, weight, n, rows, C);
-        depth_attention_rmsnorm_backward_cuda(dsources.data(), dquery, dnorm_weight, dweight,
-                                              dout, dxn, out, rstd, weight, alpha, key_rstd,
-                                              sources.data(), query, norm_weight, n, rows, C);
+        DepthSaved saved = {alpha, key_rstd, NULL, NULL, NULL};
+        DepthParams params = {query, norm_weight, NULL, NULL};
+        DepthParams grads = {dquery, dnorm_weight, NULL, NULL};
+        depth_attention_rmsnorm_forward_cuda(xn, rstd, out, saved, sources.data(), params, weight,
+                                             n, rows, C);
+        depth_attention_rmsnorm_backward_cuda(dsources.data(), grads, dweight, dout, dxn, out,
+                                              rstd, weight, saved, sources.data(), params, n,
+                                              rows, C);
 #endif
     } else {
         (call == NAIVE ? depth_attention_forward_naive_cuda : depth_attention_forward_cuda)(
@@ -348,19 +352,20 @@ int main(int argc, char** argv) {
             repeats);
         print_depth_line(mode, "v2 + rmsnorm, two calls", counts, separate, N, C);
 #ifdef HAS_DEPTH_ATTENTION_RMSNORM
+        DepthSaved saved = {alpha, key_rstd, NULL, NULL, NULL};
+        DepthParams params = {query, norm_weight, NULL, NULL};
+        DepthParams grads = {dquery, dnorm_weight, NULL, NULL};
         Timing fused = time_forward_backward(
             [&] {
                 for (size_t n : counts)
-                    depth_attention_rmsnorm_forward_cuda(xn, rstd, out, alpha, key_rstd,
-                                                         sources.data(), query, norm_weight,
-                                                         weight, n, N, C);
+                    depth_attention_rmsnorm_forward_cuda(xn, rstd, out, saved, sources.data(),
+                                                         params, weight, n, N, C);
             },
             [&] {
                 for (size_t n : counts)
-                    depth_attention_rmsnorm_backward_cuda(dsources.data(), dquery, dnorm_weight,
-                                                          dweight, dh, dxn, out, rstd, weight,
-                                                          alpha, key_rstd, sources.data(), query,
-                                                          norm_weight, n, N, C);
+                    depth_attention_rmsnorm_backward_cuda(dsources.data(), grads, dweight, dh,
+                                                          dxn, out, rstd, weight, saved,
+                                                          sources.data(), params, n, N, C);
             },
             repeats);
         print_depth_line(mode, "v2 + rmsnorm, one fused", counts, fused, N, C);

@@ -92,12 +92,15 @@ CUDA_TESTS = {
     "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
                    "depth attention forward and backward*"],
     "crossentropy.cu": ["crossentropy*"],
-    # (its naive kernels first; and SPEC's one-head variants and the mixings, which run its
-    # kernels with switches, alone and, in the whole model, fused with their norm)
+    # (its naive kernels first; and the variants and the mixings, which add their parameters'
+    # gradients with its sum of parts, alone and, in the whole model, fused with their norm)
     "depth_attention.cu": ["the naive one-thread-per-row depth attention*",
                            "depth attention forward and backward*", "depth attention with*",
                            "depth attention variants*", "static mixing*", "DenseFormer*",
                            "the whole model on the GPU matches the CPU*"],
+    # the fast kernels' row steps, the default operator's and the one-head variants'
+    "depth_rows.cuh": ["depth attention forward and backward*", "depth attention with*",
+                       "depth attention variants*", "static mixing*", "DenseFormer*"],
     "depth_sources.cuh": ["depth attention forward and backward*", "depth attention variants*"],
     # (and attnres_input_forward_cuda / _backward_cuda, the model's one call for any operator)
     "depth_variants.cu": ["depth attention variants*", "static mixing*", "DenseFormer*",

@@ -69,16 +69,20 @@ build/bench_depth: dev/bench/bench_depth.cu dev/bench/bench_util.h dev/bench/ben
 build/bench_attention: dev/bench/bench_attention.cu dev/bench/bench_gpu.h $(CUDA_OBJ) $(CUDA_DEPS)
 	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(CUDA_OBJ) $(OBJ) -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-# The depth attention's block shape (cuda/depth_attention.cu: DEPTH_ROWS rows of ROW_THREADS
+# The depth attention's block shape (cuda/depth_rows.cuh: DEPTH_ROWS rows of ROW_THREADS
 # threads, each thread taking DEPTH_COLS of its columns at a time; 4x64x2 by default) is for a
 # GPU to choose: make gpu-check also times the step (bench_cuda) and the depth kernels
 # (bench_depth, which first checks them against the CPU) built with each shape
-# ROWSxTHREADSxCOLS below, under build/shape/ROWSxTHREADSxCOLS/.
+# ROWSxTHREADSxCOLS below, under build/shape/ROWSxTHREADSxCOLS/. The two files whose kernels
+# take the shape (SHAPED_CUDA: the default operator's and the variants') are compiled with its
+# -D values there, the rest as they are.
 DEPTH_SHAPES   = 4x64x1 4x64x4 2x64x4 8x64x2 8x64x4 2x128x2
+SHAPED_CUDA    = depth_attention depth_variants
 SHAPE_BINS     = $(foreach s,$(DEPTH_SHAPES),build/shape/$s/bench_cuda build/shape/$s/bench_depth)
-SHAPE_CUDA_OBJ = $(filter-out build/cuda/depth_attention.o,$(CUDA_OBJ))
+SHAPE_CUDA_OBJ = $(filter-out $(SHAPED_CUDA:%=build/cuda/%.o),$(CUDA_OBJ))
 shape_flags    = $(foreach f,1 2 3,-D$(word $f,DEPTH_ROWS ROW_THREADS DEPTH_COLS)=$(word $f,$(subst x, ,$1)))
-.PRECIOUS: build/shape/%/depth_attention.o build/emu/shape/%/depth_attention.cu.o
+.PRECIOUS: build/shape/%/depth_attention.o build/shape/%/depth_variants.o \
+           build/emu/shape/%/depth_attention.cu.o build/emu/shape/%/depth_variants.cu.o
 
 # ... and `make test` runs the depth attention's agreement tests with each shape under the
 # emulator (tests/run_all.sh), so that the kernels stay right for any shape
@@ -86,8 +90,12 @@ build/emu/shape/%/depth_attention.cu.o: cuda/depth_attention.cu $(CUDA_DEPS) tes
 	@mkdir -p $(dir $@)
 	$(CXX) -O2 $(EMU_FLAGS) $(call shape_flags,$*) -x c++ -c $< -o $@
 
-build/emu/shape/%/test_cuda_emu: build/emu/shape/%/depth_attention.cu.o \
-                                 $(filter-out build/emu/cuda/depth_attention.cu.o,$(EMU_OBJ)) $(OBJ)
+build/emu/shape/%/depth_variants.cu.o: cuda/depth_variants.cu $(CUDA_DEPS) tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) -O2 $(EMU_FLAGS) $(call shape_flags,$*) -x c++ -c $< -o $@
+
+build/emu/shape/%/test_cuda_emu: build/emu/shape/%/depth_attention.cu.o build/emu/shape/%/depth_variants.cu.o \
+                                 $(filter-out $(SHAPED_CUDA:%=build/emu/cuda/%.cu.o),$(EMU_OBJ)) $(OBJ)
 	$(CXX) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
 
 # ... and under AddressSanitizer with ASAN_SHAPE, the shape of the most column groups per
@@ -98,18 +106,30 @@ build/emu_asan/shape/%/depth_attention.cu.o: cuda/depth_attention.cu $(CUDA_DEPS
 	$(CXX) $(ASAN_FLAGS) -fsanitize-sections=cuda_emu_shared $(EMU_FLAGS) $(call shape_flags,$*) \
 		-x c++ -c $< -o $@
 
+build/emu_asan/shape/%/depth_variants.cu.o: cuda/depth_variants.cu $(CUDA_DEPS) tests/cuda_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(ASAN_FLAGS) -fsanitize-sections=cuda_emu_shared $(EMU_FLAGS) $(call shape_flags,$*) \
+		-x c++ -c $< -o $@
+
 build/emu_asan/shape/%/test_cuda_emu_asan: build/emu_asan/shape/%/depth_attention.cu.o \
-                           $(filter-out build/emu_asan/cuda/depth_attention.cu.o,$(ASAN_OBJ))
+                           build/emu_asan/shape/%/depth_variants.cu.o \
+                           $(filter-out $(SHAPED_CUDA:%=build/emu_asan/cuda/%.cu.o),$(ASAN_OBJ))
 	$(CXX) $(ASAN_FLAGS) -fopenmp $^ -o $@ -lboost_context $(LDLIBS)
 
 build/shape/%/depth_attention.o: cuda/depth_attention.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $(call shape_flags,$*) -c $< -o $@
 
-build/shape/%/bench_cuda: build/bench_cuda.o build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ)
+build/shape/%/depth_variants.o: cuda/depth_variants.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $(call shape_flags,$*) -c $< -o $@
+
+build/shape/%/bench_cuda: build/bench_cuda.o build/shape/%/depth_attention.o build/shape/%/depth_variants.o \
+                          $(SHAPE_CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 build/shape/%/bench_depth: dev/bench/bench_depth.cu dev/bench/bench_util.h dev/bench/bench_gpu.h \
-                           build/shape/%/depth_attention.o $(SHAPE_CUDA_OBJ) $(CUDA_DEPS)
-	$(NVCC) $(NVCCFLAGS) -Idev/bench $< build/shape/$*/depth_attention.o $(SHAPE_CUDA_OBJ) $(OBJ) -o $@ \
-		-Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
+                           build/shape/%/depth_attention.o build/shape/%/depth_variants.o \
+                           $(SHAPE_CUDA_OBJ) $(CUDA_DEPS)
+	$(NVCC) $(NVCCFLAGS) -Idev/bench $< $(SHAPED_CUDA:%=build/shape/$*/%.o) $(SHAPE_CUDA_OBJ) $(OBJ) \
+		-o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)

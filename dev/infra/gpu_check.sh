@@ -315,7 +315,7 @@ if [ ${#shape_table[@]} -gt 0 ]; then
             $1 == "default" { default_over = $6 }
             END {
                 if (shape == "") exit
-                hint = ": its RxTxK are DEPTH_ROWS, ROW_THREADS, DEPTH_COLS in cuda/depth_attention.cu"
+                hint = ": its RxTxK are DEPTH_ROWS, ROW_THREADS, DEPTH_COLS in cuda/depth_rows.cuh"
                 if (shape == "default") hint = ""
                 printf "   lowest block S=4 overhead: %s, %s%% (default %s)%s\n", shape, best,
                        default_over, hint
