@@ -6,7 +6,7 @@
 // the sources V_i (N,C), with the pseudo-query w (`query`) and the key norm's gain g
 // (`norm_weight`), both (C):
 //   k_i = g * V_i * r_i,  r_i = (mean(V_i^2) + eps)^(-1/2)
-//   s_i = w . k_i,  alpha = softmax_i(s),  out = sum_i alpha_i V_i
+//   s_i = w . k_i,  alpha = softmax_i(s),  h = sum_i alpha_i V_i
 // alpha and key_rstd (the r_i) are (N,n_sources); the backward's formulas are the C file's.
 // SPEC's variants are depth_variants.cu's: there one head and the mixings run
 // depth_attention_switched_forward_kernel and depth_attention_switched_backward_rows_kernel,
@@ -53,8 +53,8 @@
 // rounding, not bit for bit (the test's tolerance).
 // Threads: thread n of the grid takes row n, every source and column of it.
 // Row n: s_i = (w * g) . V_i * r_i, r_i = (mean(V_i^2) + eps)^(-1/2), alpha = softmax(s),
-// out = sum_i alpha_i V_i. alpha and key_rstd (N,n_sources) are saved for the backward.
-__global__ void depth_attention_forward_naive_kernel(float* out, float* alpha, float* key_rstd,
+// h = sum_i alpha_i V_i. alpha and key_rstd (N,n_sources) are saved for the backward.
+__global__ void depth_attention_forward_naive_kernel(float* h, float* alpha, float* key_rstd,
                                                      SourceList sources, const float* query,
                                                      const float* norm_weight, size_t n_sources,
                                                      size_t N, size_t C) {
@@ -82,36 +82,36 @@ __global__ void depth_attention_forward_naive_kernel(float* out, float* alpha, f
     for (size_t c = 0; c < C; c++) {
         float o = 0.0f;
         for (size_t i = 0; i < n_sources; i++) o += a[i] * sources.source[i][n * C + c];
-        out[n * C + c] = o;
+        h[n * C + c] = o;
     }
 }
 
 // the layer function, with depth_attention_forward_cuda's arguments
-void depth_attention_forward_naive_cuda(float* out, float* alpha, float* key_rstd,
+void depth_attention_forward_naive_cuda(float* h, float* alpha, float* key_rstd,
                                         const float* const* sources, const float* query,
                                         const float* norm_weight, size_t n_sources,
                                         size_t N, size_t C) {
     launch_kernel(depth_attention_forward_naive_kernel, ceil_div(N, NAIVE_BLOCK), NAIVE_BLOCK,
-                  out, alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
+                  h, alpha, key_rstd, source_list(sources, n_sources), query, norm_weight,
                   n_sources, N, C);
 }
 
 // Mirrors src/depth_attention.c:depth_attention_backward_naive, except dquery and dnorm_weight
 // (the next kernel).
 // Threads: thread n of the grid takes row n, every source and column of it.
-// Forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = (w * g) . V_i * r_i. With
-// dalpha_i = dout . V_i and ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):
-//   dV_i += alpha_i dout + ds_i r_i (w * g) - ds_i r_i^3 ((w * g) . V_i) / C * V_i
+// Forward was: h = sum_i alpha_i V_i, alpha = softmax(s), s_i = (w * g) . V_i * r_i. With
+// dalpha_i = dh . V_i and ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):
+//   dV_i += alpha_i dh + ds_i r_i (w * g) - ds_i r_i^3 ((w * g) . V_i) / C * V_i
 // (the value path, then the key path through the key norm), and key_scale[n][i] = ds_i r_i
 // for the weights' kernel below.
 __global__ void depth_attention_backward_naive_rows_kernel(
-    GradList dsources, float* key_scale, const float* dout, const float* alpha,
+    GradList dsources, float* key_scale, const float* dh, const float* alpha,
     const float* key_rstd, SourceList sources, const float* query, const float* norm_weight,
     size_t n_sources, size_t N, size_t C) {
     size_t n = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (n >= N) return;
     const float* a = alpha + n * n_sources;
-    const float* d = dout + n * C;
+    const float* d = dh + n * C;
     float weighted = 0.0f;  // sum_j alpha_j dalpha_j
     for (size_t j = 0; j < n_sources; j++) {
         float dalpha = 0.0f;
@@ -121,7 +121,7 @@ __global__ void depth_attention_backward_naive_rows_kernel(
     for (size_t i = 0; i < n_sources; i++) {
         const float* v = sources.source[i] + n * C;
         float* dv = dsources.source[i] + n * C;
-        float dalpha = 0.0f, wgv = 0.0f;  // dout . V_i and (w * g) . V_i, again
+        float dalpha = 0.0f, wgv = 0.0f;  // dh . V_i and (w * g) . V_i, again
         for (size_t c = 0; c < C; c++) {
             dalpha += d[c] * v[c];
             wgv += query[c] * norm_weight[c] * v[c];
@@ -156,14 +156,14 @@ __global__ void depth_attention_backward_naive_weights_kernel(
 // the layer function, with depth_attention_backward_cuda's arguments; borrows N x n_sources
 // floats of the workspace (common.cuh) for key_scale
 void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
-                                         float* dnorm_weight, const float* dout,
+                                         float* dnorm_weight, const float* dh,
                                          const float* alpha, const float* key_rstd,
                                          const float* const* sources, const float* query,
                                          const float* norm_weight, size_t n_sources,
                                          size_t N, size_t C) {
     float* key_scale = cuda_workspace(N * n_sources);
     launch_kernel(depth_attention_backward_naive_rows_kernel, ceil_div(N, NAIVE_BLOCK),
-                  NAIVE_BLOCK, grad_list(dsources, n_sources), key_scale, dout, alpha, key_rstd,
+                  NAIVE_BLOCK, grad_list(dsources, n_sources), key_scale, dh, alpha, key_rstd,
                   source_list(sources, n_sources), query, norm_weight, n_sources, N, C);
     launch_kernel(depth_attention_backward_naive_weights_kernel, ceil_div(C, NAIVE_BLOCK),
                   NAIVE_BLOCK, dquery, dnorm_weight, (const float*)key_scale,
@@ -176,16 +176,16 @@ void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
 // that shape, and holds the steps the kernels take on a row.
 
 // Mirrors src/depth_attention.c:depth_attention_forward: steps 1-2 below are its step 1 (the
-// scores), 3 its step 2 (the softmax), 4 its step 3 (out); step 5, with xn, is
+// scores), 3 its step 2 (the softmax), 4 its step 3 (h); step 5, with xn, is
 // src/rmsnorm.c:rmsnorm_forward on the row just computed (depth_attention_rmsnorm_forward).
 // Threads: block b, rows R b .. R b + R-1 (R = DEPTH_ROWS, 4); a row's thread t, columns t,
 // t + ROW_THREADS (64), ... (steps 2-3: thread t takes source t)
-// s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), out = sum_i alpha_i V_i, with w and g
+// s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), h = sum_i alpha_i V_i, with w and g
 // params.query and params.norm, alpha and rstd_i saved in saved.alpha and saved.key_rstd.
-// With xn not NULL, then also the RMSNorm of the row just computed: xn = weight * out *
-// out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), the gain weight NULL for all ones.
+// With xn not NULL, then also the RMSNorm of the row just computed: xn = weight * h *
+// out_rstd, out_rstd = 1/sqrt(mean(h^2) + eps), the gain weight NULL for all ones.
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
-depth_attention_forward_kernel(float* xn, float* out_rstd, float* out, DepthSaved saved,
+depth_attention_forward_kernel(float* xn, float* out_rstd, float* h, DepthSaved saved,
                                SourceList sources, DepthParams params, const float* weight,
                                size_t n_sources, size_t N, size_t C) {
     __shared__ float warp_sq[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -214,12 +214,12 @@ depth_attention_forward_kernel(float* xn, float* out_rstd, float* out, DepthSave
     if (live) row_softmax(row_alpha[r], saved.alpha + row * n_sources, score[r], n_sources, t);
     __syncthreads();
     // 4. the weighted sum, in order of i
-    float sum_sq = live ? row_weighted_sum(out + row * C, row_alpha[r], sources, n_sources, row,
+    float sum_sq = live ? row_weighted_sum(h + row * C, row_alpha[r], sources, n_sources, row,
                                            C, t)
                         : 0.0f;  // this thread's part of sum_c out_c^2
     if (xn == NULL) return;  // the same for the whole grid
     // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
-    row_rmsnorm_forward(xn, out_rstd, out, weight, out_sq, sum_sq, live, row, C, r, t);
+    row_rmsnorm_forward(xn, out_rstd, h, weight, out_sq, sum_sq, live, row, C, r, t);
 }
 
 // Mirrors src/depth_attention.c:depth_attention_backward, steps 1-3 and a tile's part of acc
@@ -227,22 +227,22 @@ depth_attention_forward_kernel(float* xn, float* out_rstd, float* out, DepthSave
 // (depth_attention_rmsnorm_backward).
 // Threads: block b, rows R b .. R b + R-1 (R = DEPTH_ROWS, 4); a row's thread t, columns t,
 // t + ROW_THREADS (64), ... (step 2: thread t takes source t)
-// forward was: s_i = rstd_i (w . g V_i), alpha = softmax(s), out = sum_i alpha_i V_i. With
-// dalpha_i = dout . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j). Each source
-// gets the value path alpha_i dout and the key path, rmsnorm's backward of dk_i = ds_i w:
+// forward was: s_i = rstd_i (w . g V_i), alpha = softmax(s), h = sum_i alpha_i V_i. With
+// dalpha_i = dh . V_i: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j). Each source
+// gets the value path alpha_i dh and the key path, rmsnorm's backward of dk_i = ds_i w:
 // dV_i += ds_i rstd_i (w g) - ds_i rstd_i^3 (w . g V_i) / C * V_i.
 // The weights' gradients: with k_i = g V_i rstd_i and dk_i = ds_i w, dw += sum ds_i k_i and
 // dg += sum dk_i V_i rstd_i, both a column c times acc_c = sum_{n,i} ds_ni rstd_ni V_inc;
 // this kernel writes its DEPTH_ROWS rows' part of it, acc_parts[block][c] (rows in order).
 // distinct: every source has its own gradient tensor (depth_sources.cuh, distinct_grads).
-// dout is the gradient of out, read. With dxn not NULL (depth_attention_rmsnorm_backward) the
-// kernel first computes it itself into dout (the caller's dout_scratch), as the RMSNorm of out
+// dh is the gradient of h, read. With dxn not NULL (depth_attention_rmsnorm_backward) the
+// kernel first computes it itself into dh (the caller's dh_scratch), as the RMSNorm of h
 // (saved out_rstd, gain weight) takes dxn back (step 0); and with dweight_parts not NULL also
 // the block's part of the gain's gradient, dweight_parts[block][c] = sum over its rows of
 // dxn_c out_c out_rstd.
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float* dweight_parts,
-                                     float* dout, const float* dxn, const float* out,
+                                     float* dh, const float* dxn, const float* h,
                                      const float* out_rstd, const float* weight,
                                      DepthSaved saved, SourceList sources, DepthParams params,
                                      size_t n_sources, size_t N, size_t C, int distinct) {
@@ -256,12 +256,12 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float*
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
-    float* dy = dout + row * C;
-    // 0. (fused with the norm) dout = the norm's backward of dxn, each thread at the columns
+    float* dy = dh + row * C;
+    // 0. (fused with the norm) dh = the norm's backward of dxn, each thread at the columns
     //    it reads in steps 1 and 3
     if (dxn != NULL)
-        row_rmsnorm_backward(dy, dxn, out, out_rstd, weight, row_dot, live, row, C, r, t);
-    // 1. per source, dout . V_i and (w * g) . V_i
+        row_rmsnorm_backward(dy, dxn, h, out_rstd, weight, row_dot, live, row, C, r, t);
+    // 1. per source, dh . V_i and (w * g) . V_i
     if (live)
         row_source_sums(warp_dy[r], warp_wg[r], dy, sources, params.query, NULL, params.norm,
                         n_sources, row, C, t);
@@ -309,7 +309,7 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float*
             row_acc[r][k][t] = acc[k];  // 0 past N or C
             if (dweight_parts != NULL)
                 row_dweight[r][k][t] = live && c < C
-                                        ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
+                                        ? dxn[row * C + c] * h[row * C + c] * out_rstd[row]
                                         : 0.0f;
         }
         __syncthreads();
@@ -407,29 +407,29 @@ size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t 
 
 // the layer functions: the kernels above without the norm (the structs' pointers are not
 // const; the kernels only read what the layer takes as const)
-void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
+void depth_attention_forward_cuda(float* h, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     DepthSaved saved = {alpha, key_rstd, NULL, NULL, NULL};
     DepthParams params = {const_cast<float*>(query), const_cast<float*>(norm_weight), NULL, NULL};
     launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, nullptr,
-                  nullptr, out, saved, source_list(sources, n_sources), params, nullptr,
+                  nullptr, h, saved, source_list(sources, n_sources), params, nullptr,
                   n_sources, N, C);
 }
 
 // The rows kernel, then the column sums. The workspace holds acc_parts (N / DEPTH_ROWS, C),
 // then, with the norm's gain, dweight_parts as many.
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
-                                   const float* dout, const float* alpha, const float* key_rstd,
+                                   const float* dh, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     DepthSaved saved = {const_cast<float*>(alpha), const_cast<float*>(key_rstd), NULL, NULL, NULL};
     DepthParams params = {const_cast<float*>(query), const_cast<float*>(norm_weight), NULL, NULL};
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
-    // without dxn the rows kernel only reads dout
+    // without dxn the rows kernel only reads dh
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
-                  grad_list(dsources, n_sources), acc_parts, nullptr, const_cast<float*>(dout),
+                  grad_list(dsources, n_sources), acc_parts, nullptr, const_cast<float*>(dh),
                   nullptr, nullptr, nullptr, nullptr, saved, source_list(sources, n_sources),
                   params, n_sources, N, C, distinct_grads(dsources, n_sources));
     depth_attention_parts_sum_cuda(dquery, dnorm_weight, NULL, acc_parts, NULL, NULL, query,
@@ -441,17 +441,17 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
 // CPU call the two layers in turn; here the forward kernel does both in one launch (its step
 // 5), and the backward rows kernel does the norm's backward first (its step 0), before the
 // column sums' launch.
-void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, DepthSaved saved,
+void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* h, DepthSaved saved,
                                           const float* const* sources, DepthParams params,
                                           const float* weight, size_t n_sources, size_t N,
                                           size_t C) {
     launch_kernel(depth_attention_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK, xn, rstd,
-                  out, saved, source_list(sources, n_sources), params, weight, n_sources, N, C);
+                  h, saved, source_list(sources, n_sources), params, weight, n_sources, N, C);
 }
 
 void depth_attention_rmsnorm_backward_cuda(float* const* dsources, DepthParams grads,
-                                           float* dweight, float* dout_scratch, const float* dxn,
-                                           const float* out, const float* rstd,
+                                           float* dweight, float* dh_scratch, const float* dxn,
+                                           const float* h, const float* rstd,
                                            const float* weight, DepthSaved saved,
                                            const float* const* sources, DepthParams params,
                                            size_t n_sources, size_t N, size_t C) {
@@ -459,8 +459,8 @@ void depth_attention_rmsnorm_backward_cuda(float* const* dsources, DepthParams g
     float* acc_parts = cuda_workspace(depth_attention_workspace_floats_cuda(n_sources, N, C));
     float* dweight_parts = dweight != NULL ? acc_parts + parts * C : NULL;
     launch_kernel(depth_attention_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
-                  grad_list(dsources, n_sources), acc_parts, dweight_parts, dout_scratch, dxn,
-                  out, rstd, weight, saved, source_list(sources, n_sources), params, n_sources, N,
+                  grad_list(dsources, n_sources), acc_parts, dweight_parts, dh_scratch, dxn,
+                  h, rstd, weight, saved, source_list(sources, n_sources), params, n_sources, N,
                   C, distinct_grads(dsources, n_sources));
     depth_attention_parts_sum_cuda(grads.query, grads.norm, dweight, acc_parts, NULL,
                                    dweight_parts, params.query, params.norm, parts, C);

@@ -25,7 +25,7 @@
 // loads of a group's columns for a chunk's sources together (DEPTH_COLS x SOURCE_CHUNK of
 // them: 8 at 1 column, 32 at 4), and only then uses them. Taken a column at a time, a thread
 // waits out one memory latency per column and chunk, since where the kernel writes between
-// columns (out, the sources' gradients) the compiler may not move the next column's reads
+// columns (h, the sources' gradients) the compiler may not move the next column's reads
 // above the write. A thread still adds its columns in order of c, so every result is the
 // same, bit for bit, whatever DEPTH_COLS is (checked under the emulator).
 // The block's shape is the one a GPU timed fastest (docs/cuda.md has the numbers): `make
@@ -185,7 +185,7 @@ __device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x,
     return sum;
 }
 
-// what the fused norm's backward reads at a column group: dxn, out and its gain `weight` (1
+// what the fused norm's backward reads at a column group: dxn, h and its gain `weight` (1
 // without one)
 __device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float x_k[DEPTH_COLS],
                                                   float weight_k[DEPTH_COLS], const float* dx,
@@ -245,11 +245,11 @@ __device__ __forceinline__ float row_weighted_sum(float* out_row, const float* a
 }
 
 // The RMSNorm of the row just written (src/rmsnorm.c:rmsnorm_forward; rmsnorm.cu's, with a
-// row's ROW_THREADS threads in place of one warp): out_rstd = 1/sqrt(mean(out^2) + eps) from
-// every thread's part sum_sq of the row, then xn = weight * out * out_rstd at the columns
+// row's ROW_THREADS threads in place of one warp): out_rstd = 1/sqrt(mean(h^2) + eps) from
+// every thread's part sum_sq of the row, then xn = weight * h * out_rstd at the columns
 // this thread wrote (weight NULL: all ones). Every thread of the block calls it (row_sum's
 // barrier); a row past N (live false) only takes part.
-__device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* out_rstd, const float* out,
+__device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* out_rstd, const float* h,
                                                     const float* weight,
                                                     float (*row_warps)[ROW_WARPS], float sum_sq,
                                                     bool live, size_t row, size_t C,
@@ -258,7 +258,7 @@ __device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* out_rstd, 
     if (!live) return;
     for (size_t group = t; group < C; group += GROUP_STRIDE) {
         float o[DEPTH_COLS], weight_k[DEPTH_COLS];
-        load_columns(o, out + row * C, group, C);
+        load_columns(o, h + row * C, group, C);
         load_columns(weight_k, weight, group, C);
 #pragma unroll
         for (int k = 0; k < DEPTH_COLS; k++) {
@@ -270,18 +270,18 @@ __device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* out_rstd, 
     if (t == 0) out_rstd[row] = s;
 }
 
-// Its backward (src/rmsnorm.c:rmsnorm_backward), from dxn into dy, the row's C floats of out's
+// Its backward (src/rmsnorm.c:rmsnorm_backward), from dxn into dy, the row's C floats of h's
 // gradient: dy_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j out_j) / C out_c, with
 // the saved out_rstd. A thread writes its columns c = t, t + ROW_THREADS, ..., the same it
 // then reads in the backward's steps 1 and 3, so no barrier stands between them; a column
 // group's reads come before its writes. Every thread of the block calls it (row_sum).
-__device__ __forceinline__ void row_rmsnorm_backward(float* dy, const float* dxn, const float* out,
+__device__ __forceinline__ void row_rmsnorm_backward(float* dy, const float* dxn, const float* h,
                                                      const float* out_rstd, const float* weight,
                                                      float (*row_warps)[ROW_WARPS], bool live,
                                                      size_t row, size_t C, unsigned int r,
                                                      unsigned int t) {
     const float* dx = dxn + row * C;
-    const float* x = out + row * C;
+    const float* x = h + row * C;
     float dot = 0.0f;
     if (live) {
         for (size_t group = t; group < C; group += GROUP_STRIDE) {

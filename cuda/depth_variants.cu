@@ -12,7 +12,7 @@
 //
 // The mixings, one weight per source for every row (no query, no keys):
 //   static: alpha = softmax(c_0 .. c_{n-1})   dense (DenseFormer): beta_i = c_i
-//   out = sum_i weight_i V_i
+//   h = sum_i weight_i V_i
 //
 // With one head, and in the mixings, the layers run this file's first two kernels,
 // depth_attention_switched_forward_kernel and depth_attention_switched_backward_rows_kernel:
@@ -46,7 +46,7 @@
 struct VariantOutputs {
     float* acc_parts;      // (parts, C) sum_i ds_i r_i V_i: dq = g acc, dg = q acc
     float* gain_parts;     // (parts, C) dg's q acc, where q differs from row to row
-    float* dweight_parts;  // (parts, C) the fused norm's gain: dxn out rstd
+    float* dweight_parts;  // (parts, C) the fused norm's gain: dxn h rstd
     float* mixing_parts;   // (parts, n_sources) the mixings: dweight_i = sum_n dalpha_ni
     float* dquery_rows;    // (N, C) the query's row part: dq_n = g acc_n, +=
     float* dscore;         // (N, n_sources, heads) more heads: dalpha, then ds
@@ -66,7 +66,7 @@ static_assert(sizeof(VariantOutputs) == 7 * sizeof(float*), "VariantOutputs has 
 // Threads: block b, rows R b .. R b + R-1 (R = DEPTH_ROWS, 4); a row's thread t, columns t,
 // t + ROW_THREADS (64), ... (steps 2-3: thread t takes source t)
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
-depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* out, DepthSaved saved,
+depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* h, DepthSaved saved,
                                         SourceList sources, DepthParams params,
                                         const float* weight, size_t n_sources, size_t N, size_t C,
                                         DepthSwitches switches) {
@@ -110,12 +110,12 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* out, 
     }
     __syncthreads();
     // 4. the weighted sum, in order of i
-    float sum_sq = live ? row_weighted_sum(out + row * C, row_alpha[r], sources, n_sources, row,
+    float sum_sq = live ? row_weighted_sum(h + row * C, row_alpha[r], sources, n_sources, row,
                                            C, t)
                         : 0.0f;  // this thread's part of sum_c out_c^2
     if (xn == NULL) return;  // the same for the whole grid
     // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
-    row_rmsnorm_forward(xn, out_rstd, out, weight, out_sq, sum_sq, live, row, C, r, t);
+    row_rmsnorm_forward(xn, out_rstd, h, weight, out_sq, sum_sq, live, row, C, r, t);
 }
 
 // Mirrors src/depth_variants.c:depth_attention_variant_backward with one head, and
@@ -132,7 +132,7 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* out, 
 // t + ROW_THREADS (64), ... (step 2: thread t takes source t)
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs outputs,
-                                              float* dout, const float* dxn, const float* out,
+                                              float* dh, const float* dxn, const float* h,
                                               const float* out_rstd, const float* weight,
                                               DepthSaved saved, SourceList sources,
                                               DepthParams params, size_t n_sources, size_t N,
@@ -157,12 +157,12 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
-    float* dy = dout + row * C;
-    // 0. (fused with the norm) dout = the norm's backward of dxn, each thread at the columns
+    float* dy = dh + row * C;
+    // 0. (fused with the norm) dh = the norm's backward of dxn, each thread at the columns
     //    it reads in steps 1 and 3
     if (dxn != NULL)
-        row_rmsnorm_backward(dy, dxn, out, out_rstd, weight, row_dot, live, row, C, r, t);
-    // 1. per source, dout . V_i and (w * g) . V_i
+        row_rmsnorm_backward(dy, dxn, h, out_rstd, weight, row_dot, live, row, C, r, t);
+    // 1. per source, dh . V_i and (w * g) . V_i
     if (live)
         row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, query_rows, norm_weight,
                         n_sources, row, C, t);
@@ -247,7 +247,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
             row_acc[r][k][t] = acc[k];  // 0 past N or C (and in the mixings)
             if (outputs.dweight_parts != NULL)
                 row_dweight[r][k][t] = live && c < C
-                                        ? dxn[row * C + c] * out[row * C + c] * out_rstd[row]
+                                        ? dxn[row * C + c] * h[row * C + c] * out_rstd[row]
                                         : 0.0f;
         }
         __syncthreads();
@@ -352,25 +352,25 @@ static void depth_mixing_coefficients_cuda(float* dcoefficients, const float* we
 }
 
 // The one-head kernels' launches, with the layers' arguments (xn NULL: no norm).
-static void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* out,
+static void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* h,
                                                   DepthSaved saved, const float* const* sources,
                                                   DepthParams params, const float* weight,
                                                   size_t n_sources, size_t N, size_t C,
                                                   DepthSwitches switches) {
     launch_kernel(depth_attention_switched_forward_kernel, ceil_div(N, DEPTH_ROWS), DEPTH_BLOCK,
-                  xn, rstd, out, saved, source_list(sources, n_sources), params, weight,
+                  xn, rstd, h, saved, source_list(sources, n_sources), params, weight,
                   n_sources, N, C, switches);
 }
 
 // Every backward with one head, and the mixings': the rows kernel (given dxn, the norm's
-// backward first, into scratch.dh; without, scratch.dh is read as out's gradient), then the
+// backward first, into scratch.dh; without, scratch.dh is read as h's gradient), then the
 // column sums (or, in the mixings, the coefficients' gradient into grads.mix and, given
 // dweight, the column sums for it alone). grads and scratch.dquery_rows as the layers have
 // them (NULL: none). The workspace holds acc_parts (N / DEPTH_ROWS, C), then gain_parts and
 // dweight_parts as many, then mixing_parts (N / DEPTH_ROWS, n_sources).
 static void depth_attention_switched_backward_cuda(float* const* dsources, DepthParams grads,
                                                    float* dweight, DepthScratch scratch,
-                                                   const float* dxn, const float* out,
+                                                   const float* dxn, const float* h,
                                                    const float* rstd, const float* weight,
                                                    DepthSaved saved, const float* const* sources,
                                                    DepthParams params, size_t n_sources, size_t N,
@@ -384,7 +384,7 @@ static void depth_attention_switched_backward_cuda(float* const* dsources, Depth
     if (switches.mixing) outputs.mixing_parts = outputs.acc_parts + 3 * parts * C;
     outputs.dquery_rows = scratch.dquery_rows;
     launch_kernel(depth_attention_switched_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
-                  grad_list(dsources, n_sources), outputs, scratch.dh, dxn, out, rstd, weight,
+                  grad_list(dsources, n_sources), outputs, scratch.dh, dxn, h, rstd, weight,
                   saved, source_list(sources, n_sources), params, n_sources, N, C,
                   distinct_grads(dsources, n_sources), switches);
     if (switches.mixing)
@@ -445,11 +445,11 @@ __device__ __forceinline__ float block_sum(float x, float warp_sums[VARIANT_BLOC
     return sum;
 }
 // s_i = r_i * (q * g) . V_i per (source, head), then alpha = softmax or sigmoid per head,
-// then out = sum_i alpha_i V_i; one block per row. The scores wait in alpha until step 2.
+// then h = sum_i alpha_i V_i; one block per row. The scores wait in alpha until step 2.
 // With xn not NULL, then the row's RMSNorm (as depth_attention.cu's fused forward):
-// xn = weight * out * out_rstd, out_rstd = 1/sqrt(mean(out^2) + eps), weight NULL for ones.
+// xn = weight * h * out_rstd, out_rstd = 1/sqrt(mean(h^2) + eps), weight NULL for ones.
 // Launched by depth_attention_variant_rmsnorm_forward.
-__global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rstd, float* out,
+__global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rstd, float* h,
                                                        DepthSaved saved, SourceList sources,
                                                        DepthParams params, const float* weight,
                                                        size_t n_sources, size_t C,
@@ -503,34 +503,34 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rst
         size_t k = c / Ck;
         float acc = 0.0f;
         for (size_t i = 0; i < S; i++) acc += a[i * heads + k] * sources.source[i][row * C + c];
-        out[row * C + c] = acc;
+        h[row * C + c] = acc;
         sum_sq += acc * acc;
     }
     if (xn == NULL) return;  // the same for the whole grid
     // 4. the RMSNorm of the row: each thread reads back the columns it wrote in step 3
     float s = 1.0f / sqrtf(block_sum(sum_sq, warp_sums) / (float)C + RMSNORM_EPS);
     for (size_t c = threadIdx.x; c < C; c += blockDim.x)
-        xn[row * C + c] = (weight != NULL ? weight[c] : 1.0f) * (out[row * C + c] * s);
+        xn[row * C + c] = (weight != NULL ? weight[c] : 1.0f) * (h[row * C + c] * s);
     if (threadIdx.x == 0) out_rstd[row] = s;
 }
 // forward was: out_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
 // s_i = (q * g) . V_i * r_i over the head's channels. Per row and head:
-//   dalpha_i = dout . V_i
+//   dalpha_i = dh . V_i
 //   softmax: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j);  sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i)
-//   dV_i += alpha_i dout + ds_i r_i (q * g) - ds_i r_i^3 ((q * g) . V_i) / Ck * V_i
+//   dV_i += alpha_i dh + ds_i r_i (q * g) - ds_i r_i^3 ((q * g) . V_i) / Ck * V_i
 //     (key norm off: r = 1, g = 1, no last term)
 //   with acc_c = sum_i ds_i r_i V_ic: dq_c = g_c acc_c (into dquery_rows, when the query has a
 //   row part, and summed over rows into dquery), dg_c = q_c acc_c (summed over rows)
 // One block per row; outputs (VariantOutputs, a part a row): dscore and key_dot hold dalpha,
 // then ds, and (q * g) . V_i; acc_parts and gain_parts the row's acc and dg = q acc, which
 // the caller sums over the rows (dq = g acc). With dxn not NULL the kernel first takes dxn
-// back through the row's RMSNorm (saved out_rstd, gain weight) into dout (the caller's
+// back through the row's RMSNorm (saved out_rstd, gain weight) into dh (the caller's
 // scratch; step 0, as depth_attention.cu's fused backward), and writes the row's terms of the
 // gain's gradient, dxn_c out_c out_rstd, to dweight_parts when not NULL. Launched by
 // depth_attention_variant_rmsnorm_backward.
 __global__ void depth_attention_variant_backward_kernel(GradList dsources, VariantOutputs outputs,
-                                                        float* dout, const float* dxn,
-                                                        const float* out, const float* out_rstd,
+                                                        float* dh, const float* dxn,
+                                                        const float* h, const float* out_rstd,
                                                         const float* weight, DepthSaved saved,
                                                         SourceList sources, DepthParams params,
                                                         size_t n_sources, size_t C, int distinct,
@@ -554,17 +554,17 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
         size_t first = row * C;
         float dot = 0.0f;
         for (size_t c = threadIdx.x; c < C; c += blockDim.x)
-            dot += dxn[first + c] * (weight != NULL ? weight[c] : 1.0f) * out[first + c];
+            dot += dxn[first + c] * (weight != NULL ? weight[c] : 1.0f) * h[first + c];
         dot = block_sum(dot, warp_sums);
         float s = out_rstd[row], correction = s * s * s * dot / (float)C;
         for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
             float w = weight != NULL ? weight[c] : 1.0f;
-            dout[first + c] = s * w * dxn[first + c] - correction * out[first + c];
-            if (row_dweight != NULL) row_dweight[first + c] = dxn[first + c] * out[first + c] * s;
+            dh[first + c] = s * w * dxn[first + c] - correction * h[first + c];
+            if (row_dweight != NULL) row_dweight[first + c] = dxn[first + c] * h[first + c] * s;
         }
         __syncthreads();
     }
-    const float* d = dout + row * C;
+    const float* d = dh + row * C;
     const float* a = alpha + row * S * heads;
     const float* rs = key_rstd + row * S * heads;
     float* ds = dscore + row * S * heads;
@@ -648,35 +648,35 @@ size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C
 
 // The attention with its switches, any number of heads, then its norm (xn NULL: none): one
 // head runs the switched kernel, more heads the many-head kernel
-static void depth_attention_variant_rmsnorm_forward(float* xn, float* rstd, float* out,
+static void depth_attention_variant_rmsnorm_forward(float* xn, float* rstd, float* h,
                                                     DepthSaved saved, const float* const* sources,
                                                     DepthParams params, const float* weight,
                                                     size_t n_sources, size_t N, size_t C,
                                                     DepthSwitches switches) {
     if (switches.heads == 1) {
-        depth_attention_switched_forward_cuda(xn, rstd, out, saved, sources, params, weight,
+        depth_attention_switched_forward_cuda(xn, rstd, h, saved, sources, params, weight,
                                               n_sources, N, C, switches);
         return;
     }
     launch_kernel(depth_attention_variant_forward_kernel, (unsigned int)N, VARIANT_BLOCK, xn, rstd,
-                  out, saved, source_list(sources, n_sources), params, weight, n_sources, C,
+                  h, saved, source_list(sources, n_sources), params, weight, n_sources, C,
                   switches);
 }
 
-// Its backward (dxn NULL: scratch.dh read as out's gradient, no norm); with more heads the
+// Its backward (dxn NULL: scratch.dh read as h's gradient, no norm); with more heads the
 // many-head kernel, then the sums over the rows, one launch for the three. The workspace holds
 // dscore and key_dot (N,n_sources,heads), then the rows' acc, dg and the norm gain's terms
 // (N,C) each.
 static void depth_attention_variant_rmsnorm_backward(float* const* dsources, DepthParams grads,
                                                      float* dweight, DepthScratch scratch,
-                                                     const float* dxn, const float* out,
+                                                     const float* dxn, const float* h,
                                                      const float* rstd, const float* weight,
                                                      DepthSaved saved,
                                                      const float* const* sources,
                                                      DepthParams params, size_t n_sources,
                                                      size_t N, size_t C, DepthSwitches switches) {
     if (switches.heads == 1) {
-        depth_attention_switched_backward_cuda(dsources, grads, dweight, scratch, dxn, out, rstd,
+        depth_attention_switched_backward_cuda(dsources, grads, dweight, scratch, dxn, h, rstd,
                                                weight, saved, sources, params, n_sources, N, C,
                                                switches);
         return;
@@ -691,7 +691,7 @@ static void depth_attention_variant_rmsnorm_backward(float* const* dsources, Dep
     if (dxn != NULL && dweight != NULL) outputs.dweight_parts = outputs.gain_parts + N * C;
     outputs.dquery_rows = scratch.dquery_rows;
     launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
-                  grad_list(dsources, n_sources), outputs, scratch.dh, dxn, out, rstd, weight,
+                  grad_list(dsources, n_sources), outputs, scratch.dh, dxn, h, rstd, weight,
                   saved, source_list(sources, n_sources), params, n_sources, C,
                   distinct_grads(dsources, n_sources), switches);
     depth_attention_parts_sum_cuda(grads.query, grads.norm, dweight, outputs.acc_parts,
@@ -701,20 +701,20 @@ static void depth_attention_variant_rmsnorm_backward(float* const* dsources, Dep
 
 // the layer functions: the two above without the norm (the structs' pointers are not const;
 // what a layer takes as const is only read)
-void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_rstd,
+void depth_attention_variant_forward_cuda(float* h, float* alpha, float* key_rstd,
                                           const float* const* sources, const float* query,
                                           const float* query_rows, const float* norm_weight,
                                           size_t n_sources, size_t N, size_t C, size_t heads,
                                           int sigmoid) {
     DepthSaved saved = {alpha, key_rstd, NULL, NULL, const_cast<float*>(query_rows)};
     DepthParams params = {const_cast<float*>(query), const_cast<float*>(norm_weight), NULL, NULL};
-    depth_attention_variant_rmsnorm_forward(NULL, NULL, out, saved, sources, params, NULL,
+    depth_attention_variant_rmsnorm_forward(NULL, NULL, h, saved, sources, params, NULL,
                                             n_sources, N, C, DepthSwitches{heads, sigmoid, 0});
 }
 
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
                                            float* dquery_rows, float* dnorm_weight,
-                                           const float* dout, const float* alpha,
+                                           const float* dh, const float* alpha,
                                            const float* key_rstd, const float* const* sources,
                                            const float* query, const float* query_rows,
                                            const float* norm_weight, size_t n_sources, size_t N,
@@ -723,7 +723,7 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
                         const_cast<float*>(query_rows)};
     DepthParams params = {const_cast<float*>(query), const_cast<float*>(norm_weight), NULL, NULL};
     DepthParams grads = {dquery, dnorm_weight, NULL, NULL};
-    DepthScratch scratch = {const_cast<float*>(dout), dquery_rows, NULL};
+    DepthScratch scratch = {const_cast<float*>(dh), dquery_rows, NULL};
     depth_attention_variant_rmsnorm_backward(dsources, grads, NULL, scratch, NULL, NULL, NULL,
                                              NULL, saved, sources, params, n_sources, N, C,
                                              DepthSwitches{heads, sigmoid, 0});
@@ -731,33 +731,33 @@ void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery
 
 // The mixings, the weights into saved.alpha (one thread per source), then the switched
 // kernel with them in place of the scores (xn NULL: without the norm)
-static void depth_mixing_rmsnorm_forward(float* xn, float* rstd, float* out, DepthSaved saved,
+static void depth_mixing_rmsnorm_forward(float* xn, float* rstd, float* h, DepthSaved saved,
                                          const float* const* sources, DepthParams params,
                                          const float* weight, size_t n_sources, size_t N,
                                          size_t C, DepthSwitches switches) {
     launch_kernel(depth_mixing_weights_kernel, 1, DEPTH_ATTENTION_MAX_SOURCES, saved.alpha,
                   params.mix, n_sources, switches.mixing == 1);
-    depth_attention_switched_forward_cuda(xn, rstd, out, saved, sources, params, weight,
+    depth_attention_switched_forward_cuda(xn, rstd, h, saved, sources, params, weight,
                                           n_sources, N, C, switches);
 }
 
-void depth_mixing_forward_cuda(float* out, float* weights, const float* const* sources,
+void depth_mixing_forward_cuda(float* h, float* weights, const float* const* sources,
                                const float* coefficients, size_t n_sources, size_t N, size_t C,
                                int normalise) {
     DepthSaved saved = {weights, NULL, NULL, NULL, NULL};
     DepthParams params = {NULL, NULL, NULL, const_cast<float*>(coefficients)};
-    depth_mixing_rmsnorm_forward(NULL, NULL, out, saved, sources, params, NULL, n_sources, N, C,
+    depth_mixing_rmsnorm_forward(NULL, NULL, h, saved, sources, params, NULL, n_sources, N, C,
                                  DepthSwitches{1, 0, normalise ? 1 : 2});
 }
 
 // the mixings' backward is the switched one, with the weights in saved.alpha
-void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, const float* dout,
+void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, const float* dh,
                                 const float* weights, const float* const* sources,
                                 size_t n_sources, size_t N, size_t C, int normalise) {
     DepthSaved saved = {const_cast<float*>(weights), NULL, NULL, NULL, NULL};
     DepthParams params = {NULL, NULL, NULL, NULL};
     DepthParams grads = {NULL, NULL, NULL, dcoefficients};
-    DepthScratch scratch = {const_cast<float*>(dout), NULL, NULL};
+    DepthScratch scratch = {const_cast<float*>(dh), NULL, NULL};
     depth_attention_switched_backward_cuda(dsources, grads, NULL, scratch, NULL, NULL, NULL, NULL,
                                            saved, sources, params, n_sources, N, C,
                                            DepthSwitches{1, 0, normalise ? 1 : 2});

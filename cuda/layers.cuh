@@ -74,37 +74,37 @@ void swiglu_backward_cuda(float* dgate, float* dup, const float* dout, const flo
 // The naive version, one thread per row (layers.h's depth_attention_*_naive): what a reader
 // meets first, and what dev/bench/bench_depth.cu times beside the kernels the model runs;
 // the backward borrows N x n_sources floats of the workspace (common.cuh).
-void depth_attention_forward_naive_cuda(float* out, float* alpha, float* key_rstd,
+void depth_attention_forward_naive_cuda(float* h, float* alpha, float* key_rstd,
                                         const float* const* sources, const float* query,
                                         const float* norm_weight, size_t n_sources, size_t N,
                                         size_t C);
 void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
-                                         float* dnorm_weight, const float* dout,
+                                         float* dnorm_weight, const float* dh,
                                          const float* alpha, const float* key_rstd,
                                          const float* const* sources, const float* query,
                                          const float* norm_weight, size_t n_sources, size_t N,
                                          size_t C);
 // The version the model runs.
-void depth_attention_forward_cuda(float* out, float* alpha, float* key_rstd,
+void depth_attention_forward_cuda(float* h, float* alpha, float* key_rstd,
                                   const float* const* sources, const float* query,
                                   const float* norm_weight, size_t n_sources, size_t N, size_t C);
 // Borrows the workspace (common.cuh) for its column partial sums.
 void depth_attention_backward_cuda(float* const* dsources, float* dquery, float* dnorm_weight,
-                                   const float* dout, const float* alpha, const float* key_rstd,
+                                   const float* dh, const float* alpha, const float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C);
 // The depth attention and the RMSNorm of its output (layers.h: weight is that norm's gain,
-// dout_scratch overwritten) in one kernel each way; the backward borrows the workspace as the
+// dh_scratch overwritten) in one kernel each way; the backward borrows the workspace as the
 // one above. (The macro tells dev/bench/bench_depth.cu, also built against older cuda/ files
 // for a before/after, that these exist.)
 #define HAS_DEPTH_ATTENTION_RMSNORM 1
-void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* out, DepthSaved saved,
+void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* h, DepthSaved saved,
                                           const float* const* sources, DepthParams params,
                                           const float* weight, size_t n_sources, size_t N,
                                           size_t C);
 void depth_attention_rmsnorm_backward_cuda(float* const* dsources, DepthParams grads,
-                                           float* dweight, float* dout_scratch, const float* dxn,
-                                           const float* out, const float* rstd,
+                                           float* dweight, float* dh_scratch, const float* dxn,
+                                           const float* h, const float* rstd,
                                            const float* weight, DepthSaved saved,
                                            const float* const* sources, DepthParams params,
                                            size_t n_sources, size_t N, size_t C);
@@ -115,24 +115,24 @@ size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t 
 // SPEC's variants, as layers.h's depth_variants.c functions: sources and dsources as for the
 // depth attention above; query_rows and dquery_rows (N,C), norm_weight and dnorm_weight (C)
 // may be NULL (no row part of the query, no key norm); alpha and key_rstd (N,n_sources,heads).
-void depth_attention_variant_forward_cuda(float* out, float* alpha, float* key_rstd,
+void depth_attention_variant_forward_cuda(float* h, float* alpha, float* key_rstd,
                                           const float* const* sources, const float* query,
                                           const float* query_rows, const float* norm_weight,
                                           size_t n_sources, size_t N, size_t C, size_t heads,
                                           int sigmoid);
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
                                            float* dquery_rows, float* dnorm_weight,
-                                           const float* dout, const float* alpha,
+                                           const float* dh, const float* alpha,
                                            const float* key_rstd, const float* const* sources,
                                            const float* query, const float* query_rows,
                                            const float* norm_weight, size_t n_sources, size_t N,
                                            size_t C, size_t heads, int sigmoid);
 // The mixings: weights (n_sources, device) = softmax(coefficients) when normalise, else the
-// coefficients, computed on the device; out (N,C) = sum_i weight_i V_i.
-void depth_mixing_forward_cuda(float* out, float* weights, const float* const* sources,
+// coefficients, computed on the device; h (N,C) = sum_i weight_i V_i.
+void depth_mixing_forward_cuda(float* h, float* weights, const float* const* sources,
                                const float* coefficients, size_t n_sources, size_t N, size_t C,
                                int normalise);
-void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, const float* dout,
+void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, const float* dh,
                                 const float* weights, const float* const* sources,
                                 size_t n_sources, size_t N, size_t C, int normalise);
 // The most floats of the workspace (common.cuh) one variant or mixing backward borrows.

@@ -4,7 +4,7 @@
 // Per row (position) n, over the sources V_0 .. V_{n_sources-1} (each (N,C)), pseudo-query w
 // (`query`) and the key norm's gain g (`norm_weight`), both (C):
 //   k_i = rmsnorm(V_i; g) = g * V_i * r_i,  r_i = (mean(V_i^2) + eps)^(-1/2)
-//   s_i = w . k_i   (no 1/sqrt(C) scale),  alpha = softmax_i(s),  out = sum_i alpha_i V_i
+//   s_i = w . k_i   (no 1/sqrt(C) scale),  alpha = softmax_i(s),  h = sum_i alpha_i V_i
 // Keys are normalised; the values summed are the raw V_i. The backward's derivation is in
 // docs/walkthrough.md, section 3.
 #include <math.h>
@@ -23,8 +23,8 @@ float depth_attention_rstd(const float* v, size_t C) {
 // the two agree bit for bit; dquery and dnorm_weight sum over the rows in another order
 // (tested within the rounding of that order).
 
-// out (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
-void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
+// h (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
+void depth_attention_forward_naive(float* h, float* alpha, float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N,
                                    size_t C) {
@@ -33,7 +33,7 @@ void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
     for (size_t n = 0; n < N; n++) {
         float* a = alpha + n * n_sources;  // the scores s_i, then alpha_i
         float* r = key_rstd + n * n_sources;
-        float* o = out + n * C;
+        float* o = h + n * C;
         float max_score = -INFINITY, sum = 0.0f;
         for (size_t i = 0; i < n_sources; i++) {  // s_i = w . k_i = (w * g) . V_i * r_i
             r[i] = depth_attention_rstd(sources[i] + n * C, C);
@@ -45,7 +45,7 @@ void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
             sum += a[i];
         }
         for (size_t i = 0; i < n_sources; i++) { a[i] /= sum; }
-        for (size_t c = 0; c < C; c++) { o[c] = 0.0f; }  // out = sum_i alpha_i V_i
+        for (size_t c = 0; c < C; c++) { o[c] = 0.0f; }  // h = sum_i alpha_i V_i
         for (size_t i = 0; i < n_sources; i++) {
             for (size_t c = 0; c < C; c++) { o[c] += a[i] * sources[i][n * C + c]; }
         }
@@ -53,16 +53,16 @@ void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
     free(wg);
 }
 
-// forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . k_i, k_i = g * V_i * r_i.
+// forward was: h = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . k_i, k_i = g * V_i * r_i.
 // Every source receives gradient twice, as a value and as a key:
-//   value path:  dV_i += alpha_i dout
-//   dalpha_i = dout . V_i ;  ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j)
+//   value path:  dV_i += alpha_i dh
+//   dalpha_i = dh . V_i ;  ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j)
 //   key path:    dk_i = ds_i w, then back through rmsnorm (see rmsnorm.c), using
 //                sum_c dk_c g_c V_c = ds_i s_i / r_i:
 //                dV_i += ds_i r_i (w * g) - ds_i r_i^3 ((w * g) . V_i) / C * V_i
 //   dw += sum_i ds_i k_i,  dg += sum_i ds_i w * V_i * r_i
 void depth_attention_backward_naive(float* const* dsources, float* dquery, float* dnorm_weight,
-                                    const float* dout, const float* alpha, const float* key_rstd,
+                                    const float* dh, const float* alpha, const float* key_rstd,
                                     const float* const* sources, const float* query,
                                     const float* norm_weight, size_t n_sources, size_t N,
                                     size_t C) {
@@ -71,7 +71,7 @@ void depth_attention_backward_naive(float* const* dsources, float* dquery, float
     for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
     for (size_t n = 0; n < N; n++) {
         const float* a = alpha + n * n_sources;
-        const float* d = dout + n * C;
+        const float* d = dh + n * C;
         float weighted = 0.0f;  // sum_j alpha_j dalpha_j
         for (size_t i = 0; i < n_sources; i++) { ds[i] = dot(d, sources[i] + n * C, C); }
         for (size_t i = 0; i < n_sources; i++) { weighted += a[i] * ds[i]; }
@@ -100,11 +100,11 @@ void depth_attention_backward_naive(float* const* dsources, float* dquery, float
 // one row each outran the prefetcher (in full mode the bench model's last input has 17
 // sources, L=8, the default model's 9), and a tile of every source (17 x 16 KB at the
 // bench model's d=256) stays in L2 between the passes. The arithmetic of every output is
-// the naive version's (out and dV sum over the sources in order of i).
+// the naive version's (h and dV sum over the sources in order of i).
 #define DEPTH_TILE 16
 
-// out (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
-void depth_attention_forward(float* out, float* alpha, float* key_rstd,
+// h (N,C); alpha and key_rstd (N,n_sources) are saved for the backward
+void depth_attention_forward(float* h, float* alpha, float* key_rstd,
                              const float* const* sources, const float* query,
                              const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     float* wg = mallocCheck(C * sizeof(float));  // w * g: then s_i = (w * g) . V_i * r_i
@@ -136,12 +136,12 @@ void depth_attention_forward(float* out, float* alpha, float* key_rstd,
             }
             for (size_t i = 0; i < n_sources; i++) { a[i] /= sum; }
         }
-        // 3. out = sum_i alpha_i V_i, one source at a time
-        for (size_t c = first * C; c < end * C; c++) { out[c] = 0.0f; }
+        // 3. h = sum_i alpha_i V_i, one source at a time
+        for (size_t c = first * C; c < end * C; c++) { h[c] = 0.0f; }
         for (size_t i = 0; i < n_sources; i++) {
             for (size_t n = first; n < end; n++) {
                 const float* v = sources[i] + n * C;
-                float* o = out + n * C;
+                float* o = h + n * C;
                 float a = alpha[n * n_sources + i];
                 for (size_t c = 0; c < C; c++) { o[c] += a * v[c]; }
             }
@@ -150,12 +150,12 @@ void depth_attention_forward(float* out, float* alpha, float* key_rstd,
     free(wg);
 }
 
-// forward was: out = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . (g * V_i * r_i).
+// forward was: h = sum_i alpha_i V_i, alpha = softmax(s), s_i = w . (g * V_i * r_i).
 // The gradients of depth_attention_backward_naive, in tiles; its weights' gradients are one
 // column sum times a gain: dw += sum_i ds_i k_i = g * acc,  dg += sum_i ds_i w * V_i * r_i =
 // w * acc, with acc = sum over rows and sources of ds_i r_i V_i
 void depth_attention_backward(float* const* dsources, float* dquery, float* dnorm_weight,
-                              const float* dout, const float* alpha, const float* key_rstd,
+                              const float* dh, const float* alpha, const float* key_rstd,
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C) {
     // acc sums over rows: each tile sums into its own partial (C), and the partials are
@@ -170,11 +170,11 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
     for (size_t tile = 0; tile < n_tiles; tile++) {
         size_t first = tile * DEPTH_TILE, end = first + DEPTH_TILE < N ? first + DEPTH_TILE : N;
         float* acc = partials + tile * C;
-        // 1. dalpha_i = dout . V_i and (w * g) . V_i, one source at a time
+        // 1. dalpha_i = dh . V_i and (w * g) . V_i, one source at a time
         for (size_t i = 0; i < n_sources; i++) {
             for (size_t n = first; n < end; n++) {
                 const float* v = sources[i] + n * C;
-                dscore[n * n_sources + i] = dot(dout + n * C, v, C);
+                dscore[n * n_sources + i] = dot(dh + n * C, v, C);
                 wgv[n * n_sources + i] = dot(wg, v, C);
             }
         }
@@ -190,7 +190,7 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
         for (size_t i = 0; i < n_sources; i++) {
             for (size_t n = first; n < end; n++) {
                 const float* v = sources[i] + n * C;
-                const float* d = dout + n * C;
+                const float* d = dh + n * C;
                 float* dv = dsources[i] + n * C;
                 float a = alpha[n * n_sources + i], ds = dscore[n * n_sources + i];
                 float r = key_rstd[n * n_sources + i];
@@ -221,24 +221,24 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 // this is their definition; the GPU (cuda/depth_attention.cu) fuses the norm into the depth
 // attention's kernels (one launch forward, the rows kernel backward) and is checked against
 // this.
-void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, DepthSaved saved,
+void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* h, DepthSaved saved,
                                      const float* const* sources, DepthParams params,
                                      const float* weight, size_t n_sources, size_t N, size_t C) {
-    depth_attention_forward(out, saved.alpha, saved.key_rstd, sources, params.query, params.norm,
+    depth_attention_forward(h, saved.alpha, saved.key_rstd, sources, params.query, params.norm,
                             n_sources, N, C);
-    rmsnorm_forward(xn, rstd, out, weight, N, C);
+    rmsnorm_forward(xn, rstd, h, weight, N, C);
 }
 
-// dout_scratch (N,C) is not an incoming gradient: it is overwritten with out's gradient (the
+// dh_scratch (N,C) is not an incoming gradient: it is overwritten with h's gradient (the
 // norm's input gradient), which the depth attention's backward then reads
 void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads, float* dweight,
-                                      float* dout_scratch, const float* dxn, const float* out,
+                                      float* dh_scratch, const float* dxn, const float* h,
                                       const float* rstd, const float* weight, DepthSaved saved,
                                       const float* const* sources, DepthParams params,
                                       size_t n_sources, size_t N, size_t C) {
     #pragma omp parallel for
-    for (size_t i = 0; i < N * C; i++) { dout_scratch[i] = 0.0f; }  // rmsnorm_backward adds
-    rmsnorm_backward(dout_scratch, dweight, dxn, out, weight, rstd, N, C);
-    depth_attention_backward(dsources, grads.query, grads.norm, dout_scratch, saved.alpha,
+    for (size_t i = 0; i < N * C; i++) { dh_scratch[i] = 0.0f; }  // rmsnorm_backward adds
+    rmsnorm_backward(dh_scratch, dweight, dxn, h, weight, rstd, N, C);
+    depth_attention_backward(dsources, grads.query, grads.norm, dh_scratch, saved.alpha,
                              saved.key_rstd, sources, params.query, params.norm, n_sources, N, C);
 }

@@ -15,7 +15,7 @@
 //
 // The mixings, one weight per source for every row (no query, no keys):
 //   static: alpha = softmax(c_0 .. c_{n-1})   dense (DenseFormer): beta_i = c_i
-//   out = sum_i weight_i V_i
+//   h = sum_i weight_i V_i
 #include <math.h>
 #include <stdlib.h>
 #include "layers.h"
@@ -66,7 +66,7 @@ static size_t tile_end(size_t tile, size_t N) {
 }
 
 // alpha and key_rstd are (N, n_sources, heads): entry (n, i, k) at (n * n_sources + i) * heads + k
-void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
+void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
                                      const float* const* sources, const float* query,
                                      const float* query_rows, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C, size_t heads,
@@ -105,13 +105,13 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
                     }
                 }
             }
-            // 3. out = sum_i alpha_ik V_i over each head's channels, one source at a time
-            for (size_t c = first * C; c < end * C; c++) { out[c] = 0.0f; }
+            // 3. h = sum_i alpha_ik V_i over each head's channels, one source at a time
+            for (size_t c = first * C; c < end * C; c++) { h[c] = 0.0f; }
             for (size_t i = 0; i < S; i++) {
                 for (size_t n = first; n < end; n++) {
                     for (size_t k = 0; k < heads; k++) {
                         const float* v = sources[i] + n * C + k * Ck;
-                        float* o = out + n * C + k * Ck;
+                        float* o = h + n * C + k * Ck;
                         float w = alpha[(n * S + i) * heads + k];
                         for (size_t c = 0; c < Ck; c++) { o[c] += w * v[c]; }
                     }
@@ -124,8 +124,8 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
 
 // forward was: out_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
 // s_i = (q * g) . V_i * r_i over the head's channels. Per row and head:
-//   value path: dV_i += alpha_i dout
-//   dalpha_i = dout . V_i
+//   value path: dV_i += alpha_i dh
+//   dalpha_i = dh . V_i
 //   softmax: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j);  sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i)
 //   key path, key norm on (rmsnorm.c's backward, with sum_c (q g)_c V_c = s_i / r_i):
 //       dV_i += ds_i r_i (q * g) - ds_i r_i^3 ((q * g) . V_i) / Ck * V_i
@@ -133,7 +133,7 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
 //   dq += ds_i r_i g * V_i (per row into dquery_rows when the query has a row part; summed
 //   over rows into dquery);  dg += ds_i r_i q * V_i
 void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
-                                      float* dnorm_weight, const float* dout, const float* alpha,
+                                      float* dnorm_weight, const float* dh, const float* alpha,
                                       const float* key_rstd, const float* const* sources,
                                       const float* query, const float* query_rows,
                                       const float* norm_weight, size_t n_sources, size_t N,
@@ -151,13 +151,13 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
         for (size_t tile = 0; tile < n_tiles; tile++) {
             size_t first = tile * VARIANT_TILE, end = tile_end(tile, N);
             tile_queries(qg, q, query, query_rows, norm_weight, first, end, C);
-            // 1. dalpha_i = dout . V_i and (q * g) . V_i per head, one source at a time
+            // 1. dalpha_i = dh . V_i and (q * g) . V_i per head, one source at a time
             for (size_t i = 0; i < S; i++) {
                 for (size_t n = first; n < end; n++) {
                     for (size_t k = 0; k < heads; k++) {
                         const float* v = sources[i] + n * C + k * Ck;
                         size_t at = (n * S + i) * heads + k;
-                        dscore[at] = dot(dout + n * C + k * Ck, v, Ck);
+                        dscore[at] = dot(dh + n * C + k * Ck, v, Ck);
                         if (norm_weight != NULL) { key_dot[at] = dot(qg + (n - first) * C + k * Ck, v, Ck); }
                     }
                 }
@@ -182,7 +182,7 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
                     for (size_t k = 0; k < heads; k++) {
                         size_t at = (n * S + i) * heads + k, c0 = k * Ck;
                         const float* v = sources[i] + n * C + c0;
-                        const float* d = dout + n * C + c0;
+                        const float* d = dh + n * C + c0;
                         float* dv = dsources[i] + n * C + c0;
                         float ai = alpha[at], ds = dscore[at], r = key_rstd[at];
                         float key_scale = ds * r;
@@ -242,15 +242,15 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
 }
 
 // weights (n_sources) = softmax(coefficients) (normalise, static mixing) or the coefficients
-// themselves (DenseFormer); out = sum_i weight_i V_i
-void depth_mixing_forward(float* out, float* weights, const float* const* sources,
+// themselves (DenseFormer); h = sum_i weight_i V_i
+void depth_mixing_forward(float* h, float* weights, const float* const* sources,
                           const float* coefficients, size_t n_sources, size_t N, size_t C,
                           int normalise) {
     for (size_t i = 0; i < n_sources; i++) { weights[i] = coefficients[i]; }
     if (normalise) { softmax_in_place(weights, n_sources, 1); }
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
-        float* o = out + n * C;
+        float* o = h + n * C;
         for (size_t c = 0; c < C; c++) { o[c] = 0.0f; }
         for (size_t i = 0; i < n_sources; i++) {
             const float* v = sources[i] + n * C;
@@ -259,10 +259,10 @@ void depth_mixing_forward(float* out, float* weights, const float* const* source
     }
 }
 
-// forward was: out = sum_i weight_i V_i, weight = softmax(c) or c. So
-//   dV_i += weight_i dout;  dweight_i = sum over rows of dout . V_i
+// forward was: h = sum_i weight_i V_i, weight = softmax(c) or c. So
+//   dV_i += weight_i dh;  dweight_i = sum over rows of dh . V_i
 //   static: dc_i += weight_i (dweight_i - sum_j weight_j dweight_j);  dense: dc_i += dweight_i
-void depth_mixing_backward(float* const* dsources, float* dcoefficients, const float* dout,
+void depth_mixing_backward(float* const* dsources, float* dcoefficients, const float* dh,
                            const float* weights, const float* const* sources, size_t n_sources,
                            size_t N, size_t C, int normalise) {
     size_t n_tiles = (N + VARIANT_TILE - 1) / VARIANT_TILE;
@@ -271,7 +271,7 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
     for (size_t tile = 0; tile < n_tiles; tile++) {
         size_t end = (tile + 1) * VARIANT_TILE < N ? (tile + 1) * VARIANT_TILE : N;
         for (size_t n = tile * VARIANT_TILE; n < end; n++) {
-            const float* d = dout + n * C;
+            const float* d = dh + n * C;
             for (size_t i = 0; i < n_sources; i++) {
                 const float* v = sources[i] + n * C;
                 float* dv = dsources[i] + n * C;

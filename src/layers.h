@@ -132,9 +132,9 @@ typedef struct {
 // The AttnRes operator: softmax attention over n_sources depth sources, per row.
 // sources[i] points at a (N,C) tensor V_i; query w (C), the pseudo-query, and norm_weight g
 // (C), the key norm's gain:
-//   k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s), out = sum_i alpha_i V_i.
+//   k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s), h = sum_i alpha_i V_i.
 // Saves alpha (N,n_sources) and key_rstd (N,n_sources) for the backward.
-void depth_attention_forward(float* out, float* alpha, float* key_rstd,
+void depth_attention_forward(float* h, float* alpha, float* key_rstd,
                              const float* const* sources, const float* query,
                              const float* norm_weight, size_t n_sources, size_t N, size_t C);
 // The key norm's r = (mean(v^2) + eps)^(-1/2) of one source row v (C); the two-phase
@@ -142,36 +142,36 @@ void depth_attention_forward(float* out, float* alpha, float* key_rstd,
 float depth_attention_rstd(const float* v, size_t C);
 // dsources[i] (N,C) += value path + key path; dquery (C) and dnorm_weight (C) +=.
 void depth_attention_backward(float* const* dsources, float* dquery, float* dnorm_weight,
-                              const float* dout, const float* alpha, const float* key_rstd,
+                              const float* dh, const float* alpha, const float* key_rstd,
                               const float* const* sources, const float* query,
                               const float* norm_weight, size_t n_sources, size_t N, size_t C);
 // The same two functions row by row (no tiles, no threads): the algorithm, and the reference
 // the tiled ones are tested against; every result is bit-identical except dquery and
 // dnorm_weight, whose sums over the rows go in another order.
-void depth_attention_forward_naive(float* out, float* alpha, float* key_rstd,
+void depth_attention_forward_naive(float* h, float* alpha, float* key_rstd,
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N,
                                    size_t C);
 void depth_attention_backward_naive(float* const* dsources, float* dquery, float* dnorm_weight,
-                                    const float* dout, const float* alpha, const float* key_rstd,
+                                    const float* dh, const float* alpha, const float* key_rstd,
                                     const float* const* sources, const float* query,
                                     const float* norm_weight, size_t n_sources, size_t N,
                                     size_t C);
 // The depth attention and the RMSNorm that always reads its output (every AttnRes sub-layer
 // norms its input, and the output's depth attention feeds the final norm), as one call:
-// out = depth_attention(sources), then xn = rmsnorm(out; weight) with rstd (N) saved; weight
+// h = depth_attention(sources), then xn = rmsnorm(h; weight) with rstd (N) saved; weight
 // (C) is that norm's gain (the sub-layer's attn_norm or mlp_norm, or final_norm), NULL for
 // none. The query and the key norm's gain are params.query and params.norm; alpha and
 // key_rstd are saved in saved.alpha and saved.key_rstd (the other fields unused). Here the
 // two functions above, in turn; cuda/ runs both in one kernel, the row still on chip.
-void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* out, DepthSaved saved,
+void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* h, DepthSaved saved,
                                      const float* const* sources, DepthParams params,
                                      const float* weight, size_t n_sources, size_t N, size_t C);
-// Its backward from dxn: dout_scratch (N,C) is overwritten with out's gradient (rmsnorm's
+// Its backward from dxn: dh_scratch (N,C) is overwritten with h's gradient (rmsnorm's
 // input gradient; the caller's scratch, not an incoming gradient), dweight (C) +=, then
-// depth_attention_backward from dout_scratch (dsources, grads.query and grads.norm +=).
+// depth_attention_backward from dh_scratch (dsources, grads.query and grads.norm +=).
 void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads, float* dweight,
-                                      float* dout_scratch, const float* dxn, const float* out,
+                                      float* dh_scratch, const float* dxn, const float* h,
                                       const float* rstd, const float* weight, DepthSaved saved,
                                       const float* const* sources, DepthParams params,
                                       size_t n_sources, size_t N, size_t C);
@@ -183,7 +183,7 @@ void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads,
 // not NULL, adds a per-row part to the query w (C): q_n = w + query_rows[n].
 // alpha and key_rstd are (N, n_sources, heads). heads = 1, softmax, a norm weight and no
 // query_rows compute what depth_attention_forward does.
-void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
+void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
                                      const float* const* sources, const float* query,
                                      const float* query_rows, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C, size_t heads,
@@ -191,18 +191,18 @@ void depth_attention_variant_forward(float* out, float* alpha, float* key_rstd,
 // dsources[i] (N,C), dquery (C), dquery_rows (N,C; NULL when query_rows is) and dnorm_weight
 // (C; NULL when norm_weight is) +=.
 void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
-                                      float* dnorm_weight, const float* dout, const float* alpha,
+                                      float* dnorm_weight, const float* dh, const float* alpha,
                                       const float* key_rstd, const float* const* sources,
                                       const float* query, const float* query_rows,
                                       const float* norm_weight, size_t n_sources, size_t N,
                                       size_t C, size_t heads, int sigmoid);
-// The mixings: out (N,C) = sum_i weight_i V_i with one weight per source for every row:
+// The mixings: h (N,C) = sum_i weight_i V_i with one weight per source for every row:
 // weights (n_sources) = softmax(coefficients) when normalise (static mixing), else the
 // coefficients (DenseFormer). Backward: dsources (N,C) and dcoefficients (n_sources) +=.
-void depth_mixing_forward(float* out, float* weights, const float* const* sources,
+void depth_mixing_forward(float* h, float* weights, const float* const* sources,
                           const float* coefficients, size_t n_sources, size_t N, size_t C,
                           int normalise);
-void depth_mixing_backward(float* const* dsources, float* dcoefficients, const float* dout,
+void depth_mixing_backward(float* const* dsources, float* dcoefficients, const float* dh,
                            const float* weights, const float* const* sources, size_t n_sources,
                            size_t N, size_t C, int normalise);
 // The one call the model makes for an AttnRes sub-layer's input (model.c: input_forward):
