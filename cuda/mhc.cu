@@ -1,12 +1,12 @@
 // mhc.cu — mHC-lite on the GPU (mirror of src/mhc.c; SPEC.md "mHC-lite"): m streams X
 // (N, m*d) per row, stream s of row n at X[(n*m + s)*d], mixed after every sub-layer by the
-// doubly stochastic H = sum_r pi_r P_r over the R = m! permutations. Sub-layer l:
+// doubly stochastic H_res = sum_r pi_r P_r over the R = m! permutations. Sub-layer l:
 //   z = rmsnorm(X; c)  over all m*d values of a row;  e = z Phi^T  (E = 2m + R values)
 //   a_pre = sigmoid(sigma[0] e_pre + beta_pre), pi = softmax(sigma[1] e_res + beta_res),
-//   a_post = 2 sigmoid(sigma[2] e_post + beta_post), H = sum_r pi_r P_r
-//   u = sum_s a_pre[s] X_s;  X'_t = sum_s H[s][t] X_s + a_post[t] f
+//   a_post = 2 sigmoid(sigma[2] e_post + beta_post), H_res = sum_r pi_r P_r
+//   u = sum_s a_pre[s] X_s;  X'_t = sum_s H_res[s][t] X_s + a_post[t] f
 // A row's coefficients are one vector `mix` of W = MHC_MIX_WIDTH(m) floats,
-// [a_pre (m) | pi (R) | a_post (m) | H (m*m), H[s][t] at s*m + t], and their gradients a
+// [a_pre (m) | pi (R) | a_post (m) | H_res (m*m), H_res[s][t] at s*m + t], and their gradients a
 // vector `dmix` of the same layout.
 //
 // The norm and the projection e = z Phi^T are rmsnorm.cu's and linear.cu's (the same calls
@@ -97,17 +97,18 @@ __device__ __forceinline__ void order_pair(float& a, float& b) {
     a = low;
 }
 
-// dpi_r = sum_s dH[s][perm_r[s]], its m <= 4 terms added in increasing order (a sorting
+// dpi_r = sum_s dH_res[s][perm_r[s]], its m <= 4 terms added in increasing order (a sorting
 // network on registers, the missing terms 0, which add exactly). Where every stream is the
-// same (sub-layer 0: each is x0), dH[s][t] depends on t alone, every dpi_r sums the same m
+// same (sub-layer 0: each is x0), dH_res[s][t] depends on t alone, every dpi_r sums the same m
 // values and comes out the same to the bit, so the softmax's backward gives exactly 0 there,
 // as the CPU's does (it sums in double).
-__device__ __forceinline__ float permutation_gradient(const float* dH, const Permutations& perms,
-                                                      size_t r, size_t m) {
+__device__ __forceinline__ float permutation_gradient(const float* dH_res,
+                                                      const Permutations& perms, size_t r,
+                                                      size_t m) {
     const int* perm = perms.perm + r * m;
-    float a = dH[(size_t)perm[0]], b = dH[m + (size_t)perm[1]];
-    float c = m > 2 ? dH[2 * m + (size_t)perm[2]] : 0.0f;
-    float d = m > 3 ? dH[3 * m + (size_t)perm[3]] : 0.0f;
+    float a = dH_res[(size_t)perm[0]], b = dH_res[m + (size_t)perm[1]];
+    float c = m > 2 ? dH_res[2 * m + (size_t)perm[2]] : 0.0f;
+    float d = m > 3 ? dH_res[3 * m + (size_t)perm[3]] : 0.0f;
     order_pair(a, b);
     order_pair(c, d);
     order_pair(a, c);
@@ -126,7 +127,7 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
     const float* en = e + n * E;
     float* a_pre = row;
     float* pi = a_pre + m;
-    float* H = pi + R + m;  // after a_post
+    float* H_res = pi + R + m;  // after a_post
     // 1. one thread per projected value k: p = sigma e_k + beta_k, the gates sigmoid(p) and
     //    2 sigmoid(p), the logits p (in pi until step 2)
     for (size_t k = threadIdx.x; k < E; k += blockDim.x) {
@@ -143,7 +144,7 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
     __syncthreads();
     for (size_t r = threadIdx.x; r < R; r += blockDim.x) pi[r] = expf(pi[r] - max_logit) / sum;
     __syncthreads();
-    // 3. H[s][t] = the sum of the pi_r whose permutation maps s to t, in order of r; one
+    // 3. H_res[s][t] = the sum of the pi_r whose permutation maps s to t, in order of r; one
     //    thread per entry
     for (size_t i = threadIdx.x; i < m * m; i += blockDim.x) {
         size_t s = i / m, t = i % m;
@@ -151,7 +152,7 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
         for (size_t r = 0; r < R; r++) {
             if ((size_t)perms.perm[r * m + s] == t) h += pi[r];
         }
-        H[i] = h;
+        H_res[i] = h;
     }
     __syncthreads();
     for (size_t k = threadIdx.x; k < W; k += blockDim.x) mix[n * W + k] = row[k];
@@ -166,7 +167,7 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
 
 // forward was: u = sum_s a_pre[s] X_s, the coefficients from X through z and e. Per row:
 //   value path:  dX_s += a_pre[s] du;  da_pre[s] = du . X_s
-//   dpi_r = sum_s dH[s][perm_r[s]]  (dH, da_post: in dmix, from mhc_output_backward)
+//   dpi_r = sum_s dH_res[s][perm_r[s]]  (dH_res, da_post: in dmix, from mhc_output_backward)
 //   the pre-activations' gradients dp:
 //     a_pre: da_pre a_pre (1 - a_pre);  pi: pi_r (dpi_r - sum_j pi_j dpi_j)
 //                                           = pi_r sum_j pi_j (dpi_r - dpi_j);
@@ -194,7 +195,7 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
     const float* a_post = pi + R;
     float* dm = dmix + n * W;
     const float* da_post = dm + m + R;
-    const float* dH = da_post + m;
+    const float* dH_res = da_post + m;
     // 1. da_pre[s] = du . X_s, one warp per stream; dX_s += a_pre[s] du, one thread per column
     for (size_t s = warp; s < m; s += n_warps) {
         float dot = warp_dot(dun, x + s * d, d);
@@ -202,9 +203,9 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
     }
     float* dx = dX + n * m * d;
     for (size_t i = threadIdx.x; i < m * d; i += blockDim.x) dx[i] += a_pre[i / d] * dun[i % d];
-    // 2. dpi_r = sum_s dH[s][perm_r[s]], one thread per permutation
+    // 2. dpi_r = sum_s dH_res[s][perm_r[s]], one thread per permutation
     for (size_t r = threadIdx.x; r < R; r += blockDim.x) {
-        dpi[r] = dm[m + r] = permutation_gradient(dH, perms, r, m);
+        dpi[r] = dm[m + r] = permutation_gradient(dH_res, perms, r, m);
     }
     __syncthreads();
     // 3. dp, one thread per projected value; the softmax's with the differences first,
@@ -233,7 +234,7 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
     }
 }
 
-// Xnext_t = sum_s H[s][t] X_s + a_post[t] f (in order of s); one thread per element of Xnext
+// Xnext_t = sum_s H_res[s][t] X_s + a_post[t] f (in order of s); one thread per element of Xnext
 __global__ void mhc_output_forward_kernel(float* Xnext, const float* X, const float* f,
                                           const float* mix, size_t N, size_t d, size_t m,
                                           size_t R) {
@@ -241,16 +242,16 @@ __global__ void mhc_output_forward_kernel(float* Xnext, const float* X, const fl
     if (idx >= N * m * d) return;
     size_t n = idx / (m * d), t = idx / d % m, c = idx % d, W = 2 * m + R + m * m;
     const float* a_post = mix + n * W + m + R;
-    const float* H = a_post + m;
+    const float* H_res = a_post + m;
     const float* x = X + n * m * d;
     float sum = a_post[t] * f[n * d + c];
-    for (size_t s = 0; s < m; s++) sum += H[s * m + t] * x[s * d + c];
+    for (size_t s = 0; s < m; s++) sum += H_res[s * m + t] * x[s * d + c];
     Xnext[idx] = sum;
 }
 
-// forward was: Xnext_t = sum_s H[s][t] X_s + a_post[t] f, so
-//   da_post[t] = f . dXnext_t;  dH[s][t] = X_s . dXnext_t   (written into dmix)
-//   df += sum_t a_post[t] dXnext_t;  dX_s += sum_t H[s][t] dXnext_t
+// forward was: Xnext_t = sum_s H_res[s][t] X_s + a_post[t] f, so
+//   da_post[t] = f . dXnext_t;  dH_res[s][t] = X_s . dXnext_t   (written into dmix)
+//   df += sum_t a_post[t] dXnext_t;  dX_s += sum_t H_res[s][t] dXnext_t
 // One block per row: a warp per dot product (m + m*m of them), then a thread per column.
 __global__ void mhc_output_backward_kernel(float* dX, float* df, float* dmix, const float* dXnext,
                                            const float* X, const float* f, const float* mix,
@@ -259,12 +260,12 @@ __global__ void mhc_output_backward_kernel(float* dX, float* df, float* dmix, co
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
     const float* a_post = mix + n * W + m + R;
-    const float* H = a_post + m;
-    float* da_post = dmix + n * W + m + R;  // then dH, at da_post + m
+    const float* H_res = a_post + m;
+    float* da_post = dmix + n * W + m + R;  // then dH_res, at da_post + m
     const float* x = X + n * m * d;
     const float* fn = f + n * d;
     const float* dnext = dXnext + n * m * d;
-    // 1. the dot products: j < m is da_post[j], j = m + s*m + t is dH[s][t]
+    // 1. the dot products: j < m is da_post[j], j = m + s*m + t is dH_res[s][t]
     for (size_t j = warp; j < m + m * m; j += n_warps) {
         size_t t = j < m ? j : (j - m) % m;
         float dot = warp_dot(j < m ? fn : x + (j - m) / m * d, dnext + t * d, d);
@@ -280,7 +281,7 @@ __global__ void mhc_output_backward_kernel(float* dX, float* df, float* dmix, co
     for (size_t i = threadIdx.x; i < m * d; i += blockDim.x) {
         size_t s = i / d, c = i % d;
         float sum = 0.0f;
-        for (size_t t = 0; t < m; t++) sum += H[s * m + t] * dnext[t * d + c];
+        for (size_t t = 0; t < m; t++) sum += H_res[s * m + t] * dnext[t * d + c];
         dx[i] += sum;
     }
 }

@@ -233,7 +233,8 @@ void attnres_input_backward(float* const* dsources, DepthParams grads, float* dw
 // mHC-lite (SPEC "mHC-lite"): m streams X (N, m*d) per row, stream s of row n at
 // X[(n*m + s)*d]; mhc.c's header gives the formulas. R = m! permutations, E = 2m + R
 // projected values per row; a row's coefficients (and their gradients) are one vector of
-// MHC_MIX_WIDTH(m) floats: [a_pre (m) | pi (R) | a_post (m) | H (m*m), H[s][t] at s*m + t].
+// MHC_MIX_WIDTH(m) floats: [a_pre (m) | pi (R) | a_post (m) | H_res (m*m)], H_res[s][t] at
+// s*m + t (H_res: SPEC's H, the mixing matrix).
 #define MHC_MAX_STREAMS 4
 #define MHC_MAX_PERMUTATIONS 24
 #define MHC_MIX_WIDTH(m) (2 * (m) + mhc_permutation_table(NULL, (m)) + (m) * (m))

@@ -1,6 +1,7 @@
 // mhc.c — mHC-lite (SPEC.md "mHC-lite"): the residual stream widened into m streams, mixed
-// after every sub-layer by a doubly stochastic m x m matrix H built exactly as a convex
-// combination of the m! permutation matrices (no Sinkhorn iterations).
+// after every sub-layer by a doubly stochastic m x m matrix H_res (SPEC's H, the mHC paper's
+// H^res; H alone is the query heads' count) built exactly as a convex combination of the m!
+// permutation matrices (no Sinkhorn iterations).
 //
 // Per row (position) n the state is m streams X_0 .. X_{m-1}, each (d), stored side by side:
 // X is (N, m*d) with stream s of row n at X[n*m*d + s*d]. Sub-layer l:
@@ -9,12 +10,12 @@
 //   a_pre  = sigmoid(sigma[0] e_pre + beta_pre)         (m)
 //   pi     = softmax(sigma[1] e_res + beta_res)         (R)
 //   a_post = 2 sigmoid(sigma[2] e_post + beta_post)     (m)
-//   H = sum_r pi_r P_r,  P_r[i][j] = 1 iff perm_r[i] = j  (m x m)
+//   H_res = sum_r pi_r P_r,  P_r[i][j] = 1 iff perm_r[i] = j  (m x m)
 //   u = sum_s a_pre[s] X_s               the sub-layer's input (it norms u itself)
-//   X'_t = sum_s H[s][t] X_s + a_post[t] f,  f = f_l(u)
+//   X'_t = sum_s H_res[s][t] X_s + a_post[t] f,  f = f_l(u)
 // e is split in that order: e_pre = e[0 .. m-1], e_res = e[m .. m+R-1], e_post = the last m.
 // The coefficients of a row are kept in one vector `mix` (MHC_MIX_WIDTH(m) floats):
-//   [a_pre (m) | pi (R) | a_post (m) | H (m*m), H[s][t] at s*m + t]
+//   [a_pre (m) | pi (R) | a_post (m) | H_res (m*m), H_res[s][t] at s*m + t]
 // and their gradients in a vector `dmix` of the same layout.
 // Before the first sub-layer every stream is x0 (mhc_expand_forward); after the last, the
 // head reads sum_s rmsnorm(X_s; g_final): rmsnorm_forward over N*m rows of d, then
@@ -107,7 +108,7 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
         float* a_pre = mix + n * W;
         float* pi = a_pre + m;
         float* a_post = pi + R;
-        float* H = a_post + m;
+        float* H_res = a_post + m;
         for (size_t s = 0; s < m; s++) { a_pre[s] = sigmoid(scale[0] * en[s] + bias[s]); }
         float max_logit = -INFINITY, sum = 0.0f;
         for (size_t r = 0; r < R; r++) {
@@ -122,9 +123,10 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
         for (size_t t = 0; t < m; t++) {
             a_post[t] = 2.0f * sigmoid(scale[2] * en[m + R + t] + bias[m + R + t]);
         }
-        for (size_t i = 0; i < m * m; i++) { H[i] = 0.0f; }
-        for (size_t r = 0; r < R; r++) {  // H = sum_r pi_r P_r: P_r has its 1s at (i, perm_r[i])
-            for (size_t i = 0; i < m; i++) { H[i * m + (size_t)perms[r * m + i]] += pi[r]; }
+        for (size_t i = 0; i < m * m; i++) { H_res[i] = 0.0f; }
+        // H_res = sum_r pi_r P_r: P_r has its 1s at (i, perm_r[i])
+        for (size_t r = 0; r < R; r++) {
+            for (size_t i = 0; i < m; i++) { H_res[i * m + (size_t)perms[r * m + i]] += pi[r]; }
         }
         const float* x = X + n * m * d;
         float* un = u + n * d;  // stream by stream, so that the loop over c runs contiguously
@@ -139,8 +141,9 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
 // Every stream receives gradient twice: as a value summed into u, and through the norm that
 // computes the coefficients.
 //   value path:  dX_s += a_pre[s] du;  da_pre[s] = du . X_s
-//   dH and da_post come in dmix (mhc_output_backward wrote them);
-//   H = sum_r pi_r P_r:           dpi_r = sum_{s,t} P_r[s][t] dH[s][t] = sum_s dH[s][perm_r[s]]
+//   dH_res and da_post come in dmix (mhc_output_backward wrote them);
+//   H_res = sum_r pi_r P_r:     dpi_r = sum_{s,t} P_r[s][t] dH_res[s][t]
+//                                     = sum_s dH_res[s][perm_r[s]]
 //   a_pre = sigmoid(p):           dp = da_pre a_pre (1 - a_pre)
 //   pi = softmax(q):              dq_r = pi_r (dpi_r - sum_j pi_j dpi_j)
 //                                      = pi_r sum_j pi_j (dpi_r - dpi_j)   (sum_j pi_j = 1)
@@ -150,7 +153,7 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
 //   z = rmsnorm(X; c):            dX, dc += (rmsnorm_backward)
 // (g is the group of k: 0 pre, 1 res, 2 post.) The softmax's line takes the differences first,
 // in double: at the first sub-layer every stream is x0, so every dpi_r is the same sum of
-// the same dH values (in another order: in double, exactly), and dq is exactly 0, where the
+// the same dH_res values (in another order: in double, exactly), and dq is exactly 0, where the
 // first form would leave the rounding of dpi (a few 1e-9) in the identity's bias gradient.
 // dmix's a_pre and pi parts are written here;
 // de (N, E) and dz (N, m*d) are scratch, overwritten. dX and grads' norm (dc), proj (dPhi),
@@ -171,7 +174,7 @@ void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, floa
         float* da_pre = dmix + n * W;
         float* dpi = da_pre + m;
         const float* da_post = dpi + R;
-        const float* dH = da_post + m;
+        const float* dH_res = da_post + m;
         float* dp = de + n * E;  // the gradients of the pre-activations p, here
         float* dx = dX + n * m * d;
         for (size_t s = 0; s < m; s++) {
@@ -181,7 +184,7 @@ void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, floa
         double dpi_sum[MHC_MAX_PERMUTATIONS];  // dpi in double
         for (size_t r = 0; r < R; r++) {
             double sum = 0.0;
-            for (size_t s = 0; s < m; s++) { sum += dH[s * m + (size_t)perms[r * m + s]]; }
+            for (size_t s = 0; s < m; s++) { sum += dH_res[s * m + (size_t)perms[r * m + s]]; }
             dpi_sum[r] = sum;
             dpi[r] = (float)sum;
         }
@@ -216,7 +219,7 @@ void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, floa
     rmsnorm_backward(dX, grads.norm, dz, X, params.norm, rstd, N, m * d);
 }
 
-// Xnext (N, m*d): X'_t = sum_s H[s][t] X_s + a_post[t] f, from the streams X (N, m*d), the
+// Xnext (N, m*d): X'_t = sum_s H_res[s][t] X_s + a_post[t] f, from the streams X (N, m*d), the
 // sub-layer's output f (N, d) and the coefficients mix that mhc_input_forward saved.
 void mhc_output_forward(float* Xnext, const float* X, const float* f, const float* mix,
                         size_t N, size_t d, size_t m) {
@@ -224,32 +227,32 @@ void mhc_output_forward(float* Xnext, const float* X, const float* f, const floa
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* a_post = mix + n * W + m + R;
-        const float* H = a_post + m;
+        const float* H_res = a_post + m;
         const float* x = X + n * m * d;
         const float* fn = f + n * d;
         for (size_t t = 0; t < m; t++) {  // stream by stream: the loops over c run contiguously
             float* out = Xnext + (n * m + t) * d;
             for (size_t c = 0; c < d; c++) { out[c] = a_post[t] * fn[c]; }
             for (size_t s = 0; s < m; s++) {
-                for (size_t c = 0; c < d; c++) { out[c] += H[s * m + t] * x[s * d + c]; }
+                for (size_t c = 0; c < d; c++) { out[c] += H_res[s * m + t] * x[s * d + c]; }
             }
         }
     }
 }
 
-// forward was: X'_t = sum_s H[s][t] X_s + a_post[t] f, so
-//   dX_s += sum_t H[s][t] dX'_t;  df += sum_t a_post[t] dX'_t
-//   dH[s][t] = X_s . dX'_t;       da_post[t] = f . dX'_t
-// dX and df +=; dmix's a_post and H parts are written (mhc_input_backward reads them).
+// forward was: X'_t = sum_s H_res[s][t] X_s + a_post[t] f, so
+//   dX_s += sum_t H_res[s][t] dX'_t;  df += sum_t a_post[t] dX'_t
+//   dH_res[s][t] = X_s . dX'_t;       da_post[t] = f . dX'_t
+// dX and df +=; dmix's a_post and H_res parts are written (mhc_input_backward reads them).
 void mhc_output_backward(float* dX, float* df, float* dmix, const float* dXnext, const float* X,
                          const float* f, const float* mix, size_t N, size_t d, size_t m) {
     size_t R = mhc_permutation_table(NULL, m), W = MHC_MIX_WIDTH(m);
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* a_post = mix + n * W + m + R;
-        const float* H = a_post + m;
+        const float* H_res = a_post + m;
         float* da_post = dmix + n * W + m + R;
-        float* dH = da_post + m;
+        float* dH_res = da_post + m;
         const float* x = X + n * m * d;
         const float* fn = f + n * d;
         const float* dnext = dXnext + n * m * d;
@@ -257,12 +260,13 @@ void mhc_output_backward(float* dX, float* df, float* dmix, const float* dXnext,
         float* dfn = df + n * d;
         for (size_t t = 0; t < m; t++) {
             da_post[t] = dot(fn, dnext + t * d, d);
-            for (size_t s = 0; s < m; s++) { dH[s * m + t] = dot(x + s * d, dnext + t * d, d); }
+            for (size_t s = 0; s < m; s++) { dH_res[s * m + t] = dot(x + s * d, dnext + t * d, d); }
         }
         for (size_t t = 0; t < m; t++) {  // term by term into the gradients, c contiguous
             for (size_t c = 0; c < d; c++) { dfn[c] += a_post[t] * dnext[t * d + c]; }
             for (size_t s = 0; s < m; s++) {
-                for (size_t c = 0; c < d; c++) { dx[s * d + c] += H[s * m + t] * dnext[t * d + c]; }
+                float mixing = H_res[s * m + t];
+                for (size_t c = 0; c < d; c++) { dx[s * d + c] += mixing * dnext[t * d + c]; }
             }
         }
     }

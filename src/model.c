@@ -185,7 +185,7 @@ void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
 
 // SPEC's hc_bias init, entry j of hc_bias (2L, E): for sub-layer l = j / E, the pre and the
 // post biases are -1 except +1 at stream l mod m (l reads and writes mostly that stream), the
-// res biases -8 except 0 at the identity r = 0 (so H starts near the identity)
+// res biases -8 except 0 at the identity r = 0 (so H_res starts near the identity)
 static float hc_bias_init(const ModelDims* z, size_t j) {
     size_t l = j / z->E, k = j % z->E, favoured = l % z->streams;
     if (k < z->streams) { return k == favoured ? 1.0f : -1.0f; }             // pre
@@ -286,7 +286,7 @@ void residual_update(const Model* model, Activations* a, int l, size_t N) {
     int n_sub = (int)model->dims.n_sub, S = (int)model->dims.S;
     size_t nd = N * model->dims.d;
     const float* f = a->sub[l].f;
-    if (model->dims.streams > 0) {  // mhc: X_{l+1,t} = sum_s H[s][t] X_{l,s} + a_post[t] f_l
+    if (model->dims.streams > 0) {  // mhc: X_{l+1,t} = sum_s H_res[s][t] X_{l,s} + a_post[t] f
         kernels->mhc_output_forward(a->sub[l + 1].streams, a->sub[l].streams, f,
                                     a->sub[l].hc_mix, N, model->dims.d, model->dims.streams);
     } else if (S == 0) {

@@ -157,7 +157,7 @@ typedef struct {
     float* hc_z;      // (N,m*d) rmsnorm(X_l; c_l)                          [mhc]
     float* hc_rstd;   // (N)                                                [mhc]
     float* hc_e;      // (N,E) z Phi_l^T                                    [mhc]
-    float* hc_mix;    // (N,n_mix) a_pre, pi, a_post, H (layers.h)          [mhc]
+    float* hc_mix;    // (N,n_mix) a_pre, pi, a_post, H_res (layers.h)          [mhc]
     size_t n_sources;
 } SubLayer;
 
