@@ -258,7 +258,7 @@ static int source_column(const Diagnostics* dg, int l, size_t n, size_t i) {
 }
 
 // hc_pre, hc_post, hc_h: the means over the last forward's B*T tokens of each sub-layer's
-// coefficients (its rows of hc_mix: a_pre, pi, a_post, H; layers.h)
+// coefficients (its rows of hc_mix: a_pre, pi, a_post, H_res; layers.h)
 static void measure_mhc(Diagnostics* dg, const Model* model) {
     size_t m = (size_t)dg->streams, rows = model->B * model->T, width = model->dims.n_mix;
     size_t R = model->dims.R;
