@@ -183,16 +183,16 @@ void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
 // s_i = rstd_i * sum_c w_c g_c V_ic, alpha = softmax(s), h = sum_i alpha_i V_i, with w and g
 // params.query and params.norm, alpha and rstd_i saved in saved.alpha and saved.key_rstd.
 // With xn not NULL, then also the RMSNorm of the row just computed: xn = weight * h *
-// out_rstd, out_rstd = 1/sqrt(mean(h^2) + eps), the gain weight NULL for all ones.
+// h_rstd, h_rstd = 1/sqrt(mean(h^2) + eps), the gain weight NULL for all ones.
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
-depth_attention_forward_kernel(float* xn, float* out_rstd, float* h, DepthSaved saved,
+depth_attention_forward_kernel(float* xn, float* h_rstd, float* h, DepthSaved saved,
                                SourceList sources, DepthParams params, const float* weight,
                                size_t n_sources, size_t N, size_t C) {
     __shared__ float warp_sq[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float warp_dot[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float score[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_alpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
-    __shared__ float out_sq[DEPTH_ROWS][ROW_WARPS];
+    __shared__ float h_sq[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
@@ -216,10 +216,10 @@ depth_attention_forward_kernel(float* xn, float* out_rstd, float* h, DepthSaved 
     // 4. the weighted sum, in order of i
     float sum_sq = live ? row_weighted_sum(h + row * C, row_alpha[r], sources, n_sources, row,
                                            C, t)
-                        : 0.0f;  // this thread's part of sum_c out_c^2
+                        : 0.0f;  // this thread's part of sum_c h_c^2
     if (xn == NULL) return;  // the same for the whole grid
     // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
-    row_rmsnorm_forward(xn, out_rstd, h, weight, out_sq, sum_sq, live, row, C, r, t);
+    row_rmsnorm_forward(xn, h_rstd, h, weight, h_sq, sum_sq, live, row, C, r, t);
 }
 
 // Mirrors src/depth_attention.c:depth_attention_backward, steps 1-3 and a tile's part of acc
@@ -237,13 +237,13 @@ depth_attention_forward_kernel(float* xn, float* out_rstd, float* h, DepthSaved 
 // distinct: every source has its own gradient tensor (depth_sources.cuh, distinct_grads).
 // dh is the gradient of h, read. With dxn not NULL (depth_attention_rmsnorm_backward) the
 // kernel first computes it itself into dh (the caller's dh_scratch), as the RMSNorm of h
-// (saved out_rstd, gain weight) takes dxn back (step 0); and with dweight_parts not NULL also
+// (saved h_rstd, gain weight) takes dxn back (step 0); and with dweight_parts not NULL also
 // the block's part of the gain's gradient, dweight_parts[block][c] = sum over its rows of
-// dxn_c out_c out_rstd.
+// dxn_c h_c h_rstd.
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float* dweight_parts,
                                      float* dh, const float* dxn, const float* h,
-                                     const float* out_rstd, const float* weight,
+                                     const float* h_rstd, const float* weight,
                                      DepthSaved saved, SourceList sources, DepthParams params,
                                      size_t n_sources, size_t N, size_t C, int distinct) {
     __shared__ float warp_dy[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
@@ -260,7 +260,7 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float*
     // 0. (fused with the norm) dh = the norm's backward of dxn, each thread at the columns
     //    it reads in steps 1 and 3
     if (dxn != NULL)
-        row_rmsnorm_backward(dy, dxn, h, out_rstd, weight, row_dot, live, row, C, r, t);
+        row_rmsnorm_backward(dy, dxn, h, h_rstd, weight, row_dot, live, row, C, r, t);
     // 1. per source, dh . V_i and (w * g) . V_i
     if (live)
         row_source_sums(warp_dy[r], warp_wg[r], dy, sources, params.query, NULL, params.norm,
@@ -309,7 +309,7 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float*
             row_acc[r][k][t] = acc[k];  // 0 past N or C
             if (dweight_parts != NULL)
                 row_dweight[r][k][t] = live && c < C
-                                        ? dxn[row * C + c] * h[row * C + c] * out_rstd[row]
+                                        ? dxn[row * C + c] * h[row * C + c] * h_rstd[row]
                                         : 0.0f;
         }
         __syncthreads();

@@ -214,7 +214,7 @@ __device__ __forceinline__ void row_softmax(float* row_alpha, float* alpha_out, 
 // out_row (the row's C floats) = sum_i alpha_i V_i at this thread's columns of row `row`, in
 // order of i, a column group's loads of SOURCE_CHUNK sources at a time; the group's outputs
 // are written once all its sources are summed. alpha: the row's n_sources weights. Returns
-// this thread's part of sum_c out_c^2, for the norm.
+// this thread's part of sum_c h_c^2, for the norm.
 __device__ __forceinline__ float row_weighted_sum(float* out_row, const float* alpha,
                                                   const SourceList& sources, size_t n_sources,
                                                   size_t row, size_t C, unsigned int t) {
@@ -245,11 +245,11 @@ __device__ __forceinline__ float row_weighted_sum(float* out_row, const float* a
 }
 
 // The RMSNorm of the row just written (src/rmsnorm.c:rmsnorm_forward; rmsnorm.cu's, with a
-// row's ROW_THREADS threads in place of one warp): out_rstd = 1/sqrt(mean(h^2) + eps) from
-// every thread's part sum_sq of the row, then xn = weight * h * out_rstd at the columns
+// row's ROW_THREADS threads in place of one warp): h_rstd = 1/sqrt(mean(h^2) + eps) from
+// every thread's part sum_sq of the row, then xn = weight * h * h_rstd at the columns
 // this thread wrote (weight NULL: all ones). Every thread of the block calls it (row_sum's
 // barrier); a row past N (live false) only takes part.
-__device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* out_rstd, const float* h,
+__device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* h_rstd, const float* h,
                                                     const float* weight,
                                                     float (*row_warps)[ROW_WARPS], float sum_sq,
                                                     bool live, size_t row, size_t C,
@@ -267,16 +267,16 @@ __device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* out_rstd, 
             xn[row * C + c] = weight_k[k] * (o[k] * s);
         }
     }
-    if (t == 0) out_rstd[row] = s;
+    if (t == 0) h_rstd[row] = s;
 }
 
 // Its backward (src/rmsnorm.c:rmsnorm_backward), from dxn into dy, the row's C floats of h's
-// gradient: dy_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j out_j) / C out_c, with
-// the saved out_rstd. A thread writes its columns c = t, t + ROW_THREADS, ..., the same it
+// gradient: dy_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j out_j) / C h_c, with
+// the saved h_rstd. A thread writes its columns c = t, t + ROW_THREADS, ..., the same it
 // then reads in the backward's steps 1 and 3, so no barrier stands between them; a column
 // group's reads come before its writes. Every thread of the block calls it (row_sum).
 __device__ __forceinline__ void row_rmsnorm_backward(float* dy, const float* dxn, const float* h,
-                                                     const float* out_rstd, const float* weight,
+                                                     const float* h_rstd, const float* weight,
                                                      float (*row_warps)[ROW_WARPS], bool live,
                                                      size_t row, size_t C, unsigned int r,
                                                      unsigned int t) {
@@ -294,7 +294,7 @@ __device__ __forceinline__ void row_rmsnorm_backward(float* dy, const float* dxn
     }
     dot = row_sum(row_warps, dot, r, t);
     if (!live) return;
-    float s = out_rstd[row], correction = s * s * s * dot / (float)C;
+    float s = h_rstd[row], correction = s * s * s * dot / (float)C;
     for (size_t group = t; group < C; group += GROUP_STRIDE) {
         float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
         load_norm_columns(dx_k, x_k, weight_k, dx, x, weight, group, C);

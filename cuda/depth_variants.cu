@@ -7,7 +7,7 @@
 //   r_i    = (mean_{c in k}(V_i^2) + eps)^(-1/2)   (key norm on)   or 1 (--key-norm off)
 //   s_i    = sum_{c in k} q_c g_c V_ic r_i          (g = 1 when the key norm is off)
 //   alpha  = softmax_i(s)   or   alpha_i = sigmoid(s_i) (--depth-score sigmoid: no normaliser)
-//   out_c  = sum_i alpha_i V_ic
+//   h_c  = sum_i alpha_i V_ic
 // alpha and key_rstd are (N, n_sources, heads): entry (n, i, k) at (n * n_sources + i) * heads + k.
 //
 // The mixings, one weight per source for every row (no query, no keys):
@@ -66,7 +66,7 @@ static_assert(sizeof(VariantOutputs) == 7 * sizeof(float*), "VariantOutputs has 
 // Threads: block b, rows R b .. R b + R-1 (R = DEPTH_ROWS, 4); a row's thread t, columns t,
 // t + ROW_THREADS (64), ... (steps 2-3: thread t takes source t)
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
-depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* h, DepthSaved saved,
+depth_attention_switched_forward_kernel(float* xn, float* h_rstd, float* h, DepthSaved saved,
                                         SourceList sources, DepthParams params,
                                         const float* weight, size_t n_sources, size_t N, size_t C,
                                         DepthSwitches switches) {
@@ -74,7 +74,7 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* h, De
     __shared__ float warp_dot[DEPTH_ROWS][ROW_WARPS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float score[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
     __shared__ float row_alpha[DEPTH_ROWS][DEPTH_ATTENTION_MAX_SOURCES];
-    __shared__ float out_sq[DEPTH_ROWS][ROW_WARPS];
+    __shared__ float h_sq[DEPTH_ROWS][ROW_WARPS];
     unsigned int r = threadIdx.x / ROW_THREADS, t = threadIdx.x % ROW_THREADS;
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
@@ -112,10 +112,10 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* h, De
     // 4. the weighted sum, in order of i
     float sum_sq = live ? row_weighted_sum(h + row * C, row_alpha[r], sources, n_sources, row,
                                            C, t)
-                        : 0.0f;  // this thread's part of sum_c out_c^2
+                        : 0.0f;  // this thread's part of sum_c h_c^2
     if (xn == NULL) return;  // the same for the whole grid
     // 5. the RMSNorm of the row: each thread reads back the columns it wrote in step 4
-    row_rmsnorm_forward(xn, out_rstd, h, weight, out_sq, sum_sq, live, row, C, r, t);
+    row_rmsnorm_forward(xn, h_rstd, h, weight, h_sq, sum_sq, live, row, C, r, t);
 }
 
 // Mirrors src/depth_variants.c:depth_attention_variant_backward with one head, and
@@ -133,7 +133,7 @@ depth_attention_switched_forward_kernel(float* xn, float* out_rstd, float* h, De
 __global__ void __launch_bounds__(DEPTH_BLOCK, DEPTH_MIN_BLOCKS)
 depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs outputs,
                                               float* dh, const float* dxn, const float* h,
-                                              const float* out_rstd, const float* weight,
+                                              const float* h_rstd, const float* weight,
                                               DepthSaved saved, SourceList sources,
                                               DepthParams params, size_t n_sources, size_t N,
                                               size_t C, int distinct, DepthSwitches switches) {
@@ -161,7 +161,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
     // 0. (fused with the norm) dh = the norm's backward of dxn, each thread at the columns
     //    it reads in steps 1 and 3
     if (dxn != NULL)
-        row_rmsnorm_backward(dy, dxn, h, out_rstd, weight, row_dot, live, row, C, r, t);
+        row_rmsnorm_backward(dy, dxn, h, h_rstd, weight, row_dot, live, row, C, r, t);
     // 1. per source, dh . V_i and (w * g) . V_i
     if (live)
         row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, query_rows, norm_weight,
@@ -247,7 +247,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
             row_acc[r][k][t] = acc[k];  // 0 past N or C (and in the mixings)
             if (outputs.dweight_parts != NULL)
                 row_dweight[r][k][t] = live && c < C
-                                        ? dxn[row * C + c] * h[row * C + c] * out_rstd[row]
+                                        ? dxn[row * C + c] * h[row * C + c] * h_rstd[row]
                                         : 0.0f;
         }
         __syncthreads();
@@ -447,9 +447,9 @@ __device__ __forceinline__ float block_sum(float x, float warp_sums[VARIANT_BLOC
 // s_i = r_i * (q * g) . V_i per (source, head), then alpha = softmax or sigmoid per head,
 // then h = sum_i alpha_i V_i; one block per row. The scores wait in alpha until step 2.
 // With xn not NULL, then the row's RMSNorm (as depth_attention.cu's fused forward):
-// xn = weight * h * out_rstd, out_rstd = 1/sqrt(mean(h^2) + eps), weight NULL for ones.
+// xn = weight * h * h_rstd, h_rstd = 1/sqrt(mean(h^2) + eps), weight NULL for ones.
 // Launched by depth_attention_variant_rmsnorm_forward.
-__global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rstd, float* h,
+__global__ void depth_attention_variant_forward_kernel(float* xn, float* h_rstd, float* h,
                                                        DepthSaved saved, SourceList sources,
                                                        DepthParams params, const float* weight,
                                                        size_t n_sources, size_t C,
@@ -498,7 +498,7 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rst
     }
     __syncthreads();
     // 3. the weighted sum, one thread per column
-    float sum_sq = 0.0f;  // this thread's part of sum_c out_c^2
+    float sum_sq = 0.0f;  // this thread's part of sum_c h_c^2
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         size_t k = c / Ck;
         float acc = 0.0f;
@@ -511,9 +511,9 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rst
     float s = 1.0f / sqrtf(block_sum(sum_sq, warp_sums) / (float)C + RMSNORM_EPS);
     for (size_t c = threadIdx.x; c < C; c += blockDim.x)
         xn[row * C + c] = (weight != NULL ? weight[c] : 1.0f) * (h[row * C + c] * s);
-    if (threadIdx.x == 0) out_rstd[row] = s;
+    if (threadIdx.x == 0) h_rstd[row] = s;
 }
-// forward was: out_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
+// forward was: h_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
 // s_i = (q * g) . V_i * r_i over the head's channels. Per row and head:
 //   dalpha_i = dh . V_i
 //   softmax: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j);  sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i)
@@ -524,13 +524,13 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* out_rst
 // One block per row; outputs (VariantOutputs, a part a row): dscore and key_dot hold dalpha,
 // then ds, and (q * g) . V_i; acc_parts and gain_parts the row's acc and dg = q acc, which
 // the caller sums over the rows (dq = g acc). With dxn not NULL the kernel first takes dxn
-// back through the row's RMSNorm (saved out_rstd, gain weight) into dh (the caller's
+// back through the row's RMSNorm (saved h_rstd, gain weight) into dh (the caller's
 // scratch; step 0, as depth_attention.cu's fused backward), and writes the row's terms of the
-// gain's gradient, dxn_c out_c out_rstd, to dweight_parts when not NULL. Launched by
+// gain's gradient, dxn_c h_c h_rstd, to dweight_parts when not NULL. Launched by
 // depth_attention_variant_rmsnorm_backward.
 __global__ void depth_attention_variant_backward_kernel(GradList dsources, VariantOutputs outputs,
                                                         float* dh, const float* dxn,
-                                                        const float* h, const float* out_rstd,
+                                                        const float* h, const float* h_rstd,
                                                         const float* weight, DepthSaved saved,
                                                         SourceList sources, DepthParams params,
                                                         size_t n_sources, size_t C, int distinct,
@@ -549,14 +549,14 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
     // 0. (with the norm) dout_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j out_j) / C
-    //    out_c, then a barrier: step 1 reads every column of the row
+    //    h_c, then a barrier: step 1 reads every column of the row
     if (dxn != NULL) {
         size_t first = row * C;
         float dot = 0.0f;
         for (size_t c = threadIdx.x; c < C; c += blockDim.x)
             dot += dxn[first + c] * (weight != NULL ? weight[c] : 1.0f) * h[first + c];
         dot = block_sum(dot, warp_sums);
-        float s = out_rstd[row], correction = s * s * s * dot / (float)C;
+        float s = h_rstd[row], correction = s * s * s * dot / (float)C;
         for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
             float w = weight != NULL ? weight[c] : 1.0f;
             dh[first + c] = s * w * dxn[first + c] - correction * h[first + c];

@@ -10,7 +10,7 @@
 //   r_i    = (mean_{c in k}(V_i^2) + eps)^(-1/2)   (key norm on)   or 1 (--key-norm off)
 //   s_i    = sum_{c in k} q_c g_c V_ic r_i          (g = 1 when the key norm is off)
 //   alpha  = softmax_i(s)   or   alpha_i = sigmoid(s_i) (--depth-score sigmoid: no normaliser)
-//   out_c  = sum_i alpha_i V_ic
+//   h_c  = sum_i alpha_i V_ic
 // With one head, softmax, the key norm and a static query this is depth_attention_forward.
 //
 // The mixings, one weight per source for every row (no query, no keys):
@@ -122,7 +122,7 @@ void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
     }
 }
 
-// forward was: out_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
+// forward was: h_c = sum_i alpha_i V_ic, alpha = softmax(s) or sigmoid(s),
 // s_i = (q * g) . V_i * r_i over the head's channels. Per row and head:
 //   value path: dV_i += alpha_i dh
 //   dalpha_i = dh . V_i
