@@ -23,7 +23,7 @@
 //   depth_attention_backward_naive_cuda            depth_attention_backward_naive    launches both
 //   depth_attention_forward_kernel                 depth_attention_forward + norm    R rows, T a row
 //   depth_attention_backward_rows_kernel           depth_attention_backward + norm   R rows, T a row
-//   depth_attention_parts_sum_kernel               depth_attention_backward's end    thread c: column c
+//   depth_attention_parts_sum_kernel               depth_attention_backward's end    32 x 32: column, parts
 //   depth_attention_parts_sum_cuda                 depth_attention_backward's end    launches it
 //   depth_attention_workspace_floats_cuda          -                                 -
 //   depth_attention_forward_cuda                   depth_attention_forward           the forward kernel
@@ -171,9 +171,10 @@ void depth_attention_backward_naive_cuda(float* const* dsources, float* dquery,
 }
 
 // ---- the version the model runs ----
-// Every kernel of this version gives one block of DEPTH_BLOCK threads to DEPTH_ROWS rows, a
+// Its forward and backward kernels give one block of DEPTH_BLOCK threads to DEPTH_ROWS rows, a
 // row's ROW_THREADS threads sharing out its columns, a few at a time; depth_rows.cuh says why
-// that shape, and holds the steps the kernels take on a row.
+// that shape, and holds the steps the kernels take on a row. The parts' sum that ends the
+// backward gives each thread a column instead.
 
 // Mirrors src/depth_attention.c:depth_attention_forward: steps 1-2 below are its step 1 (the
 // scores), 3 its step 2 (the softmax), 4 its step 3 (h); step 5, with xn, is

@@ -98,7 +98,7 @@ void depth_attention_backward_naive(float* const* dsources, float* dquery, float
 // all the tile's rows (DEPTH_TILE * C contiguous floats) instead of every source for one
 // row: a few long streams that the hardware prefetches well, where n_sources streams of
 // one row each outran the prefetcher (in full mode the bench model's last input has 17
-// sources, L=8, the default model's 9), and a tile of every source (17 x 16 KB at the
+// sources, L=8; 9 at the default size, L=4), and a tile of every source (17 x 16 KB at the
 // bench model's d=256) stays in L2 between the passes. The arithmetic of every output is
 // the naive version's (h and dV sum over the sources in order of i).
 #define DEPTH_TILE 16

@@ -8,7 +8,8 @@
 //   block: h_l = DA_l(b_0 .. b_{l/S}[, p]) over b_0 = x0, the completed blocks and the partial
 //          sum p of l's block; out = DA_out(b_0 .. b_{n_blocks})
 //   full : block with S = 1 (every sub-layer output is its own block)
-// Which buffers those are, forward and backward, with a worked example: gather_sources.
+// Which buffers those are, forward and backward, with a worked example: the comment above
+// count_sources.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
