@@ -351,6 +351,12 @@ static void depth_mixing_coefficients_cuda(float* dcoefficients, const float* we
                   dcoefficients, weight_parts, weights, parts, n_sources, normalise);
 }
 
+// what the one-head backward borrows of the workspace (common.cuh): acc_parts, gain_parts and
+// dweight_parts (N / DEPTH_ROWS, C) each, then mixing_parts (N / DEPTH_ROWS, n_sources)
+static size_t one_head_workspace_floats(size_t n_sources, size_t N, size_t C) {
+    return (size_t)ceil_div(N, DEPTH_ROWS) * (3 * C + n_sources);
+}
+
 // The one-head kernels' launches, with the layers' arguments (xn NULL: no norm).
 static void depth_attention_switched_forward_cuda(float* xn, float* rstd, float* h,
                                                   DepthSaved saved, const float* const* sources,
@@ -376,24 +382,23 @@ static void depth_attention_switched_backward_cuda(float* const* dsources, Depth
                                                    DepthParams params, size_t n_sources, size_t N,
                                                    size_t C, DepthSwitches switches) {
     size_t parts = ceil_div(N, DEPTH_ROWS);
-    VariantOutputs outputs = {};
-    outputs.acc_parts = cuda_workspace(parts * (3 * C + n_sources));
-    if (saved.query_rows != NULL && grads.norm != NULL)
-        outputs.gain_parts = outputs.acc_parts + parts * C;
-    if (dxn != NULL && dweight != NULL) outputs.dweight_parts = outputs.acc_parts + 2 * parts * C;
-    if (switches.mixing) outputs.mixing_parts = outputs.acc_parts + 3 * parts * C;
-    outputs.dquery_rows = scratch.dquery_rows;
+    float* acc_parts = cuda_workspace(one_head_workspace_floats(n_sources, N, C));
+    float* gain_parts =
+        saved.query_rows != NULL && grads.norm != NULL ? acc_parts + parts * C : NULL;
+    float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + 2 * parts * C : NULL;
+    float* mixing_parts = switches.mixing ? acc_parts + 3 * parts * C : NULL;
+    VariantOutputs outputs = {acc_parts, gain_parts, dweight_parts, mixing_parts,
+                              scratch.dquery_rows, NULL, NULL};
     launch_kernel(depth_attention_switched_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
                   grad_list(dsources, n_sources), outputs, scratch.dh, dxn, h, rstd, weight,
                   saved, source_list(sources, n_sources), params, n_sources, N, C,
                   distinct_grads(dsources, n_sources), switches);
     if (switches.mixing)
-        depth_mixing_coefficients_cuda(grads.mix, outputs.mixing_parts, saved.alpha, parts,
-                                       n_sources, switches.mixing == 1);
-    if (switches.mixing && outputs.dweight_parts == NULL) return;  // nothing left to sum
-    depth_attention_parts_sum_cuda(grads.query, grads.norm, dweight, outputs.acc_parts,
-                                   outputs.gain_parts, outputs.dweight_parts, params.query,
-                                   params.norm, parts, C);
+        depth_mixing_coefficients_cuda(grads.mix, mixing_parts, saved.alpha, parts, n_sources,
+                                       switches.mixing == 1);
+    if (switches.mixing && dweight_parts == NULL) return;  // nothing left to sum
+    depth_attention_parts_sum_cuda(grads.query, grads.norm, dweight, acc_parts, gain_parts,
+                                   dweight_parts, params.query, params.norm, parts, C);
 }
 
 // ---- more heads: a block per row ----
@@ -636,10 +641,9 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
     }
 }
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads) {
-    // one head: acc_parts, gain_parts and dweight_parts (N / DEPTH_ROWS, C) each, then
-    // mixing_parts (N / DEPTH_ROWS, n_sources); more heads: dscore and key_dot
-    // (N, n_sources, heads), then the rows' acc, dg and dweight terms (N, C) each
-    size_t one_head = (size_t)ceil_div(N, DEPTH_ROWS) * (3 * C + n_sources);
+    // more heads: dscore and key_dot (N, n_sources, heads), then the rows' acc, dg and dweight
+    // terms (N, C) each
+    size_t one_head = one_head_workspace_floats(n_sources, N, C);
     size_t more_heads = 2 * N * n_sources * heads + 3 * N * C;
     return one_head > more_heads ? one_head : more_heads;
 }
@@ -682,21 +686,20 @@ static void depth_attention_variant_rmsnorm_backward(float* const* dsources, Dep
         return;
     }
     size_t scores = N * n_sources * switches.heads;
-    VariantOutputs outputs = {};
-    outputs.dscore =
+    float* dscore =
         cuda_workspace(depth_variants_workspace_floats_cuda(n_sources, N, C, switches.heads));
-    outputs.key_dot = outputs.dscore + scores;
-    outputs.acc_parts = outputs.key_dot + scores;
-    outputs.gain_parts = outputs.acc_parts + N * C;
-    if (dxn != NULL && dweight != NULL) outputs.dweight_parts = outputs.gain_parts + N * C;
-    outputs.dquery_rows = scratch.dquery_rows;
+    float* key_dot = dscore + scores;
+    float* row_acc = key_dot + scores;
+    float* row_gain = row_acc + N * C;
+    float* row_dweight = dxn != NULL && dweight != NULL ? row_gain + N * C : NULL;
+    VariantOutputs outputs = {row_acc, row_gain, row_dweight, NULL, scratch.dquery_rows, dscore,
+                              key_dot};
     launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
                   grad_list(dsources, n_sources), outputs, scratch.dh, dxn, h, rstd, weight,
                   saved, source_list(sources, n_sources), params, n_sources, C,
                   distinct_grads(dsources, n_sources), switches);
-    depth_attention_parts_sum_cuda(grads.query, grads.norm, dweight, outputs.acc_parts,
-                                   outputs.gain_parts, outputs.dweight_parts, params.query,
-                                   params.norm, N, C);
+    depth_attention_parts_sum_cuda(grads.query, grads.norm, dweight, row_acc, row_gain,
+                                   row_dweight, params.query, params.norm, N, C);
 }
 
 // the layer functions: the two above without the norm (the structs' pointers are not const;

@@ -817,6 +817,9 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         N = 3; C = 8;
         for (size_t i = 0; i < 37; i++) uses.push_back(i);
     }
+    SUBCASE("5 sources, N=9 C=300: a thread's columns in two groups, a block's rows summed twice") {
+        N = 9; C = 300; uses = {0, 1, 2, 3, 4};
+    }
     if (ON_GPU) {  // the bench model's shapes (its 16-head row), and odd ones
         SUBCASE("GPU: 17 sources, N=1024 C=256, up to 16 heads") {
             N = 1024; C = 256; tol = {1e-4, 1e-4}; head_counts = {1, 4, 16};
