@@ -260,9 +260,9 @@ typedef struct {
 // Saves z (N, m*d), rstd (N), e (N, E) and mix (N, MHC_MIX_WIDTH(m)).
 void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, const float* X,
                        MhcParams params, size_t N, size_t d, size_t m);
-// Its backward from du (N, d), with dmix's a_post and H_res parts from mhc_output_backward: dmix's
-// a_pre and pi parts are written; de (N, E) and dz (N, m*d) are scratch (overwritten); dX and
-// every gradient in grads +=.
+// Its backward from du (N, d), with dmix's a_post and H_res parts from mhc_output_backward:
+// dmix's a_pre and pi parts are written; de (N, E) and dz (N, m*d) are scratch (overwritten);
+// dX and every gradient in grads +=.
 void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, float* dz,
                         const float* du, const float* X, const float* z, const float* rstd,
                         const float* e, const float* mix, MhcParams params, size_t N, size_t d,
