@@ -8,11 +8,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "distributed.cuh"
 #include "model.cuh"
 #include "options.h"
+#include "threads.h"
 #include "trainer.h"
 #include "util.h"
 
@@ -23,12 +23,6 @@ static int use_graph = 0;
 
 // the device twin that trains
 static ModelCuda* device(const Trainer* t) { return (ModelCuda*)t->device; }
-
-double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int trainer_on_gpu(void) { return 1; }
 

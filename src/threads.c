@@ -1,10 +1,17 @@
 // threads.c — OpenMP threads: how they wait for work, and how many there are (threads.h).
-#define _POSIX_C_SOURCE 200809L  // setenv
+#define _POSIX_C_SOURCE 200809L  // setenv, clock_gettime
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 #include "threads.h"
+
+double now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 // How OpenMP threads wait at the end of a parallel region. libgomp's default spins for a few
 // milliseconds before sleeping, and a run slows down, or collapses, when other programs keep

@@ -4,20 +4,13 @@
 // (Makefile). One process or several is the distributed layer's, chosen when linking
 // (src/distributed.c built with MPI or without): a single process is a world of one. The
 // interface and what runs where: trainer.h.
-#define _POSIX_C_SOURCE 200809L  // clock_gettime
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "options.h"
+#include "threads.h"
 #include "trainer.h"
 #include "util.h"
-
-double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 int trainer_on_gpu(void) { return 0; }
 

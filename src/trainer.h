@@ -97,9 +97,6 @@ void trainer_to_host(Trainer* t);
 // host model: the shards' gradients are kept apart, in grad_shard)
 void trainer_host_gradients(Trainer* t, const int* x, const int* y, size_t B, size_t T);
 
-// seconds on a monotonic clock: what the trainer's collectives and train.c's steps are timed by
-double now_seconds(void);
-
 #ifdef __cplusplus
 }
 #endif

@@ -1,5 +1,5 @@
 // bench_util.h — what dev/bench/bench.c and dev/bench/bench_cuda.c share: the bench model in
-// each mode (mHC-lite's too) and its variants, their memory, a clock, the training step they
+// each mode (mHC-lite's too) and its variants, their memory, the training step they
 // time (./train_cuda's where model.cuh is included first), quantiles, and the report of interleaved rounds (each
 // config's median ms/step; each overhead the median of the paired ratios config / none of the
 // same round, with the middle half of the rounds and a 95 % confidence interval for the
@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include "model.h"
 #include "rng.h"
+#include "threads.h"  // now_seconds
 
 // The bench model in each mode: d=256 L=8 H=8 G=4 F=704 V=256 (bytes), batch B x T
 #define N_MODES 3
@@ -116,12 +116,6 @@ static inline void print_memory(FILE* out, const char* const* names, const Model
                 "(%zu parameters)\n", width, names[i], (double)m.activations / MB,
                 (double)m.activations / none, 4.0 * (double)m.params / MB, m.params);
     }
-}
-
-static inline double now_seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // One training step of m on (x, y), AdamW step t (from 1), as ./train takes it; its

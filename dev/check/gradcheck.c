@@ -34,7 +34,7 @@
 #include "model.h"
 #include "rng.h"
 #include "util.h"
-#include "../bench/bench_util.h"  // now_seconds
+#include "../bench/bench_util.h"
 
 // ---- steps and tolerances ------------------------------------------------------------------
 // The numeric gradient is not exact. The forward runs in float32, so L carries a rounding error
