@@ -17,6 +17,15 @@ REPO=$(cd "$1" && pwd); OUT=$2
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 cd "$REPO"
 make -s all >/dev/null
+# train NAME COMMAND...: runs COMMAND --checkpoint OUT/NAME.ckpt (a fresh one), its output
+# without the timings into OUT/NAME.log
+train() {
+  local name=$1; shift
+  rm -f "$OUT/$name.ckpt"
+  "$@" --checkpoint "$OUT/$name.ckpt" 2>&1 |
+    sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/\| threads .*//; s/collectives .*//; s#'"$OUT"'#OUT#g' \
+    > "$OUT/$name.log" || true
+}
 T="./train --steps 60 --eval-every 30 --log-every 10 --threads 2"
 configs=(
   "none:--mode none"
@@ -32,11 +41,8 @@ configs=(
   "heads2:--mode block --depth-heads 2"
   "mix:--mode block --block-size 2 --task sort --depth-score sigmoid --key-norm off --depth-query input --depth-heads 4 --H 4 --G 1"
 )
-for c in "${configs[@]}"; do
-  name=${c%%:*}; flags=${c#*:}
-  rm -f "$OUT/$name.ckpt"
-  $T $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9]+ tok\/s.*//; s/\| time .*//; s/\| threads .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
-done
+# shellcheck disable=SC2086
+for c in "${configs[@]}"; do train "${c%%:*}" $T ${c#*:}; done
 for name in block4 none qinput; do
   ./train --sample --checkpoint "$OUT/$name.ckpt" 2>&1 | sed 's#'"$OUT"'#OUT#g' > "$OUT/$name.sample0" || echo "rc=$?" >> "$OUT/$name.sample0"
   ./train --sample --checkpoint "$OUT/$name.ckpt" --temperature 1 --seed 7 2>&1 | sed 's#'"$OUT"'#OUT#g' > "$OUT/$name.sample1" || echo "rc=$?" >> "$OUT/$name.sample1"
@@ -57,22 +63,17 @@ if [ "${SAME_BITS_CUDA:-0}" = 1 ]; then
     "cuda_muon:--mode block --block-size 2 --optimizer muon"
     "cuda_nograph:--mode full --depth-score sigmoid --depth-heads 2 --no-graph"
   )
-  for c in "${cuda_configs[@]}"; do
-    name=${c%%:*}; flags=${c#*:}
-    rm -f "$OUT/$name.ckpt"
-    # shellcheck disable=SC2086
-    $E $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
-  done
+  # shellcheck disable=SC2086
+  for c in "${cuda_configs[@]}"; do train "${c%%:*}" $E ${c#*:}; done
   if command -v mpirun >/dev/null; then
     make -s build/train_mpi build/emu/train_cuda_mpi >/dev/null
     R=(mpirun --oversubscribe); [ "$(id -u)" -eq 0 ] && R+=(--allow-run-as-root)
     for c in "mpi_block2:--mode block --block-size 2" "mpi_muon:--mode full --optimizer muon"; do
       name=${c%%:*}; flags=${c#*:}
-      rm -f "$OUT/$name.ckpt" "$OUT/${name}_cuda.ckpt"
       # shellcheck disable=SC2086
-      "${R[@]}" -np 2 build/train_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/$name.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/collectives .*//; s#'"$OUT"'#OUT#g' > "$OUT/$name.log" || true
+      train "$name" "${R[@]}" -np 2 build/train_mpi ${E#build/emu/train_cuda} $flags
       # shellcheck disable=SC2086
-      "${R[@]}" -np 1 build/emu/train_cuda_mpi ${E#build/emu/train_cuda} $flags --checkpoint "$OUT/${name}_cuda.ckpt" 2>&1 | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/collectives .*//; s#'"$OUT"'#OUT#g' > "$OUT/${name}_cuda.log" || true
+      train "${name}_cuda" "${R[@]}" -np 1 build/emu/train_cuda_mpi ${E#build/emu/train_cuda} $flags
     done
   fi
 fi
