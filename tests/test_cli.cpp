@@ -1139,7 +1139,8 @@ TEST_CASE("--microbatches 2 and 4 print the losses of --microbatches 1 and end w
         std::memcpy(&slot[1], &b[38 * sizeof(int)], sizeof(int));
         CHECK(slot[0] == 0);
         CHECK(slot[1] == std::stoi(parts[k]));
-        // the parameters and moments: within 2e-6 of each kind's largest value
+        // the parameters and moments: within 5e-7 of each kind's largest value (measured: at
+        // most 1.8e-7, the second moments after 20 steps; rounding, from the sums' order)
         size_t P = (a.size() - 256 * sizeof(int)) / (3 * sizeof(float));
         for (int kind = 0; kind < 3; kind++) {
             const float* x = reinterpret_cast<const float*>(a.data() + 256 * sizeof(int)) + kind * P;
@@ -1150,7 +1151,7 @@ TEST_CASE("--microbatches 2 and 4 print the losses of --microbatches 1 and end w
                 worst = std::max(worst, std::fabs((double)x[i] - y[i]));
             }
             CHECK(largest > 0.0);
-            CHECK(worst <= 2e-6 * largest);
+            CHECK(worst <= 5e-7 * largest);
         }
     }
 }

@@ -633,13 +633,15 @@ TEST_CASE("--microbatches: M parts' gradients and losses add up to the whole bat
         REQUIRE(largest > 0.0);
         for (int run = 1; run < 3; run++) {
             INFO(parts[run], " microbatches");
-            CHECK(loss[run] == doctest::Approx(loss[0]).epsilon(1e-6));
-            CHECK(norm[run] == doctest::Approx(norm[0]).epsilon(1e-5));
+            // measured: the loss and the norm the same bits here, the gradients within 1.0e-7
+            // of the largest (one rounding of the sums' order); one float ulp is 6e-8
+            CHECK(loss[run] == doctest::Approx(loss[0]).epsilon(1.2e-7));
+            CHECK(norm[run] == doctest::Approx(norm[0]).epsilon(1.2e-7));
             double worst = 0.0;
             for (size_t i = 0; i < grads[0].size(); i++) {
                 worst = std::max(worst, std::fabs((double)grads[run][i] - grads[0][i]));
             }
-            CHECK(worst <= 1e-6 * largest);
+            CHECK(worst <= 3e-7 * largest);
         }
     }
 }
