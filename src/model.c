@@ -771,7 +771,7 @@ void model_backward(Model* model) {
             input_backward(model, l, a->dxn, dresidual);
         }
     } else {
-        // one gradient buffer a block, db_n (gather_sources explains it)
+        // one gradient buffer a block, db_n (the comment above count_sources explains it)
         kernels->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
         input_backward(model, n_sub, a->dxf, a->dh);
         for (int l = n_sub - 1; l >= 0; l--) {
