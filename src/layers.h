@@ -106,7 +106,7 @@ typedef struct {
     float* qproj;  // (C,C) U, the query's input part (res_qproj, --depth-query input)
     float* mix;    // (n_sources) the mixing coefficients (res_logits or res_scalars, --mixing)
 } DepthParams;
-// What the forward saves for the backward (and the decoder reads).
+// What the forward saves for the backward (alpha is also what model_depth_alpha returns).
 typedef struct {
     float* alpha;       // (N,n_sources,heads) the weights; a mixing: its n_sources weights
     float* key_rstd;    // (N,n_sources,heads) the key norm's r_i
