@@ -23,6 +23,7 @@
 #include "layers.h"  // crossentropy_count
 #include "model.h"
 #include "options.h"
+#include "pipeline.h"
 #include "run_record.h"
 #include "safetensors.h"
 #include "sample.h"
@@ -40,7 +41,8 @@ static Options defaults(void) {
     o.task = "reverse";
     o.text_path = NULL;
     o.length = 12; o.symbols = 16; o.eval_examples = 500;
-    o.batch = 32; o.microbatches = 1; o.seq_len = 0; o.steps = 1000; o.warmup = 100; o.threads = 0;
+    o.batch = 32; o.microbatches = 1; o.pipeline = 1; o.virtual_stages = 1; o.pipeline_cache = "on";
+    o.seq_len = 0; o.steps = 1000; o.warmup = 100; o.threads = 0;
     o.eval_every = 200; o.log_every = 50;
     o.lr = 3e-3f; o.final_lr_frac = 0.1f; o.weight_decay = 0.1f; o.grad_clip = 1.0f;
     o.beta1 = 0.9f; o.beta2 = 0.95f; o.adam_eps = 1e-8f;
@@ -78,6 +80,10 @@ static int flag_table(Options* o, Flag* flags) {
         {"--eval-examples", OPT_INT, &o->eval_examples, "held-out examples (tasks) / max eval rows (text)"},
         {"--batch", OPT_INT, &o->batch, "batch size B"},
         {"--microbatches", OPT_INT, &o->microbatches, "the step in M parts of B/M rows, gradients summed"},
+        {"--pipeline", OPT_INT, &o->pipeline, "./train_mpi: P pipeline stages (mpirun -np P*D; 1: none)"},
+        {"--virtual", OPT_INT, &o->virtual_stages, "--pipeline: V chunks a stage (interleaved 1F1B)"},
+        {"--pipeline-cache", OPT_STRING, &o->pipeline_cache, "--pipeline: on | off (AttnRes's blocks cached across stages)"},
+        {"--pipeline-trace", OPT_STRING, &o->pipeline_trace, "--pipeline: write each forward and backward's times to FILE (CSV)"},
         {"--seq-len", OPT_INT, &o->seq_len, "sequence length T (text: 0 = 64; tasks: 0 or 2*length)"},
         {"--steps", OPT_INT, &o->steps, "training steps"},
         {"--lr", OPT_FLOAT, &o->lr, "peak learning rate", FLOAT_POSITIVE},
@@ -338,7 +344,15 @@ static void build_model(Run* r) {
     r->y = mallocCheck(eval_B * r->T * sizeof(int));
     r->work = mallocCheck(eval_B * r->T * sizeof(int));
     if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, decoder_rows(r, eval_B), r->T); }
-    trainer_init(&r->trainer, &r->model, &dist, r->B, r->T, o->optimizer_kind, o->muon_momentum);
+    if (o->pipeline > 1) {  // each process trains its stage's chunks; rank 0 keeps the whole
+                            // model for evaluation and checkpoints, the others release theirs
+        int replicas = dist.world / o->pipeline;
+        trainer_init_pipeline(&r->trainer, &r->model, &dist, o, r->B / (size_t)replicas / (size_t)o->microbatches,
+                              r->T);
+        if (dist.rank != 0) { model_free(&r->model); }
+    } else {
+        trainer_init(&r->trainer, &r->model, &dist, r->B, r->T, o->optimizer_kind, o->muon_momentum);
+    }
     // --stop-after interrupts the run early, as a crash would
     r->end_step = o->steps;
     if (o->stop_after > 0 && r->start_step + o->stop_after < o->steps) {
@@ -373,7 +387,11 @@ static void print_header(const Run* r) {
                (double)o->muon_momentum,
                dist.world > 1 ? "; shards cut between the matrices" : "");
     }
-    if (dist.world > 1) {
+    if (o->pipeline > 1) {
+        printf("pipeline: %d stages x %d replica%s (the memory above is the whole model's, which "
+               "rank 0 keeps for evaluation; each stage's is printed at the end)\n", o->pipeline,
+               dist.world / o->pipeline, dist.world / o->pipeline == 1 ? "" : "s");
+    } else if (dist.world > 1) {
         printf("data parallel: %d processes, %d rows of each batch apiece; ZeRO-1: each keeps "
                "the AdamW moments of 1/%d of the parameters (memory above is per process)\n",
                dist.world, o->batch / dist.world, dist.world);
@@ -491,7 +509,7 @@ static void evaluate_and_save(Run* r, int done) {
     double eval_start = now_seconds();
     // several processes: the moments come together on rank 0 (every rank takes part), which
     // alone evaluates and writes; the others go on to the next step and wait for it there
-    if (o->checkpoint != NULL) { trainer_gather_moments(&r->trainer); }
+    if (o->checkpoint != NULL || o->pipeline > 1) { trainer_gather_moments(&r->trainer); }
     if (dist.rank != 0) { return; }
     trainer_to_host(&r->trainer);
     r->last = evaluate(&r->model, &r->decoder, &r->ds, o, r->x, r->y, r->work);
@@ -519,6 +537,14 @@ static void evaluate_and_save(Run* r, int done) {
 
 // the final line, then the depth-attention heatmap on the first eval batch
 static void finish(Run* r) {
+    if (r->trainer.pipeline != NULL) {  // every process takes part
+        char err[ERROR_MAX];
+        pipeline_report(r->trainer.pipeline, r->memory_bytes, r->end_step - r->start_step);
+        if (r->o.pipeline_trace != NULL &&
+            pipeline_write_trace(r->trainer.pipeline, r->o.pipeline_trace, err, sizeof(err)) != 0) {
+            die("%s", err);
+        }
+    }
     if (dist.rank != 0) { return; }
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "final | steps %d", r->end_step);
@@ -530,7 +556,7 @@ static void finish(Run* r) {
                r->o.checkpoint, (double)r->best_val_loss, r->best_step);
     }
     int steps = r->end_step - r->start_step;
-    if (dist.world > 1 && steps > 0) {
+    if (dist.world > 1 && steps > 0 && r->trainer.pipeline == NULL) {
         // ring reduce-scatter and all-gather: each process sends (and receives) (P-1)/P of
         // the flat buffer for each
         double mb = 2.0 * (double)(dist.world - 1) / dist.world * 4.0 * r->model.num_params / 1e6;
@@ -581,14 +607,26 @@ static void check_processes(const Options* o, int argc, char** argv) {
         die("cannot silence rank %d's output", dist.rank);
     }
     check_same_flags(argc, argv);
-    if (o->batch % dist.world != 0) {
-        die("--batch %d does not divide among %d processes (each takes an equal share of "
-            "every batch)", o->batch, dist.world);
+    if (o->pipeline > 1) {  // src/pipeline.c: the CPU's, over MPI
+        if (trainer_on_gpu()) {
+            die("--pipeline runs in the CPU build with MPI (./train_mpi): the GPU builds refuse it");
+        }
+        if (!dist.mpi) { die("--pipeline needs MPI: mpirun -np P*D ./train_mpi --pipeline P ..."); }
+        char err[ERROR_MAX];
+        if (pipeline_check(&o->model, o->pipeline, o->virtual_stages, o->microbatches, dist.world,
+                           err, sizeof(err)) != 0) {
+            die("%s", err);
+        }
     }
-    int rows = o->batch / dist.world;
+    int replicas = dist.world / o->pipeline;  // data parallel: each takes B/replicas rows
+    if (o->batch % replicas != 0) {
+        die("--batch %d does not divide among %d processes (each takes an equal share of "
+            "every batch)", o->batch, replicas);
+    }
+    int rows = o->batch / replicas;
     if (rows % o->microbatches != 0) {
         die("--microbatches %d does not divide %d rows (--batch %d over %d process%s)",
-            o->microbatches, rows, o->batch, dist.world, dist.world == 1 ? "" : "es");
+            o->microbatches, rows, o->batch, replicas, replicas == 1 ? "" : "es");
     }
     if (o->microbatches > 1 && trainer_on_gpu()) {
         die("--microbatches runs in the CPU builds (./train, ./train_mpi): the GPU's step "
@@ -662,16 +700,21 @@ int main(int argc, char** argv) {
         r.last = evaluate(&r.model, &r.decoder, &r.ds, &r.o, r.x, r.y, r.work);
         if (r.o.init_from != NULL && r.o.checkpoint != NULL) { save_imported(&r); }
     }
-    // every rank draws the same global batch and trains on its own B/world rows of it, in
-    // --microbatches parts of B/world/M rows: the gradients add up, zeroed once
-    size_t rows = r.B / (size_t)dist.world, first = (size_t)dist.rank * rows * r.T;
+    // every rank draws the same global batch and trains on its replica's B/D rows of it (D =
+    // world/P replicas; without a pipeline every process is one), in --microbatches parts of
+    // B/D/M rows: the gradients add up, zeroed once
+    int replicas = dist.world / r.o.pipeline, replica = dist.rank / r.o.pipeline;
+    size_t rows = r.B / (size_t)replicas, first = (size_t)replica * rows * r.T;
     size_t micro_rows = rows / (size_t)r.o.microbatches;
     for (int step = r.start_step; step < r.end_step; step++) {
         int done = step + 1;  // AdamW's step t, from 1
         double step_start = now_seconds();
         dataset_train_batch(&r.ds, r.x, r.y, r.B, (uint64_t)step);
         size_t n_targets = crossentropy_count(r.y, r.B * r.T);
-        for (int micro = 0; micro < r.o.microbatches; micro++) {
+        if (r.trainer.pipeline != NULL) {  // every microbatch through the stages (pipeline.c)
+            trainer_pipeline_step(&r.trainer, r.x + first, r.y + first, n_targets);
+        }
+        for (int micro = 0; micro < r.o.microbatches && r.trainer.pipeline == NULL; micro++) {
             size_t at = first + (size_t)micro * micro_rows * r.T;
             trainer_forward(&r.trainer, r.x + at, r.y + at, micro_rows, r.T, n_targets);
             if (micro == 0) { trainer_zero_grad(&r.trainer); }

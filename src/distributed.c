@@ -37,6 +37,11 @@ static void mpi_check(int status, const char* call) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
+// The communicators of the groups (Dist's group): the world, and a pipeline's two (dist_split)
+static MPI_Comm groups[3];
+
+static MPI_Comm comm_of(const Dist* d) { return d->group == DIST_WORLD ? MPI_COMM_WORLD : groups[d->group]; }
+
 void dist_init(Dist* d, int* argc, char*** argv) {
     mpi_check(MPI_Init(argc, argv), "MPI_Init");
     // errors come back as codes, checked by mpi_check, rather than MPI's own abort
@@ -78,7 +83,7 @@ static void shard_counts(const Dist* d, size_t n, int* counts, int* displacement
 void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t n) {
     int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
     shard_counts(d, n, counts, counts + d->world);
-    mpi_check(MPI_Reduce_scatter(grads, shard, counts, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD),
+    mpi_check(MPI_Reduce_scatter(grads, shard, counts, MPI_FLOAT, MPI_SUM, comm_of(d)),
               "MPI_Reduce_scatter (the gradients)");
     free(counts);
 }
@@ -87,7 +92,7 @@ void dist_all_gather(const Dist* d, float* params, size_t n) {
     int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
     shard_counts(d, n, counts, counts + d->world);
     mpi_check(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, params, counts,
-                             counts + d->world, MPI_FLOAT, MPI_COMM_WORLD),
+                             counts + d->world, MPI_FLOAT, comm_of(d)),
               "MPI_Allgatherv (the parameters)");
     free(counts);
 }
@@ -96,27 +101,25 @@ void dist_gather(const Dist* d, float* full, const float* shard, size_t n) {
     int* counts = mallocCheck(2 * (size_t)d->world * sizeof(int));
     shard_counts(d, n, counts, counts + d->world);
     mpi_check(MPI_Gatherv(shard, counts[d->rank], MPI_FLOAT, full, counts, counts + d->world,
-                          MPI_FLOAT, 0, MPI_COMM_WORLD),
+                          MPI_FLOAT, 0, comm_of(d)),
               "MPI_Gatherv (the AdamW moments)");
     free(counts);
 }
 
 double dist_sum(const Dist* d, double x) {
-    (void)d;
     double sum = 0.0;
-    mpi_check(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    mpi_check(MPI_Allreduce(&x, &sum, 1, MPI_DOUBLE, MPI_SUM, comm_of(d)), "MPI_Allreduce");
     return sum;
 }
 
 void dist_broadcast(const Dist* d, void* bytes, size_t n) {
-    (void)d;
-    mpi_check(MPI_Bcast(bytes, (int)n, MPI_BYTE, 0, MPI_COMM_WORLD), "MPI_Bcast");
+    mpi_check(MPI_Bcast(bytes, (int)n, MPI_BYTE, 0, comm_of(d)), "MPI_Bcast");
 }
 
 int dist_same(const Dist* d, unsigned long long value, int* first_other) {
     unsigned long long* all = mallocCheck((size_t)d->world * sizeof(*all));
     mpi_check(MPI_Allgather(&value, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG,
-                            MPI_COMM_WORLD),
+                            comm_of(d)),
               "MPI_Allgather");
     int same = 1;
     for (int r = 1; r < d->world && same; r++) {
@@ -127,6 +130,68 @@ int dist_same(const Dist* d, unsigned long long value, int* first_other) {
     }
     free(all);
     return same;
+}
+
+void dist_split(const Dist* world, int P, Dist* stages, Dist* replicas) {
+    int stage = world->rank % P, replica = world->rank / P;
+    mpi_check(MPI_Comm_split(MPI_COMM_WORLD, replica, stage, &groups[DIST_PIPELINE]),
+              "MPI_Comm_split (the pipeline)");
+    mpi_check(MPI_Comm_split(MPI_COMM_WORLD, stage, replica, &groups[DIST_REPLICAS]),
+              "MPI_Comm_split (the replicas)");
+    *stages = *world;
+    stages->group = DIST_PIPELINE;
+    stages->rank = stage;
+    stages->world = P;
+    *replicas = *world;
+    replicas->group = DIST_REPLICAS;
+    replicas->rank = replica;
+    replicas->world = world->world / P;
+}
+
+// The sends not yet known to have arrived, each with its copy of the floats
+static MPI_Request* sends;
+static float** send_copies;
+static size_t n_sends, max_sends;
+
+void dist_send(const Dist* d, int to, int tag, const float* x, size_t n) {
+    if (n > 2147483647u) {
+        fprintf(stderr, "error: a message of %zu floats is too long for MPI's int counts\n", n);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    if (n_sends == max_sends) {
+        max_sends = max_sends ? 2 * max_sends : 64;
+        sends = realloc(sends, max_sends * sizeof(*sends));
+        send_copies = realloc(send_copies, max_sends * sizeof(*send_copies));
+        if (sends == NULL || send_copies == NULL) {
+            fprintf(stderr, "error: out of memory for %zu messages in flight\n", max_sends);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+    }
+    float* copy = mallocCheck((n + 1) * sizeof(float));
+    memcpy(copy, x, n * sizeof(float));
+    send_copies[n_sends] = copy;
+    mpi_check(MPI_Isend(copy, (int)n, MPI_FLOAT, to, tag, comm_of(d), &sends[n_sends]),
+              "MPI_Isend");
+    n_sends++;
+}
+
+void dist_recv(const Dist* d, int from, int tag, float* x, size_t n) {
+    mpi_check(MPI_Recv(x, (int)n, MPI_FLOAT, from, tag, comm_of(d), MPI_STATUS_IGNORE),
+              "MPI_Recv");
+}
+
+void dist_wait_sends(void) {
+    if (n_sends > 0) {
+        mpi_check(MPI_Waitall((int)n_sends, sends, MPI_STATUSES_IGNORE), "MPI_Waitall");
+    }
+    for (size_t i = 0; i < n_sends; i++) { free(send_copies[i]); }
+    n_sends = 0;
+}
+
+double dist_group_max(const Dist* d, double x) {
+    double max = 0.0;
+    mpi_check(MPI_Allreduce(&x, &max, 1, MPI_DOUBLE, MPI_MAX, comm_of(d)), "MPI_Allreduce (max)");
+    return max;
 }
 
 #else  // one process: every collective is the identity
@@ -177,6 +242,32 @@ int dist_same(const Dist* d, unsigned long long value, int* first_other) {
     (void)value;
     (void)first_other;
     return 1;
+}
+
+// One process has no pipeline: train.c refuses --pipeline without MPI, so these never move data
+void dist_split(const Dist* world, int P, Dist* stages, Dist* replicas) {
+    (void)P;
+    *stages = *world;
+    *replicas = *world;
+}
+
+void dist_send(const Dist* d, int to, int tag, const float* x, size_t n) {
+    (void)d; (void)to; (void)tag; (void)x; (void)n;
+    fprintf(stderr, "error: dist_send needs MPI (./train_mpi)\n");
+    exit(1);
+}
+
+void dist_recv(const Dist* d, int from, int tag, float* x, size_t n) {
+    (void)d; (void)from; (void)tag; (void)x; (void)n;
+    fprintf(stderr, "error: dist_recv needs MPI (./train_mpi)\n");
+    exit(1);
+}
+
+void dist_wait_sends(void) {}
+
+double dist_group_max(const Dist* d, double x) {
+    (void)d;
+    return x;
 }
 
 #endif

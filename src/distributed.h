@@ -32,7 +32,12 @@ typedef struct {
     // 1 when MPI started the job (./train_mpi, ./train_cuda_mpi), even a job of one process;
     // 0 in the builds without MPI. Set by dist_init, so decided by the distributed.c linked.
     int mpi;
+    // which processes the collectives below span: DIST_WORLD (every one), or, in a pipeline
+    // (dist_split), the P stages of one replica or the D replicas of one stage
+    int group;
 } Dist;
+
+enum { DIST_WORLD, DIST_PIPELINE, DIST_REPLICAS };
 
 // Starts MPI (mpirun's processes) or, without it, one process of rank 0.
 void dist_init(Dist* d, int* argc, char*** argv);
@@ -52,13 +57,27 @@ void dist_reduce_scatter(const Dist* d, float* shard, const float* grads, size_t
 void dist_all_gather(const Dist* d, float* params, size_t n);
 // Rank 0 receives every rank's shard (hi - lo floats) into full (n floats; NULL elsewhere).
 void dist_gather(const Dist* d, float* full, const float* shard, size_t n);
-// The sum over the ranks of x (in double).
+// The sum over the ranks of d's group of x (in double).
 double dist_sum(const Dist* d, double x);
 // Rank 0's n bytes to every rank (the NCCL communicator's id, cuda/distributed.cu).
 void dist_broadcast(const Dist* d, void* bytes, size_t n);
 // 1 when every rank passed the same 64-bit value, else 0 and *first_other the lowest rank
 // whose value differs from rank 0's.
 int dist_same(const Dist* d, unsigned long long value, int* first_other);
+
+// ---- pipeline parallelism (src/pipeline.c) ----
+// The world as P stages x D replicas, rank = replica * P + stage: *stages gets this
+// process's pipeline (its rank is its stage, of P), *replicas the processes that hold the
+// same stage (its rank is its replica, of D), ZeRO-1's group there. world % P == 0.
+void dist_split(const Dist* world, int P, Dist* stages, Dist* replicas);
+// n floats to rank `to` of d's group, with tag `tag`, without waiting: the floats are copied
+// first, so x may change at once; dist_wait_sends waits until every one sent has arrived.
+void dist_send(const Dist* d, int to, int tag, const float* x, size_t n);
+// n floats from rank `from` of d's group, with tag `tag`, into x: waits until they come.
+void dist_recv(const Dist* d, int from, int tag, float* x, size_t n);
+void dist_wait_sends(void);
+// The largest x over d's group (dist_sum: the sum)
+double dist_group_max(const Dist* d, double x);
 
 #ifdef __cplusplus
 }

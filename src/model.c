@@ -163,13 +163,13 @@ ModelDims model_dims(const ModelConfig* c) {
     return z;
 }
 
-#define PARAM_INFO_ENTRY(name, size, init, decay) {#name, init, decay},
+#define PARAM_INFO_ENTRY(name, size, init, decay, split) {#name, init, decay, split},
 const ParamInfo PARAM_INFO[N_PARAM_TENSORS] = {PARAMETER_TENSORS(PARAM_INFO_ENTRY)};
 #undef PARAM_INFO_ENTRY
 
 size_t param_sizes(const ModelConfig* c, size_t sizes[N_PARAM_TENSORS]) {
     ModelDims dims = model_dims(c);  // the PARAMETER_TENSORS size column reads `dims`
-    #define PARAM_SIZE(name, size, init, decay) size,
+    #define PARAM_SIZE(name, size, init, decay, split) size,
     const size_t s[N_PARAM_TENSORS] = {PARAMETER_TENSORS(PARAM_SIZE)};
     #undef PARAM_SIZE
     size_t total = 0;
@@ -177,8 +177,31 @@ size_t param_sizes(const ModelConfig* c, size_t sizes[N_PARAM_TENSORS]) {
     return total;
 }
 
+size_t param_share(const ModelConfig* c, int begin, int end, size_t offsets[N_PARAM_TENSORS],
+                   size_t sizes[N_PARAM_TENSORS]) {
+    size_t whole[N_PARAM_TENSORS], offset = 0, total = 0, n_sub = 2 * (size_t)c->n_layers;
+    param_sizes(c, whole);
+    size_t b = (size_t)begin, e = (size_t)end;
+    for (int i = 0; i < N_PARAM_TENSORS; i++) {
+        size_t rows = 1, first = 0, count = 1;  // the whole tensor, one "row"
+        switch (PARAM_INFO[i].split) {
+        case SPLIT_FIRST: count = b == 0; break;
+        case SPLIT_LAST: count = e == n_sub; break;
+        case SPLIT_LAYER: rows = n_sub / 2; first = b / 2; count = (e - b) / 2; break;
+        case SPLIT_SUB: rows = n_sub; first = b; count = e - b; break;
+        case SPLIT_DEPTH: rows = n_sub + 1; first = b; count = e - b + (e == n_sub); break;
+        }
+        size_t row = whole[i] / rows;
+        offsets[i] = offset + first * row;
+        sizes[i] = count * row;
+        total += sizes[i];
+        offset += whole[i];
+    }
+    return total;
+}
+
 void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes) {
-    #define PARAM_POINTER(name, size, init, decay) &t->name,
+    #define PARAM_POINTER(name, size, init, decay, split) &t->name,
     float** ptrs[N_PARAM_TENSORS] = {PARAMETER_TENSORS(PARAM_POINTER)};
     #undef PARAM_POINTER
     for (int i = 0; i < N_PARAM_TENSORS; i++) { *ptrs[i] = memory; memory += sizes[i]; }
@@ -251,24 +274,24 @@ size_t count_sources(const ModelConfig* c, int l) {
     return (size_t)(1 + l / S + (l % S > 0));
 }
 
-// db_n, the gradient buffer of block n >= 1 (the comment above): (N,d) in a->dpartial
-static float* block_gradient(const Activations* a, int n, size_t N, size_t d) {
-    return a->dpartial + (size_t)(n - 1) * N * d;
+// db_n, the gradient buffer of block n >= 1 (the comment above): (N,d), kept with b_n, the
+// partial sum of the block's last sub-layer (point_range: a slice of a->dpartial)
+static float* block_gradient(const Activations* a, const ModelConfig* c, int n) {
+    return a->sub[n * c->block_size - 1].dpartial;
 }
 
 size_t gather_sources(const Activations* a, const ModelConfig* c, size_t N, int l,
                       const float** src, float** dsrc) {
     int S = c->block_size, n_sub = 2 * c->n_layers;
-    size_t d = (size_t)c->d_model;
     int last = (l == n_sub) ? n_sub / S : l / S;  // b_0 .. b_last: the blocks before l's own
     size_t count = 0;
     for (int n = 0; n <= last; n++, count++) {
         src[count] = n == 0 ? a->x0 : a->sub[n * S - 1].partial;
-        if (dsrc != NULL) { dsrc[count] = n == 0 ? a->dx0 : block_gradient(a, n, N, d); }
+        if (dsrc != NULL) { dsrc[count] = n == 0 ? a->dx0 : block_gradient(a, c, n); }
     }
     if (l < n_sub && l % S > 0) {  // partial[l-1], in l's own block 1 + l/S
         src[count] = a->sub[l - 1].partial;
-        if (dsrc != NULL) { dsrc[count] = block_gradient(a, 1 + l / S, N, d); }
+        if (dsrc != NULL) { dsrc[count] = block_gradient(a, c, 1 + l / S); }
         count++;
     }
     size_t keep = count_sources(c, l);  // a window (full only) keeps x0 and the last W
@@ -316,16 +339,21 @@ static float* take(Layout* layout, size_t count) {
     return p;
 }
 
-size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
-                         int backward, float* memory) {
+// The size table of the sub-layers [begin, end) (the whole model: [0, 2L)); point_activations
+// and point_chunk_activations say what it holds.
+static size_t point_range(Activations* a, const ModelConfig* c, size_t B, size_t T,
+                          int backward, float* memory, size_t begin, size_t end) {
     ModelDims z = model_dims(c);
-    size_t N = B * T, d = z.d, F = z.F, V = z.V, attnres = z.S > 0;
+    size_t N = B * T, d = z.d, F = z.F, V = z.V, attnres = z.S > 0, none = !attnres && !z.streams;
+    size_t head = end == z.n_sub, first = begin == 0;
     Layout at = {memory, 0};
     for (size_t l = 0; l <= z.n_sub; l++) {
         SubLayer* s = &a->sub[l];
-        size_t sub = l < z.n_sub, attention = sub && l % 2 == 0, mlp = sub && l % 2 == 1;
+        size_t sub = l >= begin && l < end, here = sub || (l == z.n_sub && head);
+        size_t attention = sub && l % 2 == 0, mlp = sub && l % 2 == 1;
+        size_t before = attnres && l < begin && (l + 1) % z.S == 0;  // a block received
         s->n_sources = attnres ? count_sources(c, (int)l) : 0;
-        s->h        = take(&at, sub * N * d);
+        s->h        = take(&at, (sub || (none && l == end && !head)) * N * d);
         s->xn       = take(&at, sub * N * d);
         s->rstd     = take(&at, sub * N);
         s->f        = take(&at, sub * N * d);
@@ -338,30 +366,30 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
         s->up       = take(&at, mlp * N * F);
         s->act      = take(&at, mlp * N * F);
         // the partial sum that starts a block is f_l itself: the same buffer, no copy
-        s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, sub * attnres * N * d);
-        s->depth.alpha      = take(&at, N * s->n_sources * z.depth_heads);
-        s->depth.key_rstd   = take(&at, N * s->n_sources * z.depth_heads);
-        s->depth.last_xn    = take(&at, (z.n_qproj_rows > 0) * N * d);
-        s->depth.last_rstd  = take(&at, (z.n_qproj_rows > 0) * N);
-        s->depth.query_rows = take(&at, (z.n_qproj_rows > 0) * N * d);
+        s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, (sub || before) * attnres * N * d);
+        s->depth.alpha      = take(&at, here * N * s->n_sources * z.depth_heads);
+        s->depth.key_rstd   = take(&at, here * N * s->n_sources * z.depth_heads);
+        s->depth.last_xn    = take(&at, here * (z.n_qproj_rows > 0) * N * d);
+        s->depth.last_rstd  = take(&at, here * (z.n_qproj_rows > 0) * N);
+        s->depth.query_rows = take(&at, here * (z.n_qproj_rows > 0) * N * d);
         // mhc: the streams entering l (slot 2L: after the last sub-layer); the final norm's
         // rstd is one a stream
-        s->streams  = take(&at, N * z.streams * d);
-        s->hc_z     = take(&at, N * z.streams * d);
-        s->hc_rstd  = take(&at, sub ? (z.streams > 0) * N : N * z.streams);
+        s->streams  = take(&at, (here || l == end) * N * z.streams * d);
+        s->hc_z     = take(&at, here * N * z.streams * d);
+        s->hc_rstd  = take(&at, here * (sub ? (z.streams > 0) * N : N * z.streams));
         s->hc_e     = take(&at, sub * N * z.E);
         s->hc_mix   = take(&at, sub * N * z.n_mix);
     }
-    a->x0      = take(&at, N * d);
-    a->out     = take(&at, N * d);
-    a->xf      = take(&at, N * d);
-    a->rstd_f  = take(&at, N);
-    a->logits  = take(&at, N * V);
-    a->probs   = take(&at, N * V);
-    a->losses  = take(&at, N);
+    a->x0      = take(&at, (first || attnres) * N * d);
+    a->out     = take(&at, head * N * d);
+    a->xf      = take(&at, head * N * d);
+    a->rstd_f  = take(&at, head * N);
+    a->logits  = take(&at, head * N * V);
+    a->probs   = take(&at, head * N * V);
+    a->losses  = take(&at, head * N);
     size_t b = backward != 0;
-    a->dlogits = take(&at, b * N * V);
-    a->dxf     = take(&at, b * N * d);
+    a->dlogits = take(&at, b * head * N * V);
+    a->dxf     = take(&at, b * head * N * d);
     a->df      = take(&at, b * (z.streams > 0) * N * d);
     a->dh      = take(&at, b * (attnres || z.streams > 0) * N * d);
     a->dxn     = take(&at, b * N * d);
@@ -375,7 +403,13 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     a->dgate   = take(&at, b * N * F);
     a->dup     = take(&at, b * N * F);
     a->dact    = take(&at, b * N * F);
-    a->dpartial = take(&at, b * (attnres ? z.n_sub / z.S : 0) * N * d);
+    // db_1 .. db_{end/S} (every block the range reads or writes), one after the other
+    size_t n_blocks = attnres ? end / z.S : 0;
+    a->dpartial = take(&at, b * n_blocks * N * d);
+    for (size_t l = 0; l <= z.n_sub; l++) {
+        size_t n = attnres && l < end && (l + 1) % z.S == 0 ? (l + 1) / z.S : 0;  // l ends block n
+        a->sub[l].dpartial = n > 0 && a->dpartial != NULL ? a->dpartial + (n - 1) * N * d : NULL;
+    }
     a->dquery_rows = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dstreams = take(&at, b * N * z.streams * d);
@@ -386,8 +420,40 @@ size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t 
     return at.used;
 }
 
+size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
+                         int backward, float* memory) {
+    return point_range(a, c, B, T, backward, memory, 0, 2 * (size_t)c->n_layers);
+}
+
+size_t point_chunk_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
+                               int begin, int end, float* memory) {
+    return point_range(a, c, B, T, 1, memory, (size_t)begin, (size_t)end);
+}
+
 // ---------------------------------------------------------------------------------------
 // Building: the same for every kernel table; the table's alloc decides where memory lives.
+
+// The share of the parameters [sub_begin, sub_end) holds, their gradients and AdamW moments,
+// zeroed, in four flat buffers
+static void allocate_params(Model* model) {
+    model->num_params = param_share(&model->config, model->sub_begin, model->sub_end,
+                                    model->param_offsets, model->param_sizes);
+    float** flat[] = {&model->params_memory, &model->grads_memory, &model->m_memory,
+                      &model->v_memory};
+    for (int i = 0; i < 4; i++) { *flat[i] = model->kernels->alloc_zeroed(model->num_params); }
+    point_tensors(&model->params, model->params_memory, model->param_sizes);
+    point_tensors(&model->grads, model->grads_memory, model->param_sizes);
+}
+
+void model_build_chunk(Model* model, const ModelConfig* c, int begin, int end) {
+    memset(model, 0, sizeof(*model));
+    model->config = *c;
+    model->dims = model_dims(c);
+    model->kernels = &cpu_kernels;
+    model->sub_begin = begin;
+    model->sub_end = end;
+    allocate_params(model);
+}
 
 void model_build_on(Model* model, const ModelConfig* c, size_t max_B, size_t max_T,
                     const Kernels* kernels) {
@@ -395,12 +461,9 @@ void model_build_on(Model* model, const ModelConfig* c, size_t max_B, size_t max
     model->config = *c;
     model->dims = model_dims(c);
     model->kernels = kernels;
-    model->num_params = param_sizes(c, model->param_sizes);
-    float** flat[] = {&model->params_memory, &model->grads_memory, &model->m_memory,
-                      &model->v_memory};
-    for (int i = 0; i < 4; i++) { *flat[i] = kernels->alloc_zeroed(model->num_params); }
-    point_tensors(&model->params, model->params_memory, model->param_sizes);
-    point_tensors(&model->grads, model->grads_memory, model->param_sizes);
+    model->sub_begin = 0;
+    model->sub_end = (int)model->dims.n_sub;
+    allocate_params(model);
     model->max_B = max_B;
     model->max_T = max_T;
     model->acts.sub = callocCheck(model->dims.n_sub + 1, sizeof(SubLayer));
@@ -427,11 +490,15 @@ void model_free(Model* model) {
 // ---------------------------------------------------------------------------------------
 // The sub-layers, forward and backward. Layer index = l / 2.
 
+// The row of sub-layer l's layer in the model's share of the per-layer tensors: l / 2 in the
+// whole model; a pipeline's chunk holds the layers from sub_begin / 2 on (ParamSplit)
+static size_t layer_row(const Model* model, int l) { return (size_t)(l - model->sub_begin) / 2; }
+
 static void attention_sublayer_forward(const Model* model, SubLayer* s, int l) {
     const Kernels* kernels = model->kernels;
     const ModelDims* z = &model->dims;
     const ParameterTensors* p = &model->params;
-    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = (size_t)l / 2;
+    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = layer_row(model, l);
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
     kernels->linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
     kernels->linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
@@ -450,7 +517,7 @@ static void attention_sublayer_backward(Model* model, int l, const float* df) {
     Activations* a = &model->acts;
     const ParameterTensors* p = &model->params;
     const ParameterTensors* g = &model->grads;
-    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = (size_t)l / 2;
+    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = layer_row(model, l);
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
     kernels->zero(a->dy, N * q_dim);
     kernels->linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y, p->wo + layer * d * q_dim,
@@ -476,7 +543,7 @@ static void attention_sublayer_backward(Model* model, int l, const float* df) {
 void mlp_sublayer_forward(const Model* model, SubLayer* s, int l, size_t N) {
     const Kernels* kernels = model->kernels;
     const ParameterTensors* p = &model->params;
-    size_t d = model->dims.d, F = model->dims.F, layer = (size_t)l / 2;
+    size_t d = model->dims.d, F = model->dims.F, layer = layer_row(model, l);
     kernels->linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
     kernels->linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
     kernels->swiglu_forward(s->act, s->gate, s->up, N, F);
@@ -489,7 +556,7 @@ static void mlp_sublayer_backward(Model* model, int l, const float* df) {
     Activations* a = &model->acts;
     const ParameterTensors* p = &model->params;
     const ParameterTensors* g = &model->grads;
-    size_t N = model->B * model->T, d = model->dims.d, F = model->dims.F, layer = (size_t)l / 2;
+    size_t N = model->B * model->T, d = model->dims.d, F = model->dims.F, layer = layer_row(model, l);
     kernels->zero(a->dact, N * F);
     kernels->linear_backward(a->dact, g->wd + layer * d * F, df, s->act, p->wd + layer * d * F,
                        N, F, d);
@@ -516,6 +583,7 @@ static void sublayer_backward(Model* model, int l, const float* df) {
 DepthParams model_depth_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
     DepthParams r = {NULL, NULL, NULL, NULL};
+    l -= (size_t)model->sub_begin;  // its row in the model's share (0 on the whole model)
     if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
     if (z->n_norm_rows > 0) { r.norm = t->res_norm + l * z->d; }
     if (z->n_qproj_rows > 0) { r.qproj = t->res_qproj + l * z->d * z->d; }
@@ -555,7 +623,7 @@ static Norm sublayer_norm(Model* model, int l) {
         return (Norm){a->out, a->xf, a->rstd_f, model->params.final_norm, model->grads.final_norm};
     }
     SubLayer* s = &a->sub[l];
-    size_t at = (size_t)l / 2 * model->dims.d;
+    size_t at = layer_row(model, l) * model->dims.d;
     if (l % 2 == 0) {
         return (Norm){s->h, s->xn, s->rstd, model->params.attn_norm + at,
                       model->grads.attn_norm + at};
@@ -567,6 +635,7 @@ static Norm sublayer_norm(Model* model, int l) {
 static MhcParams mhc_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
     size_t md = z->streams * z->d;
+    l -= (size_t)model->sub_begin;  // its row in the model's share (0 on the whole model)
     return (MhcParams){t->hc_norm + l * md, t->hc_proj + l * z->E * md, t->hc_bias + l * z->E,
                        t->hc_scale + l * 3};
 }
@@ -681,38 +750,56 @@ float model_set_loss(Model* model, double sum) {
 
 void model_forward_rows(Model* model, const int* tokens, const int* targets, size_t n_targets,
                         size_t B, size_t T) {
+    model_set_batch(model, tokens, targets, n_targets, B, T);
+    model_embedding_forward(model);
+    model_sublayers_forward(model, 0, (int)model->dims.n_sub);
+    model_head_forward(model);
+}
+
+void model_set_batch(Model* model, const int* tokens, const int* targets, size_t n_targets,
+                     size_t B, size_t T) {
     if (B > model->max_B || T > model->max_T) {
         fprintf(stderr, "error: batch %zux%zu exceeds the model's buffers %zux%zu\n", B, T,
                 model->max_B, model->max_T);
         exit(1);
     }
-    const Kernels* kernels = model->kernels;
-    Activations* a = &model->acts;
     model->B = B;
     model->T = T;
     model->tokens = tokens;
     model->targets = targets;
-    size_t N = B * T, d = model->dims.d, V = model->dims.V;
-    int n_sub = (int)model->dims.n_sub, attnres = model->dims.S > 0;
-    kernels->embedding_forward(a->x0, tokens, model->params.wte, N, d);
+    model->n_targets = n_targets;
+}
 
+void model_embedding_forward(Model* model) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    kernels->embedding_forward(a->x0, model->tokens, model->params.wte, N, d);
     if (model->dims.streams > 0) {  // mhc: every stream starts as x0
         kernels->mhc_expand_forward(a->sub[0].streams, a->x0, N, d, model->dims.streams);
-    } else if (!attnres) {
+    } else if (model->dims.S == 0) {
         kernels->copy(a->sub[0].h, a->x0, N * d);  // none: h_0 = x0
     }
-    for (int l = 0; l < n_sub; l++) {
+}
+
+void model_sublayers_forward(Model* model, int begin, int end) {
+    size_t N = model->B * model->T;
+    for (int l = begin; l < end; l++) {
         input_forward(model, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
         sublayer_forward(model, l);       // f_l = f_l(xn_l)
-        residual_update(model, a, l, N);  // h_{l+1}, or partial[l]
+        residual_update(model, &model->acts, l, N);  // h_{l+1}, or partial[l]
     }
-    input_forward(model, n_sub);          // xf = rmsnorm(out); AttnRes: out = DA_out(blocks);
-                                      // mhc: xf = sum_s rmsnorm(X_s)
+}
 
+void model_head_forward(Model* model) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d, V = model->dims.V;
+    input_forward(model, (int)model->dims.n_sub);  // xf = rmsnorm(out); AttnRes: out =
+                                                   // DA_out(blocks); mhc: xf = sum_s rmsnorm(X_s)
     kernels->linear_forward(a->logits, a->xf, model->params.lm_head, N, d, V);
     // targets NULL: probabilities only (for decoding), every row counts as ignored
-    kernels->crossentropy_forward(a->losses, a->probs, a->logits, targets, N, V);
-    model->n_targets = n_targets;
+    kernels->crossentropy_forward(a->losses, a->probs, a->logits, model->targets, N, V);
 }
 
 const float* model_logits(const Model* model) { return model->acts.logits; }
@@ -725,30 +812,62 @@ void model_backward(Model* model) {
         fprintf(stderr, "error: model_backward needs a forward with targets\n");
         exit(1);
     }
+    model_zero_carried(model);
+    model_head_backward(model);
+    const float* dinput = model_sublayers_backward(model, 0, (int)model->dims.n_sub);
+    model_embedding_backward(model, dinput);
+}
+
+void model_zero_carried(Model* model) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    kernels->zero(a->dx0, N * d);
+    if (model->dims.streams > 0) {
+        kernels->zero(a->dstreams, N * model->dims.streams * d);
+    } else if (model->dims.S > 0) {
+        for (int n = 1; n <= model->sub_end / (int)model->dims.S; n++) {
+            kernels->zero(block_gradient(a, &model->config, n), N * d);
+        }
+    }
+}
+
+// head: loss -> logits -> xf -> out, and out's gradient into the buffers that carry it: none,
+// the residual stream's (a->dx0); mhc, the streams' (a->dstreams); AttnRes, the blocks' that
+// DA_out reads
+void model_head_backward(Model* model) {
     const Kernels* kernels = model->kernels;
     Activations* a = &model->acts;
     size_t N = model->B * model->T, d = model->dims.d, V = model->dims.V;
-    int n_sub = (int)model->dims.n_sub, S = (int)model->dims.S;
     size_t count = model->n_targets;
-
-    // head: loss -> logits -> xf -> out
+    int n_sub = (int)model->dims.n_sub;
     kernels->zero(a->dlogits, N * V);
     kernels->crossentropy_backward(a->dlogits, a->probs, model->targets,
                              count > 0 ? 1.0f / (float)count : 0.0f, N, V);
     kernels->zero(a->dxf, N * d);
     kernels->linear_backward(a->dxf, model->grads.lm_head, a->dlogits, a->xf,
                              model->params.lm_head, N, d, V);
+    if (model->dims.streams > 0) {
+        mhc_streams_input_backward(model, n_sub, a->dxf, a->dstreams);
+    } else if (model->dims.S == 0) {
+        input_backward(model, n_sub, a->dxf, a->dx0);  // out = h_{2L}
+    } else {
+        input_backward(model, n_sub, a->dxf, a->dh);
+    }
+}
 
-    kernels->zero(a->dx0, N * d);
+const float* model_sublayers_backward(Model* model, int begin, int end) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    int S = (int)model->dims.S;
     if (model->dims.streams > 0) {
         // mhc: dX holds the gradient of the streams after sub-layer l, dX_before that of the
         // streams entering it (both paths into them add there: the mixing and the input's);
-        // then the two swap. After sub-layer 0 the streams are all x0.
+        // then the two swap
         size_t nd_streams = N * model->dims.streams * d;
         float *dX = a->dstreams, *dX_before = a->dstreams_before;
-        kernels->zero(dX, nd_streams);
-        mhc_streams_input_backward(model, n_sub, a->dxf, dX);
-        for (int l = n_sub - 1; l >= 0; l--) {
+        for (int l = end - 1; l >= begin; l--) {
             const SubLayer* s = &a->sub[l];
             kernels->zero(dX_before, nd_streams);
             kernels->zero(a->df, N * d);
@@ -758,27 +877,35 @@ void model_backward(Model* model) {
             mhc_streams_input_backward(model, l, a->dxn, dX_before);
             float* t = dX; dX = dX_before; dX_before = t;
         }
-        kernels->mhc_expand_backward(a->dx0, dX, N, d, model->dims.streams);
-    } else if (S == 0) {
+        return dX;
+    }
+    if (S == 0) {
         // h_{l+1} = h_l + f_l(h_l): the residual stream's gradient flows straight through, and
         // each sub-layer adds its input's share. One buffer holds it: dh_{l+1} = df_l while
         // sub-layer l's backward reads it, dh_l once l's share is added; after sub-layer 0 it
         // is dh_0, the gradient of h_0 = x0, so the buffer is dx0's.
         float* dresidual = a->dx0;
-        input_backward(model, n_sub, a->dxf, dresidual);  // out = h_{2L}
-        for (int l = n_sub - 1; l >= 0; l--) {
+        for (int l = end - 1; l >= begin; l--) {
             sublayer_backward(model, l, dresidual);
             input_backward(model, l, a->dxn, dresidual);
         }
-    } else {
-        // one gradient buffer a block, db_n (the comment above count_sources explains it)
-        kernels->zero(a->dpartial, (size_t)(n_sub / S) * N * d);
-        input_backward(model, n_sub, a->dxf, a->dh);
-        for (int l = n_sub - 1; l >= 0; l--) {
-            const float* dp = block_gradient(a, 1 + l / S, N, d);  // d partial[l] = d f_l
-            sublayer_backward(model, l, dp);
-            input_backward(model, l, a->dxn, a->dh);
-        }
+        return dresidual;
+    }
+    // one gradient buffer a block, db_n (the comment above count_sources explains it)
+    for (int l = end - 1; l >= begin; l--) {
+        const float* dp = block_gradient(a, &model->config, 1 + l / S);  // d partial[l] = d f_l
+        sublayer_backward(model, l, dp);
+        input_backward(model, l, a->dxn, a->dh);
+    }
+    return NULL;
+}
+
+void model_embedding_backward(Model* model, const float* dinput) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    if (model->dims.streams > 0) {  // after sub-layer 0 the streams are all x0
+        kernels->mhc_expand_backward(a->dx0, dinput, N, d, model->dims.streams);
     }
     kernels->embedding_backward(model->grads.wte, a->dx0, model->tokens, N, d);
 }

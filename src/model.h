@@ -64,8 +64,9 @@ ModelDims model_dims(const ModelConfig* c);
 
 // ---- parameters ------------------------------------------------------------------------
 // The parameter tensors in SPEC's canonical order, one line each: name, size in floats (the
-// product of its shape, in ModelDims `dims`), init, and whether AdamW decays it (SPEC: the
-// matrices, never gains or pseudo-queries). Adding a tensor is adding a line.
+// product of its shape, in ModelDims `dims`), init, whether AdamW decays it (SPEC: the
+// matrices, never gains or pseudo-queries), and how a pipeline splits it between its chunks
+// (ParamSplit). Adding a tensor is adding a line.
 typedef enum {
     INIT_NORMAL, INIT_NORMAL_OUT, INIT_ONE, INIT_ZERO, INIT_HC_BIAS, INIT_HC_SCALE
 } ParamInit;
@@ -74,32 +75,38 @@ typedef enum {
 //  INIT_HC_BIAS: mHC-lite's biases (model_init_params: sub-layer l reads and writes mostly
 //  stream l mod m, H starts near the identity); INIT_HC_SCALE: 0.01. Only the two normal
 //  inits draw from the random stream.
+typedef enum { SPLIT_FIRST, SPLIT_LAYER, SPLIT_SUB, SPLIT_DEPTH, SPLIT_LAST } ParamSplit;
+//  A chunk of sub-layers [begin, end) (a pipeline stage's, src/pipeline.c; the whole model is
+//  [0, 2L)) holds: SPLIT_FIRST the whole tensor if it holds sub-layer 0 (the embedding),
+//  SPLIT_LAST if it holds the head (end = 2L); SPLIT_LAYER rows begin/2 .. end/2 of the L
+//  layers'; SPLIT_SUB rows begin .. end of 2L; SPLIT_DEPTH rows begin .. end of the 2L+1 depth
+//  attentions', with row 2L (the output aggregation) on the head's chunk.
 #define PARAMETER_TENSORS(X)                                                    \
-    /* name         size (floats)                   init             decay */   \
-    X(wte,          dims.V * dims.d,                INIT_NORMAL,     1)         \
-    X(attn_norm,    dims.L * dims.d,                INIT_ONE,        0)         \
-    X(wq,           dims.L * dims.q_dim * dims.d,   INIT_NORMAL,     1)         \
-    X(wk,           dims.L * dims.kv_dim * dims.d,  INIT_NORMAL,     1)         \
-    X(wv,           dims.L * dims.kv_dim * dims.d,  INIT_NORMAL,     1)         \
-    X(wo,           dims.L * dims.d * dims.q_dim,   INIT_NORMAL_OUT, 1)         \
-    X(mlp_norm,     dims.L * dims.d,                INIT_ONE,        0)         \
-    X(wg,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
-    X(wu,           dims.L * dims.F * dims.d,       INIT_NORMAL,     1)         \
-    X(wd,           dims.L * dims.d * dims.F,       INIT_NORMAL_OUT, 1)         \
-    X(hc_norm,      dims.n_hc_rows * dims.streams * dims.d, INIT_ONE,      0)         \
-    X(hc_proj,      dims.n_hc_rows * dims.E * dims.streams * dims.d, INIT_ZERO, 0)    \
-    X(hc_bias,      dims.n_hc_rows * dims.E,        INIT_HC_BIAS,    0)         \
-    X(hc_scale,     dims.n_hc_rows * 3,             INIT_HC_SCALE,   0)         \
-    X(res_logits,   dims.n_logit_rows * dims.n_res, INIT_ZERO,       0)         \
-    X(res_scalars,  dims.n_scalar_rows * dims.n_res, INIT_ONE,       0)         \
-    X(res_query,    dims.n_query_rows * dims.d,     INIT_ZERO,       0)         \
-    X(res_norm,     dims.n_norm_rows * dims.d,      INIT_ONE,        0)         \
-    X(res_qproj,    dims.n_qproj_rows * dims.d * dims.d, INIT_ZERO,  0)         \
-    X(final_norm,   dims.d,                         INIT_ONE,        0)         \
-    X(lm_head,      dims.V * dims.d,                INIT_NORMAL,     1)
+    /* name        size (floats)                             init            decay split */ \
+    X(wte,         dims.V * dims.d,                          INIT_NORMAL,    1, SPLIT_FIRST) \
+    X(attn_norm,   dims.L * dims.d,                          INIT_ONE,       0, SPLIT_LAYER) \
+    X(wq,          dims.L * dims.q_dim * dims.d,             INIT_NORMAL,    1, SPLIT_LAYER) \
+    X(wk,          dims.L * dims.kv_dim * dims.d,            INIT_NORMAL,    1, SPLIT_LAYER) \
+    X(wv,          dims.L * dims.kv_dim * dims.d,            INIT_NORMAL,    1, SPLIT_LAYER) \
+    X(wo,          dims.L * dims.d * dims.q_dim,             INIT_NORMAL_OUT, 1, SPLIT_LAYER) \
+    X(mlp_norm,    dims.L * dims.d,                          INIT_ONE,       0, SPLIT_LAYER) \
+    X(wg,          dims.L * dims.F * dims.d,                 INIT_NORMAL,    1, SPLIT_LAYER) \
+    X(wu,          dims.L * dims.F * dims.d,                 INIT_NORMAL,    1, SPLIT_LAYER) \
+    X(wd,          dims.L * dims.d * dims.F,                 INIT_NORMAL_OUT, 1, SPLIT_LAYER) \
+    X(hc_norm,     dims.n_hc_rows * dims.streams * dims.d,   INIT_ONE,       0, SPLIT_SUB  ) \
+    X(hc_proj,     dims.n_hc_rows * dims.E * dims.streams * dims.d, INIT_ZERO, 0, SPLIT_SUB ) \
+    X(hc_bias,     dims.n_hc_rows * dims.E,                  INIT_HC_BIAS,   0, SPLIT_SUB  ) \
+    X(hc_scale,    dims.n_hc_rows * 3,                       INIT_HC_SCALE,  0, SPLIT_SUB  ) \
+    X(res_logits,  dims.n_logit_rows * dims.n_res,           INIT_ZERO,      0, SPLIT_DEPTH) \
+    X(res_scalars, dims.n_scalar_rows * dims.n_res,          INIT_ONE,       0, SPLIT_DEPTH) \
+    X(res_query,   dims.n_query_rows * dims.d,               INIT_ZERO,      0, SPLIT_DEPTH) \
+    X(res_norm,    dims.n_norm_rows * dims.d,                INIT_ONE,       0, SPLIT_DEPTH) \
+    X(res_qproj,   dims.n_qproj_rows * dims.d * dims.d,      INIT_ZERO,      0, SPLIT_DEPTH) \
+    X(final_norm,  dims.d,                                   INIT_ONE,       0, SPLIT_LAST ) \
+    X(lm_head,     dims.V * dims.d,                          INIT_NORMAL,    1, SPLIT_LAST )
 
 // PARAM_wte, PARAM_attn_norm, ...: a tensor's index in the canonical order
-#define PARAM_ENUM_ENTRY(name, size, init, decay) PARAM_##name,
+#define PARAM_ENUM_ENTRY(name, size, init, decay, split) PARAM_##name,
 typedef enum { PARAMETER_TENSORS(PARAM_ENUM_ENTRY) N_PARAM_TENSORS } ParamIndex;
 #undef PARAM_ENUM_ENTRY
 
@@ -112,7 +119,7 @@ typedef enum { PARAMETER_TENSORS(PARAM_ENUM_ENTRY) N_PARAM_TENSORS } ParamIndex;
 //   res_qproj (2L+1,d,d). mHC-lite (--mode mhc) has hc_norm (2L, m*d) (the gains c_l),
 //   hc_proj (2L, E, m*d) (Phi_l), hc_bias (2L, E) (beta_l: pre, res, post) and hc_scale
 //   (2L, 3) (sigma_l) after wd instead of any res_ tensor. An absent tensor has size 0.
-#define PARAM_FIELD(name, size, init, decay) float* name;
+#define PARAM_FIELD(name, size, init, decay, split) float* name;
 typedef struct { PARAMETER_TENSORS(PARAM_FIELD) } ParameterTensors;
 #undef PARAM_FIELD
 
@@ -120,6 +127,7 @@ typedef struct {
     const char* name;
     ParamInit init;
     int decayed;
+    ParamSplit split;
 } ParamInfo;
 extern const ParamInfo PARAM_INFO[N_PARAM_TENSORS];
 
@@ -127,6 +135,11 @@ extern const ParamInfo PARAM_INFO[N_PARAM_TENSORS];
 size_t param_sizes(const ModelConfig* c, size_t sizes[N_PARAM_TENSORS]);
 // Points the tensors of t into a flat buffer of param_sizes(), in canonical order.
 void point_tensors(ParameterTensors* t, float* memory, const size_t* sizes);
+// The share of each tensor that the chunk of sub-layers [begin, end) holds (ParamSplit):
+// sizes[i] floats from offsets[i] of the whole model's flat buffer; returns their total.
+// Over [0, 2L) it is param_sizes, each offset the tensor's start.
+size_t param_share(const ModelConfig* c, int begin, int end, size_t offsets[N_PARAM_TENSORS],
+                   size_t sizes[N_PARAM_TENSORS]);
 
 // ---- the residual bookkeeping (one copy, for the model and the decoder) ----------------
 // Number of depth-attention sources of sub-layer l (l = 2L: the output aggregation); S >= 1.
@@ -148,6 +161,8 @@ typedef struct {
     float* up;        // (N,F) xn Wu^T                     [MLP]
     float* act;       // (N,F) silu(gate) * up             [MLP]
     float* partial;   // (N,d) partial block sum after l (f's buffer when l starts a block) [AttnRes]
+    float* dpartial;  // (N,d) when l ends block n: db_n, the gradient of b_n = partial[l] (a
+                      // slice of Activations' dpartial; model.c: block_gradient)  [AttnRes]
     DepthSaved depth; // what the depth attention saves (layers.h): alpha and key_rstd
                       // (N,n_sources,K), with --depth-query input last_xn, last_rstd and
                       // query_rows                                        [AttnRes]
@@ -187,13 +202,25 @@ typedef struct {
 // hold 2L+1 entries. backward = 0 leaves the backward scratch out (decoding).
 size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
                          int backward, float* memory);
+// The same for a pipeline's chunk of sub-layers [begin, end): the buffers its sub-layers
+// use, with the embedding's if begin = 0 and the head's if end = 2L, and the boundary's:
+// none, h_end (the stream it passes on); mhc, the streams entering `end`; AttnRes, b_0 = x0
+// and the blocks before `begin` (a->sub[n*S-1].partial, n*S <= begin) with their gradients.
+size_t point_chunk_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
+                               int begin, int end, float* memory);
 
 // ---- the model -------------------------------------------------------------------------
 typedef struct {
     ModelConfig config;
     ModelDims dims;
     const Kernels* kernels;  // cpu_kernels, or the CUDA table (every buffer then on the GPU)
+    // The sub-layers [sub_begin, sub_end) this Model holds: [0, 2L), the whole model, except
+    // for a pipeline's chunk (model_build_chunk), which holds its share of each tensor alone
+    // (param_share: param_sizes and param_offsets, where each share sits in the whole model's
+    // flat buffer), the embedding when sub_begin = 0 and the head when sub_end = 2L
+    int sub_begin, sub_end;
     size_t param_sizes[N_PARAM_TENSORS];
+    size_t param_offsets[N_PARAM_TENSORS];
     size_t num_params;
     float* params_memory;  ParameterTensors params;   // flat buffers, canonical order
     float* grads_memory;   ParameterTensors grads;
@@ -214,6 +241,10 @@ typedef struct {
 void model_build(Model* model, const ModelConfig* c, size_t max_B, size_t max_T);
 void model_build_on(Model* model, const ModelConfig* c, size_t max_B, size_t max_T,
                     const Kernels* K);
+// A pipeline's chunk on the CPU: the sub-layers [begin, end) (even, whole blocks), their
+// parameters, gradients and AdamW moments alone (param_share), and no activations: the
+// pipeline points model->acts at one microbatch's buffers (point_chunk_activations) at a time.
+void model_build_chunk(Model* model, const ModelConfig* c, int begin, int end);
 void model_free(Model* model);
 // SPEC init (PARAMETER_TENSORS' init column) from one random stream, in canonical order.
 void model_init_params(Model* model, uint64_t seed);
@@ -234,12 +265,33 @@ float model_forward_counted(Model* model, const int* tokens, const int* targets,
 void model_forward_rows(Model* model, const int* tokens, const int* targets, size_t n_targets,
                         size_t B, size_t T);
 float model_set_loss(Model* model, double sum);
+// model_forward_rows in its parts, which a pipeline's chunk (src/pipeline.c) calls for its
+// range alone, in this order: model_set_batch (checks and keeps the batch), the embedding
+// (x0, and h_0 or the streams), the sub-layers [begin, end), the head (the output's input,
+// logits, rows' losses).
+void model_set_batch(Model* model, const int* tokens, const int* targets, size_t n_targets,
+                     size_t B, size_t T);
+void model_embedding_forward(Model* model);
+void model_sublayers_forward(Model* model, int begin, int end);
+void model_head_forward(Model* model);
 // (B,T,V) logits and probabilities of the last forward.
 const float* model_logits(const Model* model);
 const float* model_probs(const Model* model);
 void model_zero_grad(Model* model);
 // Backward of the last forward's mean loss; accumulates into m->grads.
 void model_backward(Model* model);
+// model_backward in its parts. The gradients that travel from sub-layer to sub-layer (the
+// carried ones: none, the residual stream's in a->dx0; mhc, the streams' in a->dstreams;
+// AttnRes, x0's and each block's, a->dx0 and the blocks' dpartial) add up in buffers that
+// model_zero_carried zeroes first; the head's backward adds the output's share;
+// model_sublayers_backward runs l = end-1 .. begin and returns the buffer that then holds the
+// gradient of the range's input (none: h_begin's, in a->dx0; mhc: the streams entering
+// begin; AttnRes: NULL, the blocks' gradients are in their buffers); the embedding's backward
+// takes that (from sub-layer 0) into wte's gradient.
+void model_zero_carried(Model* model);
+void model_head_backward(Model* model);
+const float* model_sublayers_backward(Model* model, int begin, int end);
+void model_embedding_backward(Model* model, const float* dinput);
 // Global L2 norm of all gradients (CPU model).
 float model_grad_norm(const Model* model);
 // One AdamW step on every tensor; t counts from 1.

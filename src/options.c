@@ -169,10 +169,10 @@ int options_check(Options* o, char* err, size_t err_len) {
         }
     }
     const char* positive[] = {"--batch", "--steps", "--eval-every", "--log-every",
-                              "--eval-examples", "--microbatches"};
+                              "--eval-examples", "--microbatches", "--pipeline", "--virtual"};
     int values[] = {o->batch, o->steps, o->eval_every, o->log_every, o->eval_examples,
-                    o->microbatches};
-    for (int i = 0; i < 6; i++) {
+                    o->microbatches, o->pipeline, o->virtual_stages};
+    for (int i = 0; i < 8; i++) {
         // --init-from with --steps 0 trains nothing: it evaluates the file's weights (and
         // writes them to --checkpoint)
         int imported_as_is = i == 1 && values[i] == 0 && o->init_from != NULL;
@@ -184,6 +184,17 @@ int options_check(Options* o, char* err, size_t err_len) {
     if (o->stop_after > o->steps) {
         FAIL("--stop-after %d is more than --steps %d: the run would end at --steps anyway",
              o->stop_after, o->steps);
+    }
+    if (strcmp(o->pipeline_cache, "on") != 0 && strcmp(o->pipeline_cache, "off") != 0) {
+        FAIL("unknown --pipeline-cache '%s' (valid: on, off)", o->pipeline_cache);
+    }
+    o->pipeline_cached = strcmp(o->pipeline_cache, "on") == 0;
+    const char* pipeline_flags[] = {"--virtual", "--pipeline-cache", "--pipeline-trace"};
+    for (int i = 0; i < 3 && o->pipeline == 1; i++) {
+        if (option_given(o, pipeline_flags[i])) { FAIL("%s needs --pipeline P (P >= 2)", pipeline_flags[i]); }
+    }
+    if (o->pipeline > 1 && o->diagnostics != NULL) {
+        FAIL("--diagnostics runs without --pipeline: its measures read the whole model's activations");
     }
     if (strcmp(o->schedule, "cosine") == 0) {
         o->schedule_kind = SCHEDULE_COSINE;

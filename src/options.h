@@ -26,6 +26,10 @@ typedef struct {
     int length, symbols, eval_examples;
     int batch, seq_len, steps, warmup, threads, eval_every, log_every;
     int microbatches;        // --microbatches M: the step's batch in M parts, gradients summed
+    int pipeline, virtual_stages;  // --pipeline P --virtual V (src/pipeline.c); 1: no pipeline
+    const char* pipeline_cache;    // on | off (options_check sets pipeline_cached)
+    int pipeline_cached;
+    const char* pipeline_trace;    // --pipeline-trace FILE, NULL = off
     float lr, final_lr_frac, weight_decay, grad_clip, beta1, beta2, adam_eps;
     const char* schedule;    // cosine | wsd (options_check sets schedule_kind)
     int schedule_kind;       // SCHEDULE_COSINE or SCHEDULE_WSD
