@@ -624,6 +624,10 @@ static void check_processes(const Options* o, int argc, char** argv) {
             "every batch)", o->batch, replicas);
     }
     int rows = o->batch / replicas;
+    if (rows % o->microbatches != 0 && o->pipeline > 1) {
+        die("--microbatches %d does not divide %d rows (--batch %d over %d replica%s of %d stages)",
+            o->microbatches, rows, o->batch, replicas, replicas == 1 ? "" : "s", o->pipeline);
+    }
     if (rows % o->microbatches != 0) {
         die("--microbatches %d does not divide %d rows (--batch %d over %d process%s)",
             o->microbatches, rows, o->batch, replicas, replicas == 1 ? "" : "es");

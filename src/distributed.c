@@ -150,12 +150,12 @@ void dist_split(const Dist* world, int P, Dist* stages, Dist* replicas) {
 
 // The sends not yet known to have arrived, each with its copy of the floats
 static MPI_Request* sends;
-static float** send_copies;
+static void** send_copies;
 static size_t n_sends, max_sends;
 
-void dist_send(const Dist* d, int to, int tag, const float* x, size_t n) {
+void dist_send(const Dist* d, int to, int tag, const void* x, size_t n) {
     if (n > 2147483647u) {
-        fprintf(stderr, "error: a message of %zu floats is too long for MPI's int counts\n", n);
+        fprintf(stderr, "error: a message of %zu bytes is too long for MPI's int counts\n", n);
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (n_sends == max_sends) {
@@ -167,16 +167,16 @@ void dist_send(const Dist* d, int to, int tag, const float* x, size_t n) {
             MPI_Abort(MPI_COMM_WORLD, 1);
         }
     }
-    float* copy = mallocCheck((n + 1) * sizeof(float));
-    memcpy(copy, x, n * sizeof(float));
+    void* copy = mallocCheck(n + 1);
+    memcpy(copy, x, n);
     send_copies[n_sends] = copy;
-    mpi_check(MPI_Isend(copy, (int)n, MPI_FLOAT, to, tag, comm_of(d), &sends[n_sends]),
+    mpi_check(MPI_Isend(copy, (int)n, MPI_BYTE, to, tag, comm_of(d), &sends[n_sends]),
               "MPI_Isend");
     n_sends++;
 }
 
-void dist_recv(const Dist* d, int from, int tag, float* x, size_t n) {
-    mpi_check(MPI_Recv(x, (int)n, MPI_FLOAT, from, tag, comm_of(d), MPI_STATUS_IGNORE),
+void dist_recv(const Dist* d, int from, int tag, void* x, size_t n) {
+    mpi_check(MPI_Recv(x, (int)n, MPI_BYTE, from, tag, comm_of(d), MPI_STATUS_IGNORE),
               "MPI_Recv");
 }
 
@@ -251,13 +251,13 @@ void dist_split(const Dist* world, int P, Dist* stages, Dist* replicas) {
     *replicas = *world;
 }
 
-void dist_send(const Dist* d, int to, int tag, const float* x, size_t n) {
+void dist_send(const Dist* d, int to, int tag, const void* x, size_t n) {
     (void)d; (void)to; (void)tag; (void)x; (void)n;
     fprintf(stderr, "error: dist_send needs MPI (./train_mpi)\n");
     exit(1);
 }
 
-void dist_recv(const Dist* d, int from, int tag, float* x, size_t n) {
+void dist_recv(const Dist* d, int from, int tag, void* x, size_t n) {
     (void)d; (void)from; (void)tag; (void)x; (void)n;
     fprintf(stderr, "error: dist_recv needs MPI (./train_mpi)\n");
     exit(1);

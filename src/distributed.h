@@ -70,11 +70,11 @@ int dist_same(const Dist* d, unsigned long long value, int* first_other);
 // process's pipeline (its rank is its stage, of P), *replicas the processes that hold the
 // same stage (its rank is its replica, of D), ZeRO-1's group there. world % P == 0.
 void dist_split(const Dist* world, int P, Dist* stages, Dist* replicas);
-// n floats to rank `to` of d's group, with tag `tag`, without waiting: the floats are copied
+// n bytes to rank `to` of d's group, with tag `tag`, without waiting: the bytes are copied
 // first, so x may change at once; dist_wait_sends waits until every one sent has arrived.
-void dist_send(const Dist* d, int to, int tag, const float* x, size_t n);
-// n floats from rank `from` of d's group, with tag `tag`, into x: waits until they come.
-void dist_recv(const Dist* d, int from, int tag, float* x, size_t n);
+void dist_send(const Dist* d, int to, int tag, const void* x, size_t n);
+// n bytes from rank `from` of d's group, with tag `tag`, into x: waits until they come.
+void dist_recv(const Dist* d, int from, int tag, void* x, size_t n);
 void dist_wait_sends(void);
 // The largest x over d's group (dist_sum: the sum)
 double dist_group_max(const Dist* d, double x);

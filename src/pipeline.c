@@ -171,9 +171,10 @@ int pipeline_check(const ModelConfig* config, int P, int V, int M, int world, ch
     // whole layers, and whole blocks: no partial sum is ever cut in two
     int unit = S > 0 && S % 2 == 1 ? 2 * S : (S > 2 ? S : 2);
     if (n_sub % C != 0 || (n_sub / C) % unit != 0) {
+        char blocks[64] = "";
+        if (S > 0) { snprintf(blocks, sizeof(blocks), " and whole blocks (S = %d)", S); }
         snprintf(err, err_len, "--pipeline %d --virtual %d: %d chunks cannot each hold whole "
-                 "layers%s of the %d sub-layers (2L = %d)", P, V, C,
-                 S > 0 ? " and whole blocks" : "", n_sub, n_sub);
+                 "layers%s of the 2L = %d sub-layers", P, V, C, blocks, n_sub);
         return -1;
     }
     if (M < P) {
@@ -326,7 +327,8 @@ static void send_buffers(Pipeline* p, int to_chunk, int backward, int c, int m, 
                          int count, size_t width) {
     size_t n = p->rows * p->T * width;
     for (int i = 0; i < count; i++) { memcpy(p->message + (size_t)i * n, xs[i], n * sizeof(float)); }
-    dist_send(&p->stages, to_chunk % p->P, tag_of(p, backward, c, m), p->message, (size_t)count * n);
+    dist_send(&p->stages, to_chunk % p->P, tag_of(p, backward, c, m), p->message,
+              (size_t)count * n * sizeof(float));
     p->sent[backward] += (size_t)count * n;
 }
 
@@ -334,7 +336,8 @@ static void send_buffers(Pipeline* p, int to_chunk, int backward, int c, int m, 
 static void receive(Pipeline* p, int from_chunk, int backward, int c, int m, int count,
                     size_t width) {
     size_t n = (size_t)count * p->rows * p->T * width;
-    dist_recv(&p->stages, from_chunk % p->P, tag_of(p, backward, c, m), p->message, n);
+    dist_recv(&p->stages, from_chunk % p->P, tag_of(p, backward, c, m), p->message,
+              n * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------
@@ -511,11 +514,11 @@ static void gather_whole(Pipeline* p, int what, float* whole) {
             if (rank == p->world.rank && rank == 0) {
                 place_in_whole(&shape, held(p, v, what), lo, hi, whole);
             } else if (rank == p->world.rank) {
-                dist_send(&p->world, 0, v, held(p, v, what), hi - lo);
+                dist_send(&p->world, 0, v, held(p, v, what), (hi - lo) * sizeof(float));
             } else if (p->world.rank == 0) {
                 incoming = realloc(incoming, (hi - lo) * sizeof(float));
                 if (incoming == NULL) { fprintf(stderr, "error: out of memory\n"); exit(1); }
-                dist_recv(&p->world, rank, v, incoming, hi - lo);
+                dist_recv(&p->world, rank, v, incoming, (hi - lo) * sizeof(float));
                 place_in_whole(&shape, incoming, lo, hi, whole);
             }
         }
@@ -685,9 +688,10 @@ static size_t step_floats_into(const Pipeline* p, int c, int cache) {
 }
 
 void pipeline_report(Pipeline* p, size_t whole_bytes, int steps) {
-    // per stage: bytes sent forward and back a step (measured), the naive and cached counts
-    // of what it sends forward, its memory, its bubble
-    enum { FORWARD, BACKWARD, NAIVE, CACHED, MEMORY, BUBBLE, N_REPORT };
+    // per stage: the bytes it sent a step (measured: forward, back), what it sends forward
+    // a step without the cache and with it (pipeline_floats_into), its parameters (floats),
+    // its memory, its idle share
+    enum { FORWARD, BACKWARD, NAIVE, CACHED, PARAMS, MEMORY, IDLE, N_REPORT };
     double mine[N_REPORT] = {0};
     mine[FORWARD] = 4.0 * (double)p->sent[0] / (steps > 0 ? steps : 1);
     mine[BACKWARD] = 4.0 * (double)p->sent[1] / (steps > 0 ? steps : 1);
@@ -698,38 +702,43 @@ void pipeline_report(Pipeline* p, size_t whole_bytes, int steps) {
             mine[CACHED] += 4.0 * (double)step_floats_into(p, c + 1, 1);
         }
     }
+    mine[PARAMS] = (double)pipeline_param_floats(p);
     mine[MEMORY] = (double)pipeline_memory_bytes(p);
-    mine[BUBBLE] = p->step_seconds > 0.0 ? 1.0 - p->busy_seconds / p->step_seconds : 0.0;
-    float all[64 * N_REPORT];
-    if (p->replica == 0) {  // replica 0's stages report to rank 0 (stage 0 of replica 0)
-        float sent[N_REPORT];
-        for (int i = 0; i < N_REPORT; i++) { sent[i] = (float)mine[i]; }
-        if (p->stage != 0) { dist_send(&p->stages, 0, 0, sent, N_REPORT); }
-        for (int s = 0; p->stage == 0 && s < p->P && s < 64; s++) {
-            if (s == 0) { memcpy(all, sent, sizeof(sent)); }
-            else { dist_recv(&p->stages, s, 0, all + s * N_REPORT, N_REPORT); }
+    mine[IDLE] = p->step_seconds > 0.0 ? 1.0 - p->busy_seconds / p->step_seconds : 0.0;
+    double* all = callocCheck((size_t)p->P * N_REPORT, sizeof(double));
+    if (p->replica == 0) {  // replica 0's stages report to its stage 0, rank 0
+        if (p->stage != 0) { dist_send(&p->stages, 0, 0, mine, sizeof(mine)); }
+        for (int s = 0; p->stage == 0 && s < p->P; s++) {
+            if (s == 0) { memcpy(all, mine, sizeof(mine)); }
+            else { dist_recv(&p->stages, s, 0, all + s * N_REPORT, sizeof(mine)); }
         }
         dist_wait_sends();
     }
-    if (p->world.rank != 0) { return; }
-    double bubble = 0.0, formula, simulated = 0.0;
-    printf("pipeline: %d stages x %d chunks a stage (%d chunks of %d sub-layers), %d microbatches of "
-           "%zu rows, %d replica%s; cross-stage cache %s\n", p->P, p->V, p->cut.C, p->cut.U, p->M,
-           p->rows, p->D, p->D == 1 ? "" : "s", p->cut.cache ? "on" : "off");
-    for (int s = 0; s < p->P && s < 64; s++) {
-        const float* r = all + s * N_REPORT;
-        printf("  stage %d: sent %.3f MB forward, %.3f MB back a step (forward naive %.3f MB, "
-               "cached %.3f MB) | memory %.2f MiB | idle %.1f%%\n", s, r[FORWARD] / 1e6,
-               r[BACKWARD] / 1e6, r[NAIVE] / 1e6, r[CACHED] / 1e6, r[MEMORY] / 1048576.0,
-               100.0 * r[BUBBLE]);
-        bubble += r[BUBBLE] / p->P;
+    if (p->world.rank == 0) {
+        double idle = 0.0, simulated = 0.0, total[2] = {0.0, 0.0};
+        printf("pipeline: %d stages x %d chunks a stage (%d chunks of %d sub-layers), %d "
+               "microbatches of %zu rows, %d replica%s; cross-stage cache %s\n", p->P, p->V,
+               p->cut.C, p->cut.U, p->M, p->rows, p->D, p->D == 1 ? "" : "s",
+               p->cut.cache ? "on" : "off");
+        for (int s = 0; s < p->P; s++) {
+            const double* r = all + s * N_REPORT;
+            printf("  stage %d: sent %.0f bytes forward and %.0f back a step (forward naive %.0f, "
+                   "cached %.0f) | params %.0f floats | memory %.2f MiB | idle %.1f%%\n", s,
+                   r[FORWARD], r[BACKWARD], r[NAIVE], r[CACHED], r[PARAMS],
+                   r[MEMORY] / 1048576.0, 100.0 * r[IDLE]);
+            idle += r[IDLE] / p->P;
+            total[0] += r[NAIVE];
+            total[1] += r[CACHED];
+        }
+        pipeline_simulate(p->P, p->V, p->M, &simulated);
+        printf("  all stages: %.0f bytes forward a step naive, %.0f cached (%.2fx less); one "
+               "process holds %.2f MiB\n", total[0], total[1], total[1] > 0 ? total[0] / total[1] : 1.0,
+               (double)whole_bytes / 1048576.0);
+        printf("  bubble: measured %.1f%% (the stages' idle share), schedule %.1f%% "
+               "(pipeline_simulate), formula (P-1)/(V*M+P-1) = %.1f%%\n", 100.0 * idle,
+               100.0 * simulated, 100.0 * (p->P - 1) / (p->V * p->M + p->P - 1));
     }
-    formula = (double)(p->P - 1) / (p->V * p->M + p->P - 1);
-    pipeline_simulate(p->P, p->V, p->M, &simulated);
-    printf("  one process holds %.2f MiB (the whole model at this batch); bubble measured "
-           "%.1f%%, simulated %.1f%%, formula (P-1)/(V*M+P-1) = %.1f%%%s\n",
-           (double)whole_bytes / 1048576.0, 100.0 * bubble, 100.0 * simulated, 100.0 * formula,
-           p->V > 1 ? "" : " (1F1B: (P-1)/(M+P-1))");
+    free(all);
 }
 
 int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_len) {
@@ -746,8 +755,8 @@ int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_le
     int status = 0;
     if (p->replica == 0 && p->stage != 0) {
         float count = (float)n;
-        dist_send(&p->stages, 0, 1, &count, 1);
-        dist_send(&p->stages, 0, 2, mine, 7 * n);
+        dist_send(&p->stages, 0, 1, &count, sizeof(count));
+        dist_send(&p->stages, 0, 2, mine, 7 * n * sizeof(float));
         dist_wait_sends();
     } else if (p->world.rank == 0) {
         char tmp[4200];
@@ -763,10 +772,10 @@ int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_le
             size_t count = n;
             if (s != 0) {
                 float got;
-                dist_recv(&p->stages, s, 1, &got, 1);
+                dist_recv(&p->stages, s, 1, &got, sizeof(got));
                 count = (size_t)got;
                 rows = mallocCheck((7 * count + 1) * sizeof(float));
-                dist_recv(&p->stages, s, 2, rows, 7 * count);
+                dist_recv(&p->stages, s, 2, rows, 7 * count * sizeof(float));
             }
             for (size_t i = 0; f != NULL && i < count; i++) {
                 const float* r = rows + 7 * i;

@@ -120,3 +120,136 @@ mpi_refuses() {
           "$TEST_DIR/pipe" 2>&1 >/dev/null)
     echo "$out" | grep -qx "error: text '$TEST_DIR/pipe': is not a regular file (a device, pipe or socket)" || { echo "$out"; return 1; }
 }
+
+# ---- pipeline parallelism (src/pipeline.c) ----
+# 16 rows, 4 microbatches: each replica's M = 4 microbatches take 4 rows (D = 1) or 2 (D = 2)
+PIPE_FLAGS=(--task reverse --length 4 --symbols 6 --d 16 --H 2 --G 1 --F 24 --batch 16
+            --microbatches 4 --steps 20 --warmup 5 --log-every 5 --eval-every 10
+            --eval-examples 32 --threads 1)
+
+# mpi_pipeline_matches L MODE...: P in {2, 4} x V in {1, 2} x D in {1, 2} pipelines (P*D
+# processes) of an L-layer model train 20 steps, against the run they must equal: one process
+# with --microbatches 4 (D = 1), or D processes of data parallel with it (D = 2: their
+# gradients add over the replicas as the pipeline's do). --pipeline-cache off, and none and
+# mhc whatever the cache: the same checkpoint bit for bit. The cache on, in full and block,
+# once V > 1: a cached block's gradient adds up in two pieces, one on the stage that caches
+# it and one carried along the backward, then the two add, where one process adds every
+# term in turn; the bits of the sums differ, and 20 steps of AdamW carry that on. So those
+# are held to check_state's floor, 1e-5 of each kind's largest value (measured: at most
+# 2.7e-6, block S = 4; the parameters at most 2.4e-7); the differences are printed.
+mpi_pipeline_matches() {
+    local L=$1 dir=$TEST_DIR exact=0
+    shift
+    local flags=("${PIPE_FLAGS[@]}" --L "$L" "$@")
+    case "$*" in *none* | *mhc*) exact=1 ;; esac
+    ./train "${flags[@]}" --checkpoint "$dir/ref1" >/dev/null &&
+        mpi_run 2 build/train_mpi "${flags[@]}" --checkpoint "$dir/ref2" >/dev/null || return 1
+    local D P V cache
+    for D in 1 2; do for P in 2 4; do for V in 1 2; do for cache in off on; do
+        rm -f "$dir/pipe"
+        mpi_run $((P * D)) build/train_mpi "${flags[@]}" --pipeline $P --virtual $V \
+            --pipeline-cache $cache --checkpoint "$dir/pipe" >"$dir/out" 2>&1 || { cat "$dir/out"; return 1; }
+        if [ $cache = off ] || [ $exact = 1 ]; then
+            cmp -s "$dir/pipe" "$dir/ref$D" || { echo "P=$P V=$V D=$D cache $cache: other bits"; return 1; }
+        else
+            echo "P=$P V=$V D=$D, cache on:"
+            build/compare_checkpoints "$dir/ref$D" "$dir/pipe" 1e-5 || return 1
+        fi
+    done; done; done; done
+}
+
+# the bytes each stage printed it sent a step are what pipeline_floats_into counts: with the
+# cache, its "cached" column (and fewer than naive once V > 1); without, the naive one
+mpi_pipeline_bytes() {
+    local dir=$TEST_DIR cache
+    for cache in on off; do
+        mpi_run 2 build/train_mpi "${PIPE_FLAGS[@]}" --L 4 --mode block --block-size 2 --pipeline 2 \
+            --virtual 2 --pipeline-cache $cache >"$dir/out" || return 1
+        grep -E "^  stage [0-9]: sent" "$dir/out"
+        # stage s: sent F forward and B back a step (forward naive N, cached K)
+        awk -v cache=$cache '/^  stage [0-9]: sent/ {
+                gsub(/[(),]/, ""); sent = $4; expected = cache == "on" ? $16 : $14
+                n++; if (sent != expected || sent == 0) bad = 1
+                if (cache == "on" && $16 >= $14 && $2 == "0:") bad = 1 }
+             END { exit (bad || n != 2) }' "$dir/out" || { echo "cache $cache: not the counted bytes"; return 1; }
+    done
+}
+
+# a stage holds its chunks' parameters alone: the stages' params add up to the whole model's
+mpi_pipeline_memory() {
+    local dir=$TEST_DIR
+    mpi_run 4 build/train_mpi "${PIPE_FLAGS[@]}" --L 4 --mode full --pipeline 4 >"$dir/out" || return 1
+    local whole stages
+    whole=$(sed -nE 's/.*\| params ([0-9]+) \|.*/\1/p' "$dir/out" | head -1)
+    stages=$(sed -nE 's/^  stage [0-9]: .*\| params ([0-9]+) floats.*/\1/p' "$dir/out")
+    echo "whole model $whole; stages: $(echo $stages)"
+    [ "$(echo "$stages" | wc -l)" -eq 4 ] && [ "$(echo "$stages" | paste -sd+ | bc)" -eq "$whole" ] &&
+        [ "$(echo "$stages" | sort -n | tail -1)" -lt "$whole" ]
+}
+
+# interrupted at step 10 under a pipeline, resumed on one process (and the reverse): the
+# checkpoint at step 20 is the uninterrupted one process's, bit for bit
+mpi_pipeline_resume() {
+    local dir=$TEST_DIR
+    local flags=("${PIPE_FLAGS[@]}" --L 4 --mode block --block-size 2)
+    local pipe=(--pipeline 2 --virtual 2 --pipeline-cache off)
+    ./train "${flags[@]}" --checkpoint "$dir/whole" >/dev/null &&
+        mpi_run 2 build/train_mpi "${flags[@]}" "${pipe[@]}" --checkpoint "$dir/a" --stop-after 10 >/dev/null &&
+        ./train "${flags[@]}" --checkpoint "$dir/a" --resume >/dev/null &&
+        ./train "${flags[@]}" --checkpoint "$dir/b" --stop-after 10 >/dev/null &&
+        mpi_run 2 build/train_mpi "${flags[@]}" "${pipe[@]}" --checkpoint "$dir/b" --resume >/dev/null &&
+        cmp "$dir/a" "$dir/whole" && cmp "$dir/b" "$dir/whole"
+}
+
+# --pipeline-trace: a row per forward and backward of each stage, microbatch and step, each
+# ending after it starts, and the stage's rows never overlapping
+mpi_pipeline_trace() {
+    local dir=$TEST_DIR
+    mpi_run 2 build/train_mpi "${PIPE_FLAGS[@]}" --L 4 --mode block --block-size 2 --pipeline 2 \
+        --virtual 2 --steps 3 --warmup 1 --pipeline-trace "$dir/trace.csv" >/dev/null || return 1
+    head -3 "$dir/trace.csv"
+    # 3 steps x 2 stages x 2 chunks x 4 microbatches x (F, B) = 96 rows
+    [ "$(head -1 "$dir/trace.csv")" = "step,stage,chunk,microbatch,kind,start_ms,end_ms" ] &&
+        [ "$(tail -n +2 "$dir/trace.csv" | wc -l)" -eq 96 ] &&
+        sort -t, -k2,2n -k6,6n <(tail -n +2 "$dir/trace.csv") |
+        awk -F, '{ if ($7 < $6) bad = 1; if ($2 == stage && $6 < last) bad = 1; stage = $2; last = $7 }
+                 END { exit bad }'
+}
+
+# one line and status 1 each: P*D not the world, chunks that are not whole blocks, M < P, M
+# not dividing B/D, M not a multiple of P when interleaved
+mpi_pipeline_refuses() {
+    local out
+    expect() {  # expect "LINE" NP FLAGS...: the run's one line of stderr
+        local line=$1 np=$2
+        shift 2
+        out=$(mpi_run "$np" build/train_mpi "${PIPE_FLAGS[@]}" --L 4 "$@" 2>&1 >/dev/null | grep -v '^$' | head -1)
+        [ "$out" = "$line" ] || { echo "got: $out"; echo "not: $line"; return 1; }
+    }
+    expect "error: --pipeline 2 does not divide the 3 processes (the world is P stages x D replicas)" 3 --pipeline 2 &&
+        expect "error: --pipeline 2 --virtual 2: 4 chunks cannot each hold whole layers and whole blocks (S = 4) of the 2L = 8 sub-layers" 2 --pipeline 2 --virtual 2 --mode block --block-size 4 &&
+        expect "error: --microbatches 2 is fewer than the 4 stages: 1F1B needs M >= P" 4 --pipeline 4 --microbatches 2 --mode none &&
+        expect "error: --microbatches 3 does not divide 8 rows (--batch 16 over 2 replicas of 2 stages)" 4 --pipeline 2 --microbatches 3 &&
+        expect "error: --virtual 2: the interleaved schedule takes the microbatches P at a time, so --microbatches 6 must be a multiple of --pipeline 4" 4 --pipeline 4 --virtual 2 --L 8 --mode none --batch 12 --microbatches 6
+}
+
+# a rank killed mid-run ends the whole pipeline within seconds; the last checkpoint loads
+mpi_pipeline_rank_killed() {
+    local dir=$TEST_DIR
+    mpi_run 2 build/train_mpi "${PIPE_FLAGS[@]}" --L 4 --pipeline 2 --steps 1000000 --log-every 1000 \
+        --eval-every 20 --checkpoint "$dir/ck" >"$dir/out" 2>&1 &
+    local job=$!
+    local i=0
+    while [ ! -f "$dir/ck" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+    local victim
+    victim=$(pgrep -f "^build/train_mpi.*$dir/ck" | tail -1)
+    [ -n "$victim" ] || { echo "no rank to kill"; kill $job; return 1; }
+    kill -9 "$victim"
+    local start=$SECONDS
+    while kill -0 $job 2>/dev/null && [ $((SECONDS - start)) -lt 20 ]; do sleep 0.2; done
+    if kill -0 $job 2>/dev/null; then echo "the job still runs 20 s later"; kill -9 $job; return 1; fi
+    wait $job
+    local status=$?
+    echo "job ended in $((SECONDS - start)) s with status $status"
+    [ "$status" -ne 0 ] && ./train --sample --checkpoint "$dir/ck" >/dev/null
+}

@@ -410,11 +410,14 @@ train_cuda_emu_init_from_matches_train() {
         train_cuda_emu_matches_train --init-from "$dir/cpu.safetensors"
 }
 # --microbatches is the CPU builds' (src/trainer.c): the GPU's step refuses it in one line
-train_cuda_emu_refuses_microbatches() {
+train_cuda_emu_refuses_cpu_flags() {
     local out
     # shellcheck disable=SC2086
     out=$(build/emu/train_cuda $EMU_TRAIN_FLAGS --microbatches 2 2>&1 >/dev/null)
     [ "$out" = "error: --microbatches runs in the CPU builds (./train, ./train_mpi): the GPU's step takes its batch whole" ] || { echo "$out"; return 1; }
+    # shellcheck disable=SC2086
+    out=$(build/emu/train_cuda $EMU_TRAIN_FLAGS --pipeline 2 2>&1 >/dev/null)
+    [ "$out" = "error: --pipeline runs in the CPU build with MPI (./train_mpi): the GPU builds refuse it" ] || { echo "$out"; return 1; }
 }
 if built build/emu/train_cuda; then
     section "./train_cuda's training step with the emulated kernels, against ./train"
@@ -430,8 +433,8 @@ if built build/emu/train_cuda; then
         train_cuda_emu_matches_train --mode block --block-size 2 --optimizer muon
     single "train_cuda (emulated) matches train from --init-from weights (mhc 2 streams), and exports them back" \
         train_cuda_emu_init_from_matches_train
-    single "train_cuda (emulated) refuses --microbatches 2 in one line: the CPU builds' flag" \
-        train_cuda_emu_refuses_microbatches
+    single "train_cuda (emulated) refuses --microbatches 2 and --pipeline 2 in one line: the CPU builds' flags" \
+        train_cuda_emu_refuses_cpu_flags
     single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, mhc + muon" \
         train_cuda_emu_graph_is_no_graph --mode mhc --streams 2 --optimizer muon
     single "train_cuda (emulated): CUDA graphs print exactly what --no-graph prints, full variants" \
@@ -478,6 +481,20 @@ if built build/train_mpi; then
     single "a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_rank_killed
     single "one-line refusals: batch not dividing, different flags, --sample, --export" mpi_refuses
     single "--microbatches 2 and 3 on 2 processes = 1 process's whole batch (50 steps, 1e-5)" mpi_microbatches
+    section "pipeline parallelism (--pipeline P --virtual V) against one process's --microbatches"
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: none" mpi_pipeline_matches 8 --mode none
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: full" mpi_pipeline_matches 8 --mode full
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: block S=2" mpi_pipeline_matches 8 --mode block --block-size 2
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: block S=4" mpi_pipeline_matches 16 --mode block --block-size 4
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: mhc" mpi_pipeline_matches 8 --mode mhc
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2: full, variants and Muon" mpi_pipeline_matches 8 --mode full --depth-query input --depth-heads 2 --depth-score sigmoid --optimizer muon
+    single "pipeline = one process, P 2 4 x V 1 2 x D 1 2: block S=2, dense mixing, window" mpi_pipeline_matches 8 --mode block --block-size 2 --mixing dense
+    single "pipeline: each stage sent the bytes counted, naive and cached" mpi_pipeline_bytes
+    single "pipeline: the stages' parameters add up to the whole model's" mpi_pipeline_memory
+    single "pipeline checkpoint resumes on one process, and the reverse, bit for bit" mpi_pipeline_resume
+    single "pipeline: --pipeline-trace writes every forward and backward" mpi_pipeline_trace
+    single "pipeline: one-line refusals (P*D, whole blocks, M < P, M dividing, interleaved M)" mpi_pipeline_refuses
+    single "pipeline: a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_pipeline_rank_killed
 fi
 
 # ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one
