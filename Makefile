@@ -189,7 +189,9 @@ torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens,
 
 ##@ Experiments (charts need gnuplot, installed when missing)
 # `make plots RUN="dir1 [dir2 ...]" [OUT=dir]`: PNG charts of runs trained with
-# `./train --diagnostics DIR` (dev/experiments/plots.sh). `make compare`: none, full and
+# `./train --diagnostics DIR` (dev/experiments/plots.sh); `make plots TRACE=trace.csv
+# [OUT=dir] [STEP=n]`: the schedule of `./train_mpi --pipeline P --pipeline-trace trace.csv`,
+# one row per stage (dev/experiments/pipeline_timeline.sh). `make compare`: none, full and
 # block AttnRes on one task with one budget over 3 seeds, a table and the charts
 # (dev/experiments/compare.sh). `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation
 # table (Table 4) at toy scale, on English text (Debian's fortunes, installed when missing,
@@ -199,10 +201,11 @@ torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens,
 # mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2 cores
 # ≤ 45 min, QUICK=1 ≤ 12 min).
 .PHONY: plots compare ablate scaling
-plots:  ## PNG charts of --diagnostics runs: RUN="dir1 [dir2 ...]" [OUT=dir]
+plots:  ## PNG charts of --diagnostics runs: RUN="dir1 [dir2 ...]" [OUT=dir]; a pipeline's timeline: TRACE=file.csv
 	@dev/infra/ensure_deps.sh gnuplot
-	@test -n "$(RUN)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir]' >&2; exit 1; }
-	dev/experiments/plots.sh $(if $(OUT),-o $(OUT)) $(RUN)
+	@test -n "$(RUN)$(TRACE)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir], or make plots TRACE=trace.csv [OUT=dir] [STEP=n]' >&2; exit 1; }
+	$(if $(RUN),dev/experiments/plots.sh $(if $(OUT),-o $(OUT)) $(RUN))
+	$(if $(TRACE),dev/experiments/pipeline_timeline.sh $(TRACE) $(or $(OUT),$(patsubst %/,%,$(dir $(TRACE))))/timeline.png $(STEP))
 
 compare: all  ## none, full and block AttnRes, one task, 3 seeds: a table, charts [OUT=dir]
 	@dev/infra/ensure_deps.sh gnuplot
@@ -239,6 +242,14 @@ train-mpi:  ## ./train_mpi for mpirun -np P (./train_cuda_mpi too where nvcc is)
 	@$(MAKE) --no-print-directory build/train_mpi $(if $(wildcard $(NVCC)),build/train_cuda_mpi)
 	@cp build/train_mpi train_mpi
 	$(if $(wildcard $(NVCC)),@cp build/train_cuda_mpi train_cuda_mpi)
+
+# `make bench-pipeline`: 1 process against a 2-stage pipeline, V = 1 and 2, the cache on and
+# off: ms/step, the bytes the stages send, the bubble (dev/bench/bench_pipeline.sh)
+.PHONY: bench-pipeline
+bench-pipeline:  ## a 2-stage pipeline (V = 1, 2; cache on, off) against 1 process: ms/step, bytes, bubble
+	@dev/infra/ensure_deps.sh mpi
+	@$(MAKE) --no-print-directory build/train_mpi all
+	@dev/bench/bench_pipeline.sh
 
 # `make bench-mpi`: 2 processes x 1 thread against 1 process x 2 threads
 # (dev/bench/bench_mpi.sh)
