@@ -253,3 +253,11 @@ mpi_pipeline_rank_killed() {
     echo "job ended in $((SECONDS - start)) s with status $status"
     [ "$status" -ne 0 ] && ./train --sample --checkpoint "$dir/ck" >/dev/null
 }
+
+# what `make mutants` judges src/pipeline.c by (dev/check/mutants.py's SHELL_TESTS): the
+# bytes, a resume, then the pipelines of every carried kind (blocks, the stream, m streams)
+mpi_pipeline_judge() {
+    mpi_pipeline_bytes >/dev/null && mpi_pipeline_trace >/dev/null && mpi_pipeline_resume &&
+        mpi_pipeline_matches 8 --mode block --block-size 2 &&
+        mpi_pipeline_matches 8 --mode none && mpi_pipeline_matches 8 --mode mhc
+}

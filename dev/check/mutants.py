@@ -72,7 +72,25 @@ TESTS = {
     "swiglu.c": ["swiglu*", ACCUMULATES],
     # trainer_backward only calls model_backward: without it the loss stays where it starts
     "trainer.c": ["training lowers the loss*"],
+    # the schedule, the bytes and the shares; then the pipelines themselves (SHELL_TESTS)
+    "pipeline.c": ["pipeline_*", "the bytes that travel*", "a chunk holds its share*"],
 }
+# Beyond the backward functions (TARGET_FUNCTION), the functions of a file that are mutated:
+# the pipeline's sends, receives and cache bookkeeping, and what zeroes the model's carried
+# gradients
+EXTRA_TARGETS = {
+    "pipeline.c": {"first_travelling", "last_received", "pipeline_floats_into", "bind",
+                   "travelling", "send_buffers", "receive", "chunk_forward", "place_in_whole",
+                   "gather_whole", "pipeline_loss_and_norm", "pipeline_step"},
+    "model.c": {"model_zero_carried"},
+}
+# Test commands (run in the scratch copy) beyond the doctest filters, and the binaries they
+# need built: the pipeline under mpirun against one process (tests/mpi_tests.sh)
+SHELL_TESTS = {
+    "pipeline.c": [["bash", "-c", "source tests/mpi_tests.sh && export TEST_DIR=$(mktemp -d) && "
+                                  "mpi_pipeline_judge; status=$?; rm -rf \"$TEST_DIR\"; exit $status"]],
+}
+SHELL_BUILDS = {"pipeline.c": ["build/train_mpi", "build/compare_checkpoints"]}
 CHECK_STATE_FILES = {"model.c"}
 # The CUDA files (--cuda: cuda/*.cu, and the .cuh headers that define functions): their
 # agreement tests in ./test_cuda_emu (run in forward and in reverse thread order: a missing
@@ -191,16 +209,17 @@ def matching_close(code, i):
 FUNCTION_HEADER = re.compile(r"(\w+)\s*\([^{};()]*(?:\([^{};()]*\)[^{};()]*)*\)\s*$")
 
 
-def target_functions(code, every=False):
-    """(name, body_start, body_end) of every top-level definition of a backward function, or
-    with `every` of every function (a CUDA file's kernels, helpers and launchers)."""
+def target_functions(code, every=False, extra=frozenset()):
+    """(name, body_start, body_end) of every top-level definition of a backward function (and
+    of those named in extra), or with `every` of every function (a CUDA file's kernels,
+    helpers and launchers)."""
     found, header_start, i = [], 0, 0
     while i < len(code):
         if code[i] == "{":
             close = matching_close(code, i)
             header = FUNCTION_HEADER.search(code[header_start:i])
-            if header and (TARGET_FUNCTION.fullmatch(header.group(1)) if not every
-                           else header.group(1) not in CUDA_SKIPPED_FUNCTIONS):
+            if header and ((TARGET_FUNCTION.fullmatch(header.group(1)) or header.group(1) in extra)
+                           if not every else header.group(1) not in CUDA_SKIPPED_FUNCTIONS):
                 found.append((header.group(1), i + 1, close))
             i = header_start = close + 1
         else:
@@ -402,7 +421,8 @@ def file_mutants(path):
     source = (ROOT / path).read_text()
     code = blank_non_code(source)
     found = []
-    for function, start, end in target_functions(code, every=is_cuda(path)):
+    extra = EXTRA_TARGETS.get(Path(path).name, frozenset())
+    for function, start, end in target_functions(code, every=is_cuda(path), extra=extra):
         for s, e in statements(code, start, end):
             found += statement_mutants(path, source, code, function, s, e)
     return found
@@ -423,7 +443,7 @@ def commands_for(path, scratch):
         commands += [["./check_state", str(p.relative_to(scratch))]
                      for p in sorted((scratch / "tests" / "data").glob("*.bin"))]
     commands.append(["./test_attnres", "--abort-after=1", "--test-case=" + ",".join(TESTS[name])])
-    return commands
+    return commands + SHELL_TESTS.get(name, [])
 
 
 def fail(message):
@@ -474,10 +494,13 @@ def emulator_flags_without_werror(scratch, shape):
     return "EMU_FLAGS=" + " ".join(flags)
 
 
-def build(scratch, cuda, shape=None):
-    """Build the test binaries (of the CUDA files, or of src/); (ok, compiler output)."""
+def build(scratch, cuda, shape=None, files=()):
+    """Build the test binaries (of the CUDA files, or of src/, with what SHELL_TESTS of files
+    need); (ok, compiler output)."""
     targets = ([emulator_flags_without_werror(scratch, shape), "test_cuda_emu"] if cuda
                else ["test_attnres", "all"])  # all: ./train (the CLI tests) and ./check_state
+    for path in files:
+        targets += SHELL_BUILDS.get(Path(path).name, [])
     status, output = run(["make", f"-j{os.cpu_count() or 2}", "--no-print-directory", *targets],
                          scratch)
     return status == 0, output
@@ -489,7 +512,8 @@ def first_failure(scratch, commands):
     for command in commands:
         is_state = command[0] == "./check_state"
         check = (f"check_state {Path(command[1]).name}" if is_state else
-                 f"test_cuda_emu ({command[1]})" if command[0] == "env" else "test_attnres")
+                 f"test_cuda_emu ({command[1]})" if command[0] == "env" else
+                 "the MPI tests (SHELL_TESTS)" if command[0] == "bash" else "test_attnres")
         try:
             status, output = run(command, scratch, TEST_TIMEOUT_S)
         except subprocess.TimeoutExpired:
@@ -530,7 +554,7 @@ def run_study(files, mutants, shape=None):
         started = time.monotonic()
         cuda = any(is_cuda(path) for path in files)
         print(f"building the unmutated copy in {scratch} ...", flush=True)
-        ok, output = build(scratch, cuda, shape)
+        ok, output = build(scratch, cuda, shape, files)
         if not ok:
             fail(f"the unmutated tree does not build:\n{output}")
         check_baseline(scratch, files)
@@ -545,7 +569,7 @@ def run_study(files, mutants, shape=None):
                 number += 1
                 print(f"[{number:{width}}/{len(mutants)}] {m.name()} ... ", end="", flush=True)
                 (scratch / path).write_text(m.source)
-                ok, output = build(scratch, cuda, shape)
+                ok, output = build(scratch, cuda, shape, files)
                 if not ok:  # a mutant the parser got wrong: show the compiler's complaint
                     results[path][2].append(m)
                     error = next((l for l in output.splitlines() if "error:" in l), "")
@@ -612,7 +636,8 @@ def main():
     else:
         folder, tests, table = "src", TESTS, "TESTS"
         files = [f"src/{p.name}" for p in sorted((ROOT / "src").glob("*.c"))
-                 if target_functions(blank_non_code(p.read_text()))]
+                 if target_functions(blank_non_code(p.read_text()),
+                                     extra=EXTRA_TARGETS.get(p.name, frozenset()))]
     unmapped = [p for p in files if Path(p).name not in tests]
     if unmapped:
         fail(f"no tests for {', '.join(unmapped)}: add them to {table} in dev/check/mutants.py")
