@@ -732,8 +732,9 @@ void pipeline_report(Pipeline* p, size_t whole_bytes, int steps) {
         }
         pipeline_simulate(p->P, p->V, p->M, &simulated);
         printf("  all stages: %.0f bytes forward a step naive, %.0f cached (%.2fx less); one "
-               "process holds %.2f MiB\n", total[0], total[1], total[1] > 0 ? total[0] / total[1] : 1.0,
-               (double)whole_bytes / 1048576.0);
+               "process (./train) allocates %.2f MiB for this run, rank 0 that too besides its "
+               "stage (the whole model, for evaluation)\n", total[0], total[1],
+               total[1] > 0 ? total[0] / total[1] : 1.0, (double)whole_bytes / 1048576.0);
         printf("  bubble: measured %.1f%% (the stages' idle share), schedule %.1f%% "
                "(pipeline_simulate), formula (P-1)/(V*M+P-1) = %.1f%%\n", 100.0 * idle,
                100.0 * simulated, 100.0 * (p->P - 1) / (p->V * p->M + p->P - 1));
