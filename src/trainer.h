@@ -6,7 +6,9 @@
 //   trainer_forward -> trainer_zero_grad -> trainer_backward -> trainer_loss_and_norm ->
 //   trainer_clip -> trainer_update
 // With --microbatches M (the CPU builds), the forward and the backward run M times, each on
-// B/M of the rows, the gradients adding up (zeroed after the first forward only).
+// B/M of the rows, the gradients adding up (zeroed after the first forward only). With
+// --pipeline P (./train_mpi), trainer_pipeline_step takes the place of the first three:
+// every microbatch's forward and backward through the stages (src/pipeline.c).
 // Two files implement this header, function for function: src/trainer.c on the CPU and
 // cuda/trainer.cu on the GPU; a program links one of them (Makefile). One process or several
 // is chosen when linking too, by the distributed layer (distributed.h): one process is a
