@@ -225,8 +225,8 @@ struct Pipeline {
     const int *x, *y;    // this step's rows
     size_t n_targets;
     double loss_sum;     // the last stage: the rows' losses this step
-    // the accounting: floats sent a step (forward, backward), and what the naive way sends
-    size_t sent[2], naive[2];
+    // the accounting: floats sent (forward, backward), the time computing and in steps
+    size_t sent[2];
     double busy_seconds, step_seconds;
     int steps;
     PipelineEvent* events;
