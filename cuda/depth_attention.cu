@@ -38,8 +38,9 @@
 #include "layers.cuh"
 
 // ---- the naive version ----
-// src/depth_attention.c's naive functions on the GPU: one thread per row, walking the row's
-// sources and columns in the C loops' order. The weights' gradients are sums over every row,
+// src/depth_attention.c's naive functions on the GPU: one thread per row, with the C loops'
+// arithmetic (each kernel's comment says where its loop order differs). The weights'
+// gradients are sums over every row,
 // so a second kernel gives one thread to each column, which adds the rows in order (no
 // atomics: the result repeats bit for bit). The model runs the next section's kernels
 // instead, and the reason is visible here: the 32 threads of a warp read 32 rows C floats
@@ -49,7 +50,8 @@
 #define NAIVE_BLOCK 128  // threads (rows, or columns) of a block
 
 // Mirrors src/depth_attention.c:depth_attention_forward_naive, row by row; it sums a score in
-// plain order where the C code uses its 16-lane dot (util.h), so the two agree to float
+// plain order where the C code uses its 16-lane dot (util.h), and h column by column (each
+// output written once) where the C loop adds source by source, so the two agree to float
 // rounding, not bit for bit (the test's tolerance).
 // Threads: thread n of the grid takes row n, every source and column of it.
 // Row n: s_i = (w * g) . V_i * r_i, r_i = (mean(V_i^2) + eps)^(-1/2), alpha = softmax(s),
@@ -97,7 +99,8 @@ void depth_attention_forward_naive_cuda(float* h, float* alpha, float* key_rstd,
 }
 
 // Mirrors src/depth_attention.c:depth_attention_backward_naive, except dquery and dnorm_weight
-// (the next kernel).
+// (the next kernel); where the C code keeps every dalpha_i of the row, a thread has no such
+// array: it sums sum_j alpha_j dalpha_j in a first pass and computes dalpha_i again.
 // Threads: thread n of the grid takes row n, every source and column of it.
 // Forward was: h = sum_i alpha_i V_i, alpha = softmax(s), s_i = (w * g) . V_i * r_i. With
 // dalpha_i = dh . V_i and ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j):

@@ -229,6 +229,7 @@ void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* h, DepthSave
     rmsnorm_forward(xn, rstd, h, weight, N, C);
 }
 
+// forward was: h = depth_attention(sources); xn = rmsnorm(h) * weight.
 // dh_scratch (N,C) is not an incoming gradient: it is overwritten with h's gradient (the
 // norm's input gradient), which the depth attention's backward then reads
 void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads, float* dweight,

@@ -489,6 +489,8 @@ if built build/train_mpi; then
     single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: mhc" mpi_pipeline_matches 8 --mode mhc
     single "pipeline = one process, P 2 4 x V 1 2 x D 1 2: full, variants and Muon" mpi_pipeline_matches 8 --mode full --depth-query input --depth-heads 2 --depth-score sigmoid --optimizer muon
     single "pipeline = one process, P 2 4 x V 1 2 x D 1 2: block S=2, dense mixing, window" mpi_pipeline_matches 8 --mode block --block-size 2 --mixing dense
+    PIPE_CASES="1:2:3 2:2:3" single "pipeline = one process, P 2 x V 3 (a block cached two chunks deep) x D 1 2: block S=2" \
+        mpi_pipeline_matches 6 --mode block --block-size 2
     single "pipeline: each stage sent the bytes counted, naive and cached" mpi_pipeline_bytes
     single "pipeline: the stages' parameters add up to the whole model's" mpi_pipeline_memory
     single "pipeline checkpoint resumes on one process, and the reverse, bit for bit" mpi_pipeline_resume
