@@ -2,13 +2,15 @@
 //   1. the schedule: which forward or backward a stage runs next (1F1B, interleaved), and a
 //      simulation of it on every stage at once (the bubble);
 //   2. what travels between two chunks, and the cross-stage cache;
-//   3. a stage: its chunks (each a Model of its sub-layers alone, model_build_chunk) and
-//      their activation slots, one per microbatch in flight;
+//   3. a microbatch's buffers: each chunk's activation slots, one per microbatch in flight,
+//      and where a slot finds the blocks it reads (bind: the cache);
 //   4. one chunk's forward and backward on one microbatch, and the step that runs them in the
 //      schedule's order;
 //   5. the optimiser: the loss and the gradient norm as one process has them, then each
 //      chunk's own Trainer (ZeRO-1 over the stage's replicas);
-//   6. rank 0's whole model (evaluation, checkpoints), the bytes, the memory, the trace.
+//   6. building a stage (its chunks: each a Model of its sub-layers alone,
+//      model_build_chunk), rank 0's whole model (evaluation, checkpoints), the bytes, the
+//      memory, the trace.
 // The model code (model.c) runs a range of sub-layers and knows nothing of processes; this
 // file knows nothing of the layers: it moves buffers and calls model_* in order.
 //
@@ -35,7 +37,7 @@
 static void nth_op(int P, int V, int k, char kind, PipelineOp* op) {
     int group = (k / P) % V;
     op->kind = kind;
-    op->chunk = kind == 'F' ? group : V - 1 - group;
+    op->v = kind == 'F' ? group : V - 1 - group;
     op->micro = (k / (P * V)) * P + k % P;
 }
 
@@ -58,15 +60,15 @@ int pipeline_schedule(int P, int V, int M, int stage, PipelineOp* ops, int* slot
     for (int v = 0; slots != NULL && v < V; v++) { slots[v] = 0; }
     for (int i = 0; i < n; i++) {
         PipelineOp* op = &ops[i];
-        int* chunk_used = used + (size_t)op->chunk * M;
+        int* chunk_used = used + (size_t)op->v * M;
         if (op->kind == 'F') {
             int s = 0;
             while (chunk_used[s]) { s++; }
             chunk_used[s] = 1;
-            slot_of[op->chunk * M + op->micro] = s;
-            if (slots != NULL && s + 1 > slots[op->chunk]) { slots[op->chunk] = s + 1; }
+            slot_of[op->v * M + op->micro] = s;
+            if (slots != NULL && s + 1 > slots[op->v]) { slots[op->v] = s + 1; }
         }
-        op->slot = slot_of[op->chunk * M + op->micro];
+        op->slot = slot_of[op->v * M + op->micro];
         if (op->kind == 'B') { chunk_used[op->slot] = 0; }
     }
     free(used);
@@ -89,7 +91,7 @@ double pipeline_simulate(int P, int V, int M, double* bubble) {
         for (int s = 0; s < P; s++) {
             if (next[s] == n) { continue; }
             const PipelineOp* op = &ops[(size_t)s * n + next[s]];
-            int c = op->chunk * P + s, m = op->micro, backward = op->kind == 'B';
+            int c = op->v * P + s, m = op->micro, backward = op->kind == 'B';
             // what it waits for: the forward of chunk c-1, or the backward of chunk c+1
             double ready = 0.0;
             if (!backward && c > 0) { ready = done[(size_t)(c - 1) * M + m]; }
@@ -121,8 +123,20 @@ double pipeline_simulate(int P, int V, int M, double* bubble) {
 // its previous chunk (c - P: its sources and outputs, b_0 .. b_{(c-P+1)*N_p}) for as long as
 // the microbatch is in flight, so only the blocks made since, by the P-1 chunks on the other
 // stages, travel: (P-1)*N_p of them. The gradients travel back the same way; a cached
-// block's gradient adds up where it is cached (the later chunk's depth attentions add into
-// the earlier chunk's buffer) and meets the rest when that earlier chunk runs its backward.
+// block's gradient adds up where it is cached (a later chunk's depth attentions add into the
+// buffer of the stage's first chunk that held the block) and meets the rest when that chunk
+// runs its backward. The cache saves bytes, not memory: a slot has its own buffers for
+// every block it reads, and leaves the cached ones unused.
+// P = 2, V = 2, S = 2, L = 4 (8 sub-layers, C = 4 chunks of U = 2, N_p = 1), with the cache:
+//   chunk  stage  sub-layers  makes  reads       receives  its depth attentions add db_j into
+//   0      0      0, 1        b_1    b_0         -         its own buffers
+//   1      1      2, 3        b_2    b_0, b_1    b_0, b_1  its own buffers
+//   2      0      4, 5        b_3    b_0 .. b_2  b_2       chunk 0's for b_0, b_1; its own for b_2
+//   3      1      6, 7, head  b_4    b_0 .. b_3  b_3       chunk 1's for b_0 .. b_2; its own for b_3
+// Backward: chunk 3 sends db_3 back; chunk 2 adds it to its db_3, runs, and sends db_2;
+// chunk 1 adds that to its db_2, which holds chunk 3's piece already, runs, and sends db_0,
+// db_1; chunk 0 adds them to its own, which hold chunk 2's pieces. Without the cache every
+// chunk receives b_0 .. b_{c*N_p} and sends all their gradients back.
 
 typedef struct {
     int C, U, S, N_p;  // chunks, sub-layers a chunk, block size (0: none or mhc), blocks a chunk
@@ -271,11 +285,12 @@ static void build_slots(Pipeline* p) {
 }
 
 // Points chunk v's model at the slot of op, and, AttnRes, the blocks it reads before its
-// own at their buffers: the slot's own, or (cached) those of the stage's previous chunk for
-// the same microbatch, which is still in flight (its backward comes after this one's)
+// own at their buffers: the slot's own, or (cached) the buffers the stage's previous chunk
+// reads them from for the same microbatch (its own, or, V >= 3, those of a chunk before it),
+// which is still in flight: its backward comes after this one's
 static Slot* bind(Pipeline* p, const PipelineOp* op) {
     const Cut* k = &p->cut;
-    int v = op->chunk, c = chunk_index(p, v);
+    int v = op->v, c = chunk_index(p, v);
     Slot* slot = slot_at(p, v, op->slot);
     if (k->S > 0) {
         Activations* previous = NULL;
@@ -353,12 +368,12 @@ static void record(Pipeline* p, const PipelineOp* op, double start) {
     }
     p->events[p->n_events++] = (PipelineEvent){start - p->run_start, end - p->run_start,
                                                p->steps + 1, p->stage,
-                                               chunk_index(p, op->chunk), op->micro, op->kind};
+                                               chunk_index(p, op->v), op->micro, op->kind};
 }
 
 static void chunk_forward(Pipeline* p, const PipelineOp* op) {
     const Cut* k = &p->cut;
-    int v = op->chunk, c = chunk_index(p, v), m = op->micro;
+    int v = op->v, c = chunk_index(p, v), m = op->micro;
     Model* model = &p->chunks[v];
     Slot* slot = bind(p, op);
     size_t N = p->rows * p->T, at = (size_t)m * N;
@@ -392,7 +407,7 @@ static void chunk_forward(Pipeline* p, const PipelineOp* op) {
 
 static void chunk_backward(Pipeline* p, const PipelineOp* op) {
     const Cut* k = &p->cut;
-    int v = op->chunk, c = chunk_index(p, v), m = op->micro;
+    int v = op->v, c = chunk_index(p, v), m = op->micro;
     Model* model = &p->chunks[v];
     bind(p, op);
     size_t N = p->rows * p->T, at = (size_t)m * N;
@@ -401,7 +416,8 @@ static void chunk_backward(Pipeline* p, const PipelineOp* op) {
     size_t width;
     if (c == k->C - 1) {
         model_head_backward(model);
-    } else {  // the gradients of what this chunk sent on, added where they are kept
+    } else {  // the gradients of what this chunk sent on, added where they are kept: here a
+              // cached block's pieces and the travelling sum meet
         int count = travelling(p, c + 1, &model->acts, x, dx, &width);
         receive(p, c + 1, 1, c, m, count, width);
         for (int i = 0; i < count; i++) {
@@ -597,7 +613,7 @@ Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, i
     p->n_ops = pipeline_schedule(P, V, M, p->stage, p->ops, p->n_slots);
     p->slot_index = callocCheck((size_t)V * M, sizeof(int));
     for (int i = 0; i < p->n_ops; i++) {
-        p->slot_index[(size_t)p->ops[i].chunk * M + p->ops[i].micro] = p->ops[i].slot;
+        p->slot_index[(size_t)p->ops[i].v * M + p->ops[i].micro] = p->ops[i].slot;
     }
     // the chunks: their share of the whole model's parameters and moments, and a Trainer each
     p->chunks = callocCheck((size_t)V, sizeof(Model));

@@ -17,10 +17,10 @@ extern "C" {
 #endif
 
 // One entry of a stage's schedule: the forward ('F') or backward ('B') of its chunk v
-// (the model's chunk v*P + stage) on microbatch `micro`, in activation slot `slot`
+// (the model's chunk c = v*P + stage) on microbatch `micro`, in activation slot `slot`
 typedef struct {
     char kind;
-    int chunk, micro, slot;
+    int v, micro, slot;
 } PipelineOp;
 
 // Stage `stage`'s 2*M*V operations, in order, into ops (Megatron's 1F1B: warm-up forwards,
@@ -35,7 +35,7 @@ int pipeline_schedule(int P, int V, int M, int stage, PipelineOp* ops, int* slot
 // ever. The formula's bubble is (P-1)/(V*M + P-1).
 double pipeline_simulate(int P, int V, int M, double* bubble);
 
-// What travels into chunk c (c >= 1) per microbatch row, in floats: the residual stream (d,
+// What travels into chunk c (c >= 1) per token of a microbatch, in floats: the residual stream (d,
 // none), the m streams (m*d, mhc) or the blocks b_0 .. b_{c*N_p} (d each, AttnRes; with the
 // cache, the stage already holds those up to its previous chunk's output, and only the
 // (P-1)*N_p new ones travel, once c >= P). The gradients travel back in the same sizes.
@@ -45,6 +45,7 @@ size_t pipeline_floats_into(const ModelConfig* config, int P, int V, int c, int 
 int pipeline_check(const ModelConfig* config, int P, int V, int M, int world, char* err,
                    size_t err_len);
 
+// One forward or backward as it ran (--pipeline-trace): chunk is the model's c
 typedef struct {
     double start, end;  // seconds since the run's start
     int step, stage, chunk, micro;

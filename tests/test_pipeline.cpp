@@ -47,20 +47,20 @@ TEST_CASE("pipeline_schedule: each stage runs every forward and backward of its 
                     std::vector<int> forward((size_t)V * M, 0), backward((size_t)V * M, 0);
                     std::vector<int> in_flight((size_t)V, 0), slot_busy((size_t)V * M, 0);
                     for (const PipelineOp& op : ops) {
-                        size_t at = (size_t)op.chunk * M + op.micro;
-                        REQUIRE(op.chunk >= 0); REQUIRE(op.chunk < V);
+                        size_t at = (size_t)op.v * M + op.micro;
+                        REQUIRE(op.v >= 0); REQUIRE(op.v < V);
                         REQUIRE(op.micro >= 0); REQUIRE(op.micro < M);
-                        REQUIRE(op.slot >= 0); REQUIRE(op.slot < slots[(size_t)op.chunk]);
-                        size_t slot = (size_t)op.chunk * M + op.slot;
+                        REQUIRE(op.slot >= 0); REQUIRE(op.slot < slots[(size_t)op.v]);
+                        size_t slot = (size_t)op.v * M + op.slot;
                         if (op.kind == 'F') {
                             CHECK(forward[at]++ == 0);
                             CHECK(slot_busy[slot]++ == 0);  // a slot holds one microbatch
-                            in_flight[(size_t)op.chunk]++;
+                            in_flight[(size_t)op.v]++;
                         } else {
                             CHECK(forward[at] == 1);  // its forward came first
                             CHECK(backward[at]++ == 0);
                             slot_busy[slot]--;
-                            in_flight[(size_t)op.chunk]--;
+                            in_flight[(size_t)op.v]--;
                         }
                     }
                     for (int v = 0; v < V; v++) { CHECK(in_flight[(size_t)v] == 0); }
@@ -102,7 +102,7 @@ TEST_CASE("the bytes that travel are eqs. 14 and 15 with b_0 and a stage's own p
             CHECK(naive == eq14 + (C - 1));
             CHECK(cached == eq15 + (P - 1) - (V - 1) * P * Np);
             CHECK(pipeline_floats_into(&c, P, V, C - 1, 0) == (size_t)(((C - 1) * Np + 1) * 16));
-            if (V > 1) {  // the peak transition: V times smaller, to the paper's rounding
+            if (V > 1) {  // the peak transition: (C-1)*N_p + 1 blocks naively, (P-1)*N_p cached
                 CHECK(pipeline_floats_into(&c, P, V, C - 1, 1) == (size_t)((P - 1) * Np * 16));
             }
         }
