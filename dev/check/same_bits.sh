@@ -8,7 +8,8 @@
 #   - with SAME_BITS_CUDA=1, builds build/emu/train_cuda (./train_cuda with the emulated
 #     kernels) and trains 6 small configs with it, graphs and --no-graph, keeping each
 #     checkpoint and the printed losses; and, where mpirun is, build/train_mpi on 2 processes
-#     and build/emu/train_cuda_mpi on 1 (the sharded steps), 2 configs each.
+#     and build/emu/train_cuda_mpi on 1 (the sharded steps), 2 configs each, and a 2-stage
+#     pipeline (build/train_mpi --pipeline 2 --virtual 2).
 # Run it on a checkout before the change and on one after, then `diff -r BEFORE AFTER`:
 # no output means the same bits (parameters, AdamW moments, losses, samples, verdicts).
 set -euo pipefail
@@ -18,12 +19,12 @@ mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 cd "$REPO"
 make -s all >/dev/null
 # train NAME COMMAND...: runs COMMAND --checkpoint OUT/NAME.ckpt (a fresh one), its output
-# without the timings into OUT/NAME.log
+# without the timings (and a pipeline's measured idle shares) into OUT/NAME.log
 train() {
   local name=$1; shift
   rm -f "$OUT/$name.ckpt"
   "$@" --checkpoint "$OUT/$name.ckpt" 2>&1 |
-    sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/\| threads .*//; s/collectives .*//; s#'"$OUT"'#OUT#g' \
+    sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//; s/\| threads .*//; s/collectives .*//; s/\| idle .*//; s/measured [0-9.]+%//; s#'"$OUT"'#OUT#g' \
     > "$OUT/$name.log" || true
 }
 T="./train --steps 60 --eval-every 30 --log-every 10 --threads 2"
@@ -75,6 +76,10 @@ if [ "${SAME_BITS_CUDA:-0}" = 1 ]; then
       # shellcheck disable=SC2086
       train "${name}_cuda" "${R[@]}" -np 1 build/emu/train_cuda_mpi ${E#build/emu/train_cuda} $flags
     done
+    # the pipeline: 2 stages x 2 chunks, the cache on (and the bytes it prints)
+    # shellcheck disable=SC2086
+    train mpi_pipeline "${R[@]}" -np 2 build/train_mpi ${E#build/emu/train_cuda} --L 4 --batch 8 \
+      --microbatches 4 --mode block --block-size 2 --pipeline 2 --virtual 2
   fi
 fi
 ls "$OUT" | wc -l
