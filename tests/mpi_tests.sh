@@ -146,8 +146,8 @@ mpi_pipeline_matches() {
     local flags=("${PIPE_FLAGS[@]}" --L "$L" "$@")
     local cases=${PIPE_CASES:-"1:2:1 1:2:2 1:4:1 1:4:2 2:2:1 2:2:2 2:4:1 2:4:2"}
     case "$*" in *none* | *mhc*) exact=1 ;; esac
-    ./train "${flags[@]}" --checkpoint "$dir/ref1" >/dev/null &&
-        mpi_run 2 build/train_mpi "${flags[@]}" --checkpoint "$dir/ref2" >/dev/null || return 1
+    ./train "${flags[@]}" --checkpoint "$dir/ref1" >"$dir/ref1.out" &&
+        mpi_run 2 build/train_mpi "${flags[@]}" --checkpoint "$dir/ref2" >"$dir/ref2.out" || return 1
     local D P V cache triple
     for triple in $cases; do
         IFS=: read -r D P V <<<"$triple"
@@ -157,12 +157,30 @@ mpi_pipeline_matches() {
                 --pipeline-cache $cache --checkpoint "$dir/pipe" >"$dir/out" 2>&1 || { cat "$dir/out"; return 1; }
             if [ $cache = off ] || [ $exact = 1 ] || [ "$V" = 1 ]; then
                 cmp -s "$dir/pipe" "$dir/ref$D" || { echo "P=$P V=$V D=$D cache $cache: other bits"; return 1; }
+                # the printed losses, norms and evaluations too (timings apart)
+                diff <(mpi_printed "$dir/ref$D.out") <(mpi_printed "$dir/out") ||
+                    { echo "P=$P V=$V D=$D cache $cache: other printed losses"; return 1; }
             else
                 echo "P=$P V=$V D=$D, cache on:"
-                build/compare_checkpoints "$dir/ref$D" "$dir/pipe" 1e-5 || return 1
+                build/compare_checkpoints "$dir/ref$D" "$dir/pipe" 1e-5 &&
+                    mpi_close_losses "$dir/ref$D.out" "$dir/out" || return 1
             fi
         done
     done
+}
+
+# the training and evaluation lines a run printed, without their timings
+mpi_printed() {
+    grep -E "^(step|eval step|final)" "$1" | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//'
+}
+
+# every loss and norm two runs printed, within 1e-3 relative (their 4 decimals)
+mpi_close_losses() {
+    paste -d' ' <(grep -E "^step" "$1" | awk -F'|' '{ print $2, $4 }' | awk '{ print $2, $4 }') \
+                <(grep -E "^step" "$2" | awk -F'|' '{ print $2, $4 }' | awk '{ print $2, $4 }') |
+        awk '{ n++; for (k = 1; k <= 2; k++) { a = $k; b = $(k + 2); d = a - b; if (d < 0) d = -d
+                                               if (d > 1e-3 * (a < 0 ? -a : a) + 1e-4) bad = 1 } }
+             END { exit (bad || n == 0) }' || { echo "losses or norms differ"; return 1; }
 }
 
 # the bytes each stage printed it sent a step are what pipeline_floats_into counts: with the
