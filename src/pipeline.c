@@ -546,11 +546,10 @@ static void gather_whole(Pipeline* p, int what, float* whole) {
 float pipeline_loss_and_norm(Pipeline* p, Model* whole, float* norm) {
     for (int v = 0; v < p->V; v++) {  // D > 1: this replica's shard of the summed gradients
         Trainer* t = &p->trainers[v];
-        if (!t->sharded) { continue; }
-        double start = now_seconds();
-        dist_reduce_scatter(t->dist, t->grad_shard, p->chunks[v].grads_memory,
-                            p->chunks[v].num_params);
-        t->comm_seconds += now_seconds() - start;
+        if (t->sharded) {
+            dist_reduce_scatter(t->dist, t->grad_shard, p->chunks[v].grads_memory,
+                                p->chunks[v].num_params);
+        }
     }
     double loss = dist_sum(&p->world, p->loss_sum);
     p->loss_sum = 0.0;

@@ -197,6 +197,10 @@ mpi_pipeline_bytes() {
                 n++; if (sent != expected || sent == 0) bad = 1
                 if (cache == "on" && $16 >= $14 && $2 == "0:") bad = 1 }
              END { exit (bad || n != 2) }' "$dir/out" || { echo "cache $cache: not the counted bytes"; return 1; }
+        # each stage's idle share, and the bubble measured, are shares: in [0, 100) %
+        sed -nE 's/.*\| idle ([0-9.-]+)%.*/\1/p; s/.*bubble: measured ([0-9.-]+)%.*/\1/p' "$dir/out" |
+            awk '{ n++; if ($1 < 0 || $1 >= 100) bad = 1 } END { exit (bad || n != 3) }' ||
+            { echo "cache $cache: an idle share outside [0, 100) %"; return 1; }
     done
 }
 
@@ -286,5 +290,6 @@ mpi_pipeline_judge() {
     mpi_pipeline_bytes >/dev/null && mpi_pipeline_trace >/dev/null && mpi_pipeline_resume &&
         mpi_pipeline_matches 8 --mode block --block-size 2 &&
         PIPE_CASES="1:2:3" mpi_pipeline_matches 6 --mode block --block-size 2 &&
+        PIPE_CASES="2:2:1" mpi_pipeline_matches 8 --mode full --optimizer muon &&
         mpi_pipeline_matches 8 --mode none && mpi_pipeline_matches 8 --mode mhc
 }
