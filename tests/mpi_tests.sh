@@ -197,10 +197,11 @@ mpi_pipeline_bytes() {
                 n++; if (sent != expected || sent == 0) bad = 1
                 if (cache == "on" && $16 >= $14 && $2 == "0:") bad = 1 }
              END { exit (bad || n != 2) }' "$dir/out" || { echo "cache $cache: not the counted bytes"; return 1; }
-        # each stage's idle share, and the bubble measured, are shares: in [0, 100) %
+        # each stage's idle share, and the bubble measured, are shares, in (0, 100) %: a
+        # stage waits at least while the other runs the first forward or the last backward
         sed -nE 's/.*\| idle ([0-9.-]+)%.*/\1/p; s/.*bubble: measured ([0-9.-]+)%.*/\1/p' "$dir/out" |
-            awk '{ n++; if ($1 < 0 || $1 >= 100) bad = 1 } END { exit (bad || n != 3) }' ||
-            { echo "cache $cache: an idle share outside [0, 100) %"; return 1; }
+            awk '{ n++; if ($1 <= 0 || $1 >= 100) bad = 1 } END { exit (bad || n != 3) }' ||
+            { echo "cache $cache: an idle share outside (0, 100) %"; return 1; }
     done
 }
 
