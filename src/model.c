@@ -826,9 +826,13 @@ void model_zero_carried(Model* model) {
     if (model->dims.streams > 0) {
         kernels->zero(a->dstreams, N * model->dims.streams * d);
     } else if (model->dims.S > 0) {
-        for (int n = 1; n <= model->sub_end / (int)model->dims.S; n++) {
-            kernels->zero(block_gradient(a, &model->config, n), N * d);
+        // db_1 .. db_n: consecutive slices of a->dpartial of this batch's N rows, zeroed at
+        // once (point_range's slices are of the largest batch's rows)
+        int S = (int)model->dims.S, blocks = model->sub_end / S;
+        for (int n = 1; n <= blocks; n++) {
+            a->sub[n * S - 1].dpartial = a->dpartial + (size_t)(n - 1) * N * d;
         }
+        kernels->zero(a->dpartial, (size_t)blocks * N * d);
     }
 }
 

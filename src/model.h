@@ -283,7 +283,7 @@ void model_backward(Model* model);
 // model_backward in its parts. The gradients that travel from sub-layer to sub-layer (the
 // carried ones: none, the residual stream's in a->dx0; mhc, the streams' in a->dstreams;
 // AttnRes, x0's and each block's, a->dx0 and the blocks' dpartial) add up in buffers that
-// model_zero_carried zeroes first; the head's backward adds the output's share;
+// model_zero_carried zeroes first (the blocks': this batch's rows of a->dpartial, one call); the head's backward adds the output's share;
 // model_sublayers_backward runs l = end-1 .. begin and returns the buffer that then holds the
 // gradient of the range's input (none: h_begin's, in a->dx0; mhc: the streams entering
 // begin; AttnRes: NULL, the blocks' gradients are in their buffers); the embedding's backward
