@@ -717,12 +717,13 @@ int main(int argc, char** argv) {
         size_t n_targets = crossentropy_count(r.y, r.B * r.T);
         if (r.trainer.pipeline != NULL) {  // every microbatch through the stages (pipeline.c)
             trainer_pipeline_step(&r.trainer, r.x + first, r.y + first, n_targets);
-        }
-        for (int micro = 0; micro < r.o.microbatches && r.trainer.pipeline == NULL; micro++) {
-            size_t at = first + (size_t)micro * micro_rows * r.T;
-            trainer_forward(&r.trainer, r.x + at, r.y + at, micro_rows, r.T, n_targets);
-            if (micro == 0) { trainer_zero_grad(&r.trainer); }
-            trainer_backward(&r.trainer);
+        } else {
+            for (int micro = 0; micro < r.o.microbatches; micro++) {
+                size_t at = first + (size_t)micro * micro_rows * r.T;
+                trainer_forward(&r.trainer, r.x + at, r.y + at, micro_rows, r.T, n_targets);
+                if (micro == 0) { trainer_zero_grad(&r.trainer); }
+                trainer_backward(&r.trainer);
+            }
         }
         float norm, loss = trainer_loss_and_norm(&r.trainer, &norm);
         check_step(&r, done, loss, norm);

@@ -188,12 +188,6 @@ void dist_wait_sends(void) {
     n_sends = 0;
 }
 
-double dist_group_max(const Dist* d, double x) {
-    double max = 0.0;
-    mpi_check(MPI_Allreduce(&x, &max, 1, MPI_DOUBLE, MPI_MAX, comm_of(d)), "MPI_Allreduce (max)");
-    return max;
-}
-
 #else  // one process: every collective is the identity
 
 void dist_init(Dist* d, int* argc, char*** argv) {
@@ -264,10 +258,5 @@ void dist_recv(const Dist* d, int from, int tag, void* x, size_t n) {
 }
 
 void dist_wait_sends(void) {}
-
-double dist_group_max(const Dist* d, double x) {
-    (void)d;
-    return x;
-}
 
 #endif

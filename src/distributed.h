@@ -76,8 +76,6 @@ void dist_send(const Dist* d, int to, int tag, const void* x, size_t n);
 // n bytes from rank `from` of d's group, with tag `tag`, into x: waits until they come.
 void dist_recv(const Dist* d, int from, int tag, void* x, size_t n);
 void dist_wait_sends(void);
-// The largest x over d's group (dist_sum: the sum)
-double dist_group_max(const Dist* d, double x);
 
 #ifdef __cplusplus
 }

@@ -427,15 +427,13 @@ static void chunk_backward(Pipeline* p, const PipelineOp* op) {
     }
     double start = now_seconds();
     const float* dinput = model_sublayers_backward(model, c * k->U, (c + 1) * k->U);
-    if (c == 0) {
-        model_embedding_backward(model, dinput);
-        record(p, op, start);
-        return;
-    }
-    int count = travelling(p, c, &model->acts, x, dx, &width);
-    if (dinput != NULL) { dx[0] = (float*)dinput; }  // none, mhc: the input's gradient
+    if (c == 0) { model_embedding_backward(model, dinput); }
     record(p, op, start);
-    send_buffers(p, c - 1, 1, c - 1, m, dx, count, width);
+    if (c > 0) {  // the gradients of what this chunk received, back to where they came from
+        int count = travelling(p, c, &model->acts, x, dx, &width);
+        if (dinput != NULL) { dx[0] = (float*)dinput; }  // none, mhc: the input's gradient
+        send_buffers(p, c - 1, 1, c - 1, m, dx, count, width);
+    }
 }
 
 void pipeline_step(Pipeline* p, const int* x, const int* y, size_t n_targets) {

@@ -116,8 +116,11 @@ static float* update_gradient(Trainer* t, size_t* lo, size_t* hi) {
 }
 
 void trainer_clip(Trainer* t, float norm, float max_norm) {
-    if (t->pipeline != NULL) { pipeline_clip(t->pipeline, norm, max_norm); }
-    if (t->pipeline != NULL || !(max_norm > 0.0f && norm > max_norm)) { return; }
+    if (t->pipeline != NULL) {
+        pipeline_clip(t->pipeline, norm, max_norm);
+        return;
+    }
+    if (!(max_norm > 0.0f && norm > max_norm)) { return; }
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);
     float scale = max_norm / norm;
