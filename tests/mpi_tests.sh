@@ -64,10 +64,10 @@ mpi_moments_match() {
 }
 
 # a rank killed mid-run ends the whole job within seconds, with a message; the last
-# checkpoint it wrote still loads
+# checkpoint it wrote still loads (further flags: for the run, e.g. a pipeline's)
 mpi_rank_killed() {
     local dir=$TEST_DIR
-    mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --steps 1000000 --log-every 1000 \
+    mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" "$@" --steps 1000000 --log-every 1000 \
         --eval-every 20 --checkpoint "$dir/ck" >"$dir/out" 2>&1 &
     local job=$!
     local i=0
@@ -174,12 +174,13 @@ mpi_printed() {
     grep -E "^(step|eval step|final)" "$1" | sed -E 's/\| *[0-9.]+ tok\/s.*//; s/\| time .*//'
 }
 
-# every loss and norm two runs printed, within 1e-3 relative (their 4 decimals)
+# every loss and norm two runs printed, within one unit of their last printed digit (the
+# loss's 4 decimals, the norm's 3)
 mpi_close_losses() {
     paste -d' ' <(grep -E "^step" "$1" | awk -F'|' '{ print $2, $4 }' | awk '{ print $2, $4 }') \
                 <(grep -E "^step" "$2" | awk -F'|' '{ print $2, $4 }' | awk '{ print $2, $4 }') |
-        awk '{ n++; for (k = 1; k <= 2; k++) { a = $k; b = $(k + 2); d = a - b; if (d < 0) d = -d
-                                               if (d > 1e-3 * (a < 0 ? -a : a) + 1e-4) bad = 1 } }
+        awk '{ n++; dl = $1 - $3; dn = $2 - $4; if (dl < 0) dl = -dl; if (dn < 0) dn = -dn
+               if (dl > 1.0001e-4 || dn > 1.0001e-3) bad = 1 }
              END { exit (bad || n == 0) }' || { echo "losses or norms differ"; return 1; }
 }
 
@@ -261,27 +262,6 @@ mpi_pipeline_refuses() {
         expect "error: --microbatches 2 is fewer than the 4 stages: 1F1B needs M >= P" 4 --pipeline 4 --microbatches 2 --mode none &&
         expect "error: --microbatches 3 does not divide 8 rows (--batch 16 over 2 replicas of 2 stages)" 4 --pipeline 2 --microbatches 3 &&
         expect "error: --virtual 2: the interleaved schedule takes the microbatches P at a time, so --microbatches 6 must be a multiple of --pipeline 4" 4 --pipeline 4 --virtual 2 --L 8 --mode none --batch 12 --microbatches 6
-}
-
-# a rank killed mid-run ends the whole pipeline within seconds; the last checkpoint loads
-mpi_pipeline_rank_killed() {
-    local dir=$TEST_DIR
-    mpi_run 2 build/train_mpi "${PIPE_FLAGS[@]}" --L 4 --pipeline 2 --steps 1000000 --log-every 1000 \
-        --eval-every 20 --checkpoint "$dir/ck" >"$dir/out" 2>&1 &
-    local job=$!
-    local i=0
-    while [ ! -f "$dir/ck" ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
-    local victim
-    victim=$(pgrep -f "^build/train_mpi.*$dir/ck" | tail -1)
-    [ -n "$victim" ] || { echo "no rank to kill"; kill $job; return 1; }
-    kill -9 "$victim"
-    local start=$SECONDS
-    while kill -0 $job 2>/dev/null && [ $((SECONDS - start)) -lt 20 ]; do sleep 0.2; done
-    if kill -0 $job 2>/dev/null; then echo "the job still runs 20 s later"; kill -9 $job; return 1; fi
-    wait $job
-    local status=$?
-    echo "job ended in $((SECONDS - start)) s with status $status"
-    [ "$status" -ne 0 ] && ./train --sample --checkpoint "$dir/ck" >/dev/null
 }
 
 # what `make mutants` judges src/pipeline.c by (dev/check/mutants.py's SHELL_TESTS): the

@@ -496,7 +496,8 @@ if built build/train_mpi; then
     single "pipeline checkpoint resumes on one process, and the reverse, bit for bit" mpi_pipeline_resume
     single "pipeline: --pipeline-trace writes every forward and backward" mpi_pipeline_trace
     single "pipeline: one-line refusals (P*D, whole blocks, M < P, M dividing, interleaved M)" mpi_pipeline_refuses
-    single "pipeline: a rank killed mid-run ends the job in seconds; its checkpoint loads" mpi_pipeline_rank_killed
+    single "pipeline: a rank killed mid-run ends the job in seconds; its checkpoint loads" \
+        mpi_rank_killed --mode block --block-size 2 --pipeline 2 --microbatches 2
 fi
 
 # ./train_cuda itself (built wherever nvcc is): on a machine without a GPU it refuses in one

@@ -12,12 +12,8 @@ steps=12
 flags=(--task text --text README.md --seq-len 128 --batch 8 --d 256 --L 8 --H 8 --G 4 --F 704
        --mode block --block-size 4 --steps $steps --log-every $((steps / 2)) --eval-every 1000
        --eval-examples 8)
-extra=()
-[ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ms_of() { grep -E "^step +$steps/" "$1" | sed -E 's/.*\| *([0-9.]+) ms\/step/\1/'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# shellcheck source=dev/bench/bench_lib.sh
+source dev/bench/bench_lib.sh
 echo "bench_mpi: block S=4 bench model, B=8 T=128, $rounds rounds of $steps steps each way"
 for r in $(seq "$rounds"); do
     ./train "${flags[@]}" --threads 2 >"$tmp/one_$r" 2>&1 || { cat "$tmp/one_$r"; exit 1; }

@@ -15,12 +15,8 @@ steps=12
 flags=(--task text --text README.md --seq-len 128 --batch 8 --microbatches 4 --d 256 --L 8
        --H 8 --G 4 --F 704 --mode block --block-size 2 --steps $steps --log-every $((steps / 2))
        --eval-every 1000 --eval-examples 8)
-extra=()
-[ "$(id -u)" -eq 0 ] && extra+=(--allow-run-as-root)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-ms_of() { grep -E "^step +$steps/" "$1" | sed -E 's/.*\| *([0-9.]+) ms\/step/\1/'; }
-median() { sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+# shellcheck source=dev/bench/bench_lib.sh
+source dev/bench/bench_lib.sh
 runs=("one" "P2_V1" "P2_V2" "P2_V2_off")
 pipe_flags() {
     case $1 in
