@@ -30,6 +30,12 @@
 //   depth_attention_backward_cuda                  depth_attention_backward          rows kernel, sum
 //   depth_attention_rmsnorm_forward_cuda           depth_attention_rmsnorm_forward   the forward kernel
 //   depth_attention_rmsnorm_backward_cuda          depth_attention_rmsnorm_backward  rows kernel, sum
+// The fast kernels' numbered steps against the tiled C functions' (each kernel's comment has
+// them): depth_attention_forward_kernel's steps 1-2 are C step 1 (the keys' rstd and the
+// scores), 3 is step 2 (the softmax), 4 is step 3 (the weighted sum), 5 rmsnorm_forward;
+// depth_attention_backward_rows_kernel's step 0 is rmsnorm_backward and steps 1-3 are C steps
+// 1-3, each block leaving its rows' part of acc; depth_attention_parts_sum_kernel is the end
+// of depth_attention_backward (dquery and dnorm_weight from acc).
 #include <math.h>
 
 #include "common.cuh"

@@ -769,8 +769,9 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
 // ---- the one entry point: any depth attention, then its RMSNorm ---------------------------
 // model.c's input_forward makes this one call for every AttnRes sub-layer (and the output),
 // through the kernel table: attnres_input_forward of src/depth_variants.c, each layer of it
-// here its _cuda twin. The operator and its norm run as one kernel each way: the default
-// operator's depth_attention.cu's, the others this file's.
+// here its _cuda twin. The operator and its norm run fused (one kernel forward, the rows
+// kernel and the parts' sum backward): the default operator's depth_attention.cu's, the
+// others this file's.
 
 // 1 for the default operator (depth_attention.cu): softmax, one head, the key norm, a static
 // query, no mixing

@@ -94,8 +94,8 @@ void depth_attention_backward_cuda(float* const* dsources, float* dquery, float*
                                    const float* const* sources, const float* query,
                                    const float* norm_weight, size_t n_sources, size_t N, size_t C);
 // The depth attention and the RMSNorm of its output (layers.h: weight is that norm's gain,
-// dh_scratch overwritten) in one kernel each way; the backward borrows the workspace as the
-// one above. (The macro tells dev/bench/bench_depth.cu, also built against older cuda/ files
+// dh_scratch overwritten), the norm fused into the kernels: one kernel forward, the rows
+// kernel and the parts' sum backward; the backward borrows the workspace as the one above. (The macro tells dev/bench/bench_depth.cu, also built against older cuda/ files
 // for a before/after, that these exist.)
 #define HAS_DEPTH_ATTENTION_RMSNORM 1
 void depth_attention_rmsnorm_forward_cuda(float* xn, float* rstd, float* h, DepthSaved saved,

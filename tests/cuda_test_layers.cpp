@@ -675,7 +675,7 @@ TEST_CASE("the naive one-thread-per-row depth attention on the GPU matches the C
                           N, C, uses, tol, true);
 }
 
-// The depth attention with the RMSNorm of its output, one kernel each way on the GPU, against
+// The depth attention with the RMSNorm of its output, fused into its kernels on the GPU, against
 // the CPU's definition: depth_attention_forward, rmsnorm_forward, then rmsnorm_backward into
 // a zeroed dout and depth_attention_backward from it.
 namespace {
@@ -705,7 +705,7 @@ FusedResult fused_on_cpu(const DepthSources& ds, Floats& query, Floats& norm_wei
 }
 }  // namespace
 
-TEST_CASE("depth attention with its RMSNorm, one kernel each way on the GPU, matches the CPU") {
+TEST_CASE("depth attention with its RMSNorm, fused into its kernels on the GPU, matches the CPU") {
     Tolerance tol{1e-5, 1e-5};  // the GPU sizes: sums of 1024 rows, 1e-4
     size_t N = 0, C = 0;
     std::vector<size_t> uses;  // source i is tensor uses[i] (DepthSources)

@@ -347,7 +347,8 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
 
 #ifndef __CUDACC__
 // What one training step queues on the GPU, counted by the emulator: in full and block the
-// depth attention and the RMSNorm that reads its output run as one kernel each way
+// depth attention and the RMSNorm that reads its output run fused (one kernel forward, the
+// rows kernel and the parts' sum backward)
 // (attnres_input_forward_cuda and its backward, which model.c's input_forward and
 // input_backward call), so an AttnRes step launches no more kernels, memsets and copies than
 // a PreNorm one; without the fusion (the two layers called in turn) it would launch 4 more
