@@ -68,11 +68,16 @@ check:  ## what CI runs: make test's suites and all the rest (sanitizers, MPI, e
 	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh check
 
 # `make test-one NAME="a test case name"`: build what the case needs and run exactly that
-# doctest case, commas and all (tests/test_one.sh); exit 2 when no case has that name.
-# `make test-one LIST=1` lists every name.
-test-one:  ## run one test case by its exact name: NAME="..." (LIST=1 lists them)
+# doctest case or shell check, commas and all (tests/test_one.sh); exit 2 when nothing has
+# that name. `make test-one LIST=1` lists every name. NAME and LIST are data: they reach the
+# script unexpanded ($(value)), through its environment, never through make's expansion or
+# a shell's command line, so no quote, $(...) or backtick in them runs.
+unexport NAME LIST
+test-one: export TEST_ONE_NAME = $(value NAME)
+test-one: export TEST_ONE_LIST = $(value LIST)
+test-one:  ## run one test case or shell check by its exact name: NAME="..." (LIST=1 lists them)
 	@dev/infra/ensure_deps.sh
-	@tests/test_one.sh $(if $(LIST),--list,"$(NAME)")
+	@if [ -n "$$TEST_ONE_LIST" ]; then tests/test_one.sh --list; else tests/test_one.sh "$$TEST_ONE_NAME"; fi
 
 bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then the matmul's GFLOP/s
 	./build/bench

@@ -1,38 +1,55 @@
 #!/usr/bin/env bash
 # run_all.sh LEVEL — what `make test` (LEVEL test) and `make check` (LEVEL check) run after
-# building: every suite of the level, then its time and one summary line "N passed, M failed"
-# (doctest test cases and state files counted one each).
+# building: every suite of the level, then its time, the names of the failed cases and one
+# summary line "N passed, M failed" (doctest test cases and state files counted one each).
 #   test:  the unit tests, every parity state file, the tools, gradcheck, the docs' limits, the
 #          signatures' width and one emulator pass of the CUDA kernels: a newcomer's few minutes
 #   check: all of that, then the emulator's other thread order and block shapes, the
 #          sanitizers, ./train_cuda's step emulated, data parallel over MPI, ./train_cuda
+# run_all.sh --list: the name of every shell check below (`single`), one a line.
+# run_all.sh --one NAME: build what the shell check NAME needs (its group's `needs`), run it
+#   alone and print its output; exit 0 when it passed, 1 when it failed, 2 when no shell check
+#   has that name (tests/test_one.sh, `make test-one NAME=...`, runs it so).
 set -u
 level=${1:-check}
+mode=run
+one_name=""
 case "$level" in
     test | check) ;;
-    *) echo "usage: tests/run_all.sh [test|check]" >&2; exit 2 ;;
+    --list) mode=list ;;
+    --one) mode=one; one_name=${2:-} ;;
+    *) echo "usage: tests/run_all.sh [test|check], tests/run_all.sh --list, tests/run_all.sh --one NAME" >&2; exit 2 ;;
 esac
 start=$(date +%s)
 passed=0
 failed=0
 failures=()
+running() { [ "$mode" = run ]; }
 
 # a group of single tests: its heading, and the time the group before it took
 section_name=""
 section_start=$SECONDS
 section_end() {
+    running || return 0
     [ -z "$section_name" ] || echo "-- $section_name: $((SECONDS - section_start)) s"
     section_name=""
 }
 section() {
     section_end
-    echo "== $1"
+    running && echo "== $1"
     section_name=$1
     section_start=$SECONDS
+    check_needs=()
 }
 
-# run a doctest binary; add its test-case counts
+# needs TARGET...: the make targets the next single tests run (built by --one before its check;
+# make test and make check build them all first)
+check_needs=()
+needs() { check_needs=("$@"); }
+
+# run a doctest binary; add its test-case counts, and each failed case's name to the failures
 doctest_suite() {
+    running || return 0
     local name=$1; shift
     section_end
     echo "== $name: $*"
@@ -51,13 +68,36 @@ doctest_suite() {
     if [ "$status" -ne 0 ] && [ "$f" -eq 0 ]; then f=1; fi  # crashed or died early
     passed=$((passed + p))
     failed=$((failed + f))
-    [ "$f" -eq 0 ] || failures+=("$name")
+    if [ "$f" -ne 0 ]; then
+        # doctest heads what it reports of a case with "TEST CASE:  NAME"; a failed check, a
+        # crash or an exception then says "ERROR:" or "FATAL ERROR:"
+        local case_name cases=0
+        while IFS= read -r case_name; do
+            failures+=("$case_name ($name)")
+            cases=$((cases + 1))
+        done < <(awk '/^TEST CASE:  / { name = substr($0, 13) }
+                      /: (FATAL )?ERROR: / && name != "" && !seen[name]++ { print name }' "$log")
+        [ "$cases" -gt 0 ] || failures+=("$name: exit status $status, no failed case named")
+    fi
     rm -f "$log"
 }
 
-# run one command as one test; it may keep files in $TEST_DIR, a fresh folder removed after it
+# run one command as one test; it may keep files in $TEST_DIR, a fresh folder removed after it.
+# --list prints its name; --one runs it alone when it has the name asked for, and exits
 single() {
     local name=$1; shift
+    if [ "$mode" = list ]; then
+        printf '%s\n' "$name"
+        return 0
+    fi
+    if [ "$mode" = one ]; then
+        [ "$name" = "$one_name" ] || return 0
+        if [ ${#check_needs[@]} -gt 0 ]; then
+            make --no-print-directory -j2 "${check_needs[@]}" >/dev/null ||
+                { echo "error: make ${check_needs[*]} failed" >&2; exit 1; }
+        fi
+        echo "== $name"
+    fi
     local log
     log=$(mktemp)  # one per test: runs in other checkouts at the same time keep theirs
     TEST_DIR=$(mktemp -d)
@@ -72,23 +112,38 @@ single() {
     fi
     rm -f "$log"
     rm -rf "$TEST_DIR"
+    if [ "$mode" = one ]; then
+        [ "$failed" -eq 0 ]
+        exit
+    fi
 }
 
 # make check builds every binary it runs: one that is missing is a failure, not a skipped suite
+# (--list and --one take every group: --one builds what its check needs)
 built() {
+    running || return 0
     [ -x "$1" ] && return 0
     failed=$((failed + 1))
     failures+=("$1 was not built")
     echo "FAIL $1 was not built"
     return 1
 }
-check_level() { [ "$level" = check ]; }
-# the level's time, the failed tests' names and the closing line; the exit status
+check_level() { [ "$level" = check ] || ! running; }
+# the level's time, the failed tests' names (one a line) and the closing line; the exit
+# status. With --list, nothing; with --one, reached only when no check had the name: exit 2
 summary() {
+    [ "$mode" = list ] && exit 0
+    if [ "$mode" = one ]; then
+        echo "error: no shell check is named \"$one_name\"" >&2
+        exit 2
+    fi
     section_end
     echo
     echo "make $level: $(($(date +%s) - start)) s of tests"
-    [ ${#failures[@]} -eq 0 ] || echo "failed: ${failures[*]}"
+    if [ ${#failures[@]} -gt 0 ]; then
+        echo "failed (make test-one NAME=\"...\" runs one alone):"
+        printf '  %s\n' "${failures[@]}"
+    fi
     echo "${passed} passed, ${failed} failed"
     [ "$failed" -eq 0 ]
     exit
@@ -101,6 +156,7 @@ if check_level && built build/asan/test_safetensors; then
 fi
 
 section "parity with the PyTorch reference (tests/data/*.bin)"
+needs check_state build/gradcheck
 for f in tests/data/*.bin; do
     single "check_state $f" ./check_state "$f"
 done
@@ -178,6 +234,7 @@ tools_help() {
 single "check_state and gradcheck: --help prints the usage, exit 0" tools_help
 
 section "every backward against finite differences (the table of make gradcheck)"
+needs build/gradcheck
 single "gradcheck: every layer and the whole model" ./build/gradcheck
 
 section "the Makefile and dev/"
@@ -210,7 +267,8 @@ product_includes_nothing_from_dev() {
 single "src/, cuda/, data/ and train.c include nothing from dev/" product_includes_nothing_from_dev
 
 # make test-one NAME=...: exactly the named case, commas and wildcard characters in its name
-# included (the other cases its wildcards match are excluded), and exit 2 on a name no case has
+# included (the other cases its wildcards match are excluded), a shell check of this file
+# alone, and exit 2 on a name nothing has; every name it lists is one thing's
 test_one_runs_exactly_one() {
     local name out status
     for name in "rmsnorm backward matches finite differences, with a gain and without (NULL)" \
@@ -218,12 +276,34 @@ test_one_runs_exactly_one() {
         out=$(tests/test_one.sh "$name" 2>&1) || { echo "$name: $out"; return 1; }
         grep -qE '^\[doctest\] test cases: +1 \| +1 passed \| 0 failed' <<<"$out" || { echo "$name: $out"; return 1; }
     done
+    name="src/, cuda/, data/ and train.c include nothing from dev/"
+    out=$(tests/test_one.sh "$name" 2>&1) && [ "$out" = "$(printf '== %s\nok   %s' "$name" "$name")" ] ||
+        { echo "$name: $out"; return 1; }
     out=$(tests/test_one.sh "rmsnorm backward matches finite differences" 2>&1)
     status=$?
-    [ $status -eq 2 ] && grep -qx 'error: no test case is named "rmsnorm backward matches finite differences"' <<<"$out" ||
+    [ $status -eq 2 ] && grep -qx 'error: no test case or shell check is named "rmsnorm backward matches finite differences"' <<<"$out" ||
         { echo "status $status: $out"; return 1; }
+    out=$(tests/test_one.sh --list | sort | uniq -d)
+    [ -z "$out" ] || { echo "names given twice: $out"; return 1; }
 }
 single "make test-one runs exactly the named case, commas and all; a name no case has: exit 2" test_one_runs_exactly_one
+
+# make test-one's NAME is data: a quote, $(shell ...), $(...) or a backtick in it runs nothing
+# (neither make nor a shell expands it), and a name nothing has is a failure naming it
+test_one_name_is_data() {
+    local name out status mark=$TEST_DIR/ran
+    for name in "x\"; touch $mark; echo \"" "\$(shell touch $mark)" "\$(touch $mark)" "\`touch $mark\`" 'a"b'; do
+        out=$(MAKEFLAGS='' make --no-print-directory test-one NAME="$name" 2>&1)
+        status=$?
+        [ ! -e "$mark" ] || { echo "NAME=$name ran a command"; return 1; }
+        [ $status -ne 0 ] && grep -qxF "error: no test case or shell check is named \"$name\"" <<<"$out" ||
+            { echo "NAME=$name: status $status: $out"; return 1; }
+    done
+    out=$(MAKEFLAGS='' make --no-print-directory test-one LIST="\$(shell touch $mark)" 2>&1)
+    [ ! -e "$mark" ] || { echo "LIST ran a command"; return 1; }
+}
+single "make test-one: quotes, \$(shell ...), \$(...) and backticks in NAME are data, nothing runs; no such name fails" \
+    test_one_name_is_data
 
 section "the front page and docs/"
 # README.md a front page and docs/ what is true today, within tests/check_docs.sh's limits
@@ -355,7 +435,7 @@ fi
 # and one of them (ASAN_SHAPE: the most column groups per thread) under AddressSanitizer
 asan_shape_test=build/emu_asan/shape/${ASAN_SHAPE:-none}/test_cuda_emu_asan
 if built "$asan_shape_test"; then
-    doctest_suite "CUDA depth attention vs CPU, block shape $ASAN_SHAPE (emulated, AddressSanitizer)" \
+    doctest_suite "CUDA depth attention vs CPU, block shape ${ASAN_SHAPE:-} (emulated, AddressSanitizer)" \
         env CUDA_EMU_ORDER=reverse "$asan_shape_test" -tc="depth attention*"
 fi
 
@@ -421,6 +501,7 @@ train_cuda_emu_refuses_cpu_flags() {
 }
 if built build/emu/train_cuda; then
     section "./train_cuda's training step with the emulated kernels, against ./train"
+    needs all build/emu/train_cuda
     single "train_cuda (emulated) matches train, none" train_cuda_emu_matches_train --mode none
     single "train_cuda (emulated) matches train, block S=2" train_cuda_emu_matches_train --mode block --block-size 2
     single "train_cuda (emulated) matches train, block S=2 sigmoid + 2 heads + input query" \
@@ -460,6 +541,7 @@ train_cuda_mpi_emu_matches_train() {
 }
 if built build/emu/train_cuda_mpi; then
     section "./train_cuda_mpi's sharded step with the emulated kernels, against ./train"
+    needs all build/emu/train_cuda_mpi build/compare_checkpoints
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full" train_cuda_mpi_emu_matches_train --mode full
     single "train_cuda_mpi (emulated, 1 process, sharded) matches train, full --optimizer muon" \
         train_cuda_mpi_emu_matches_train --mode full --optimizer muon
@@ -468,6 +550,7 @@ fi
 # data parallel: build/train_mpi under mpirun against ./train (tests/mpi_tests.sh)
 if built build/train_mpi; then
     section "data-parallel training over MPI (build/train_mpi) against one process"
+    needs all build/train_mpi build/compare_checkpoints
     # shellcheck source=tests/mpi_tests.sh
     source tests/mpi_tests.sh
     single "2 and 3 processes = 1 process (50 steps, 1e-5), 2 twice identical: none" mpi_matches_one_process --mode none
@@ -482,6 +565,7 @@ if built build/train_mpi; then
     single "one-line refusals: batch not dividing, different flags, --sample, --export" mpi_refuses
     single "--microbatches 2 and 3 on 2 processes = 1 process's whole batch (50 steps, 1e-5)" mpi_microbatches
     section "pipeline parallelism (--pipeline P --virtual V) against one process's --microbatches"
+    needs all build/train_mpi build/compare_checkpoints
     single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: none" mpi_pipeline_matches 8 --mode none
     single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: full" mpi_pipeline_matches 8 --mode full
     single "pipeline = one process, P 2 4 x V 1 2 x D 1 2, cache off and on: block S=2" mpi_pipeline_matches 8 --mode block --block-size 2
@@ -508,13 +592,17 @@ train_cuda_refuses() {
     local status=$?
     [ "$status" -eq 1 ] && [ "$out" = "error: no CUDA device found (./train_cuda needs an NVIDIA GPU; use ./train on the CPU)" ]
 }
-if [ -x ./train_cuda ]; then
+# (--list names both kinds of machine's checks; --one builds ./train_cuda, which needs nvcc)
+gpu_here() { nvidia-smi -L >/dev/null 2>&1; }
+if [ -x ./train_cuda ] || ! running; then
     section "./train_cuda"
+    needs cuda
     single "train_cuda --help" ./train_cuda --help
-    if nvidia-smi -L >/dev/null 2>&1; then
+    if ! running || gpu_here; then
         doctest_suite "the whole model on the GPU vs CPU" build/test_cuda_gpu
         single "train_cuda trains on the GPU" ./train_cuda --steps 20 --eval-every 20 --log-every 10 --eval-examples 64
-    else
+    fi
+    if ! running || ! gpu_here; then
         single "train_cuda without a GPU: one line, exit status 1" train_cuda_refuses
     fi
 fi
