@@ -196,6 +196,11 @@ int options_check(Options* o, char* err, size_t err_len) {
     if (o->pipeline > 1 && o->diagnostics != NULL) {
         FAIL("--diagnostics runs without --pipeline: its measures read the whole model's activations");
     }
+    // the decay ends at lr * --final-lr-frac: at most the peak lr itself (the flag table
+    // holds it to >= 0)
+    if (o->final_lr_frac > 1.0f) {
+        FAIL("flag '--final-lr-frac' is out of range: %g is not in [0, 1]", (double)o->final_lr_frac);
+    }
     if (strcmp(o->schedule, "cosine") == 0) {
         o->schedule_kind = SCHEDULE_COSINE;
     } else if (strcmp(o->schedule, "wsd") == 0) {
