@@ -253,6 +253,18 @@ make_help_lists_every_target() {
 }
 single "make help: one line for every target of the Makefile and dev/infra/gpu.mk" make_help_lists_every_target
 
+# what a killed save leaves behind, PATH.tmp.PID (src/checkpoint.c's temporary name for a
+# checkpoint, its .best, an export), is ignored by git, as the files it would have become are
+gitignore_holds_killed_saves() {
+    local file ok=0
+    git rev-parse --is-inside-work-tree >/dev/null 2>&1 || { echo "not a git work tree"; return 1; }
+    for file in run.ckpt.tmp.12345 run.ckpt.best.tmp.7 runs/a/model.ckpt.tmp.4194304 model.safetensors.tmp.99; do
+        git check-ignore -q --no-index "$file" || { echo "$file is not ignored (.gitignore)"; ok=1; }
+    done
+    return $ok
+}
+single ".gitignore ignores the PATH.tmp.PID files a killed checkpoint or export leaves" gitignore_holds_killed_saves
+
 # the product does not depend on its tooling: no file of src/, cuda/, data/ or train.c
 # includes a file of dev/, by its path or by a name only dev/ has
 product_includes_nothing_from_dev() {
