@@ -86,7 +86,9 @@ bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then th
 # `make bench-sizes`: the step per mode at several widths, depths and contexts, its share of
 # the matmul's rate, and PyTorch eager (dev/bench/bench_pytorch.py) beside each size
 # (dev/bench/bench_sizes.sh; SIZES="d,L,T ..." or SIZES=all for the whole grid; PyTorch runs on
-# OpenBLAS's OpenMP build, installed when missing, or with TORCH_BLAS=DIR the libblas.so.3 in DIR)
+# OpenBLAS's OpenMP build, installed when missing, or with TORCH_BLAS=DIR the libblas.so.3 in DIR;
+# where OpenBLAS takes a CPU with AVX-512 or AVX2 for a generic core, with OPENBLAS_CORETYPE set
+# to SkylakeX or Haswell, and the core named beside the ratio)
 .PHONY: bench-sizes
 bench-sizes: build/bench_sizes  ## ms/step, GFLOP/s, share of the matmul rate as d, L, T grow, PyTorch beside [SIZES=]
 	@SIZES="$(SIZES)" TORCH_BLAS="$(TORCH_BLAS)" dev/bench/bench_sizes.sh

@@ -425,6 +425,8 @@ single "make bench-sizes runs PyTorch on OpenBLAS's OpenMP build (installed by e
     bench_sizes_runs_pytorch_on_openmp_blas
 single "make bench-sizes on a slow BLAS TORCH_BLAS did not name: no ratio, one line naming it and the TORCH_BLAS that fixes it" \
     bench_sizes_no_ratio_on_a_slow_blas
+single "make bench-sizes names OpenBLAS's core, runs PyTorch with OPENBLAS_CORETYPE=SkylakeX or Haswell where OpenBLAS took an AVX-512 or AVX2 CPU for a generic one, else no ratio" \
+    bench_sizes_names_openblas_core
 
 doctest_suite "CUDA kernels and model vs CPU (emulated, forward thread order)" env CUDA_EMU_ORDER=forward ./test_cuda_emu
 check_level || summary

@@ -54,7 +54,10 @@ slower (docs/speed.md). dev/bench/bench_sizes.sh runs it so (TORCH_BLAS=DIR for 
 By hand, without installing it system-wide:
   apt-get download libopenblas0-openmp && dpkg-deb -x libopenblas0-openmp_*.deb /tmp/oblomp
   LD_LIBRARY_PATH=/tmp/oblomp/usr/lib/x86_64-linux-gnu/openblas-openmp /usr/bin/python3 ...
-The BLAS in use, and which build, is printed in the header.
+The BLAS in use, and which build, is printed in the header; for OpenBLAS, then the core whose
+kernels it runs ("BLAS core: SkylakeX"): Debian's 0.3.21 takes a CPU it does not know (Sapphire
+Rapids) for a generic Prescott, without AVX2, unless OPENBLAS_CORETYPE names one
+(dev/bench/bench_sizes.sh sets it so on such a CPU).
 """
 import argparse, ctypes, glob, math, multiprocessing, multiprocessing.connection, os, signal, struct, sys, \
     tempfile, time
@@ -521,6 +524,26 @@ def blas_kind(path):
     return "reference BLAS" if name.startswith("libblas") else "unknown"
 
 
+def blas_core():
+    """The kernels OpenBLAS chose for this CPU (openblas_get_corename: "Haswell", "SkylakeX",
+    "Prescott" for a CPU it does not know, ...; OPENBLAS_CORETYPE chooses instead where set), of
+    the OpenBLAS torch's matmuls go to; None for another BLAS."""
+    try:
+        libs = [os.path.realpath(ln.split()[-1]) for ln in open("/proc/self/maps")
+                if ln.split()[-1:] and "blas" in ln.split()[-1]]
+    except OSError:
+        return None
+    for path in sorted(set(libs), key=lambda p: not os.path.basename(p).startswith("libblas")):
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        if hasattr(lib, "openblas_get_corename"):
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return lib.openblas_get_corename().decode()
+    return None
+
+
 def log_tail(path, lines=3):
     try:
         return " | ".join(open(path).read().strip().splitlines()[-lines:])[:400]
@@ -715,6 +738,9 @@ def main():
         print(f"device: {torch.cuda.get_device_name()}, TF32 off")
     else:
         print(f"BLAS: {blas_library()}")
+        core = blas_core()
+        if core:
+            print(f"BLAS core: {core}")
     _, kind = make_optimizer(Model(config(64, 1, 128, 0), 128).to(a.device), 1e-4, a.device)
     print(f"AdamW: {kind}; attention: "
           f"{'F.scaled_dot_product_attention(is_causal=True), kv heads repeated' if HAS_SDPA else 'by hand'}"

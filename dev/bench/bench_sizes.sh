@@ -24,6 +24,13 @@
 #                      single-threaded build) that TORCH_BLAS did not name, it gives no ratio
 #                      but one line with the TORCH_BLAS that fixes it
 #   OPENMP_BLAS=DIR    where that OpenMP build is (default /usr/lib/*/openblas-openmp)
+#   OPENBLAS_CORETYPE  the kernels OpenBLAS runs (its own choice where unset). The table names
+#                      the core PyTorch's OpenBLAS ran; where OpenBLAS took a CPU with AVX-512
+#                      or AVX2 for a generic core without AVX2 (Prescott: Debian's 0.3.21 on
+#                      Sapphire Rapids), PyTorch runs with OPENBLAS_CORETYPE=SkylakeX or
+#                      Haswell, said in a line; a generic core that stays (OPENBLAS_CORETYPE
+#                      set so), no ratio
+#   CPUINFO=FILE       where the CPU's flags are read (default /proc/cpuinfo)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 device=${DEVICE:-cpu}
@@ -73,10 +80,33 @@ torch_ok=1
 status=$?
 grep -vE "^check [a-z]" "$log.check"
 torch_blas=$(sed -n 's/^BLAS: //p' "$log.check")  # what it is: where it is
+torch_core=$(sed -n 's/^BLAS core: //p' "$log.check")  # OpenBLAS's kernels, if it is OpenBLAS
 rm -f "$log.check"
 if [ $status -ne 0 ]; then
     echo "bench-sizes: PyTorch left out (bench_pytorch.py --check-only exited $status)"
     torch_ok=0
+fi
+
+# OpenBLAS's cores with AVX2 kernels or wider (0.3.21's x86_64 list); any other is generic
+# for a CPU that has AVX2: the kernels such a CPU calls for are SkylakeX's with AVX-512 (F and
+# BW), Haswell's with AVX2, printed by cpu_core
+wide_core() { case "$1" in Haswell | Zen | SkylakeX | Cooperlake | SapphireRapids) return 0 ;; esac; return 1; }
+cpu_core() {
+    local flags
+    flags=" $(grep -m1 '^flags' "${CPUINFO:-/proc/cpuinfo}" | cut -d: -f2) "
+    if [[ "$flags" == *" avx512f "* && "$flags" == *" avx512bw "* ]]; then echo "SkylakeX AVX-512"
+    elif [[ "$flags" == *" avx2 "* ]]; then echo "Haswell AVX2"; fi
+}
+want_core=$(cpu_core)
+core_set=${OPENBLAS_CORETYPE:+OPENBLAS_CORETYPE}  # "": OpenBLAS's own choice
+if [ $torch_ok -eq 1 ] && [ -n "$torch_core" ] && [ -n "$want_core" ] && ! wide_core "$torch_core" &&
+    [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+    echo "PyTorch's OpenBLAS took this CPU for a generic $torch_core core: PyTorch runs with" \
+         "OPENBLAS_CORETYPE=${want_core% *} (the CPU has ${want_core#* })"
+    export OPENBLAS_CORETYPE=${want_core% *}
+    core_set="OPENBLAS_CORETYPE, set here"
+    torch_core=$("$python" dev/bench/bench_pytorch.py --device "$device" --check-only --no-check 2>/dev/null |
+                 sed -n 's/^BLAS core: //p')
 fi
 for size in $sizes; do
     "$bench" --size "$size" --rounds "$rounds" | tee -a "$log" | grep -v "^bench_sizes"
@@ -99,7 +129,8 @@ done
 # name, no ratio: one line naming it and the TORCH_BLAS that fixes it
 ratio=1 note=""
 if [ $torch_ok -eq 1 ] && [ -n "$torch_blas" ]; then
-    ran_on="${torch_blas%%: *} (${TORCH_BLAS:+TORCH_BLAS=$TORCH_BLAS: }${torch_blas#*: })"
+    ran_on="${torch_blas%%: *}${torch_core:+, core $torch_core${core_set:+ ($core_set)}}"
+    ran_on+=" (${TORCH_BLAS:+TORCH_BLAS=$TORCH_BLAS: }${torch_blas#*: })"
     note="ratio: PyTorch's ms/step over attnres.c's, PyTorch on $ran_on"
     case "$torch_blas" in
         *"pthread build: "* | *"single-threaded build: "* | "reference BLAS: "*)
@@ -109,6 +140,11 @@ if [ $torch_ok -eq 1 ] && [ -n "$torch_blas" ]; then
                 note+=" TORCH_BLAS=$(openmp_blas || echo "DIR, a folder with OpenBLAS's OpenMP build's libblas.so.3")"
             fi ;;
     esac
+    if [ $ratio -eq 1 ] && [ -n "$torch_core" ] && [ -n "$want_core" ] && ! wide_core "$torch_core"; then
+        ratio=0
+        note="no ratio: PyTorch ran on $ran_on, a generic core on a CPU with ${want_core#* };"
+        note+=" rerun with OPENBLAS_CORETYPE=${want_core% *}"
+    fi
 fi
 
 # the table: per size and mode, both sides and their ratio (PyTorch's best way)
