@@ -23,6 +23,7 @@
 #include "layers.h"  // crossentropy_count
 #include "model.h"
 #include "options.h"
+#include "outputs.h"
 #include "pipeline.h"
 #include "run_record.h"
 #include "safetensors.h"
@@ -665,11 +666,15 @@ int main(int argc, char** argv) {
     }
     check_processes(&r.o, argc, argv);
     if (threads_set(r.o.threads, &dist, err, sizeof(err)) != 0) { die("%s", err); }
+    // every file the run writes, checked before anything is read or written (outputs.h)
+    RunPath paths[RUN_PATHS_MAX];
+    if (dist.rank == 0 && outputs_check(paths, run_paths(&r.o, paths), err, sizeof(err)) != 0) {
+        die("%s", err);
+    }
     if (r.o.export_path != NULL) {  // the host reads and writes the files, in every binary
         int step;
         size_t tensors;
-        if (export_path_check(r.o.export_path, r.o.checkpoint, err, sizeof(err)) != 0 ||
-            safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
+        if (safetensors_export_checkpoint(r.o.checkpoint, r.o.export_path, &step, &tensors, err,
                                           sizeof(err)) != 0) {
             die("%s", err);
         }
@@ -685,11 +690,6 @@ int main(int argc, char** argv) {
     }
     // the GPU builds: this process's GPU, and NCCL between the processes (MPI build)
     if (trainer_open_device(&dist, r.o.cublas, !r.o.no_graph, err, sizeof(err)) != 0) {
-        die("%s", err);
-    }
-    if (r.o.checkpoint != NULL && dist.rank == 0 &&
-        checkpoint_path_check(r.o.checkpoint, r.o.text_path, r.o.diagnostics, r.o.init_from,
-                              err, sizeof(err)) != 0) {
         die("%s", err);
     }
     load_data(&r);

@@ -136,8 +136,7 @@ int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const ch
     for (int t = 0; t < dg->streams; t++) {
         used += (size_t)snprintf(mhc_header + used, sizeof(mhc_header) - used, ",h_%d", t);
     }
-    const char* names[] = {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv",
-                           "mhc.csv"};
+    const char* names[] = DIAGNOSTICS_FILES;
     const char* headers[] = {
         "key,value",
         "step,train_loss,lr,grad_norm,ms_per_step",

@@ -65,6 +65,9 @@ typedef struct {
     char error[4400];     // why the last diagnostics_write_* failed
 } Diagnostics;
 
+// the files a diagnostics directory holds (mhc.csv in mhc mode only)
+#define DIAGNOSTICS_FILES {"meta.csv", "train.csv", "eval.csv", "layers.csv", "alpha.csv", "mhc.csv"}
+
 void diagnostics_init(Diagnostics* dg, const ModelConfig* c);
 void diagnostics_free(Diagnostics* dg);  // closes the CSV files
 

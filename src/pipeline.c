@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "checkpoint.h"  // checkpoint_temp_path
 #include "options.h"
 #include "threads.h"
 #include "trainer.h"
@@ -774,13 +775,12 @@ int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_le
         dist_wait_sends();
     } else if (p->world.rank == 0) {
         char tmp[4200];
-        snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-        FILE* f = fopen(tmp, "w");
+        FILE* f = checkpoint_temp_path(tmp, sizeof(tmp), path) == 0 ? fopen(tmp, "w") : NULL;
         if (f == NULL) {
-            snprintf(err, err_len, "--pipeline-trace: cannot write %s", tmp);
+            snprintf(err, err_len, "--pipeline-trace: cannot write %s", path);
             status = -1;
         }
-        if (f != NULL) { fprintf(f, "step,stage,chunk,microbatch,kind,start_ms,end_ms\n"); }
+        if (f != NULL) { fprintf(f, "%s\n", PIPELINE_TRACE_HEADER); }
         for (int s = 0; s < p->P; s++) {
             float* rows = mine;
             size_t count = n;

@@ -73,8 +73,10 @@ void pipeline_update(Pipeline* p, float lr, float beta1, float beta2, float eps,
 void pipeline_gather(Pipeline* p, Model* whole);
 // Rank 0 prints each stage's bytes a step, naive and cached, its memory, and the bubble
 void pipeline_report(Pipeline* p, size_t whole_bytes, int steps);
-// Rank 0 writes every stage's forwards and backwards (PipelineEvent) to a CSV file: 0, or -1
-// with one line in err
+// Rank 0 writes every stage's forwards and backwards (PipelineEvent) to a CSV file, through
+// PATH.tmp.<pid> and a rename (outputs.c checked the path before step 1): 0, or -1 with one
+// line in err
+#define PIPELINE_TRACE_HEADER "step,stage,chunk,microbatch,kind,start_ms,end_ms"
 int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_len);
 // The floats this stage allocates for its chunks' parameters (params alone) and in all
 size_t pipeline_param_floats(const Pipeline* p);

@@ -1,14 +1,10 @@
 // run_record.c — the checks a training run makes before it trains (run_record.h).
-#define _XOPEN_SOURCE 700  // stat, realpath
 #include <errno.h>
-#include <limits.h>  // PATH_MAX
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include "inference.h"  // decoder_floats
 #include "run_record.h"
-#include "safetensors.h"  // safetensors_load: an earlier export
 #include "util.h"
 
 RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, float best_val_loss) {
@@ -103,114 +99,6 @@ int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* w
             FAIL("checkpoint %s was trained with %s %g, this run has %s %g (%s)", path,
                  float_flags[i], (double)float_was[i], float_flags[i], (double)float_now[i], fix);
         }
-    }
-    return 0;
-}
-
-// path made absolute from its folder's real path (symbolic links, "." and ".." resolved) and
-// its last name, for a path that need not exist yet; "" when its folder cannot be resolved
-static void folder_real_path(const char* path, char* out, size_t len) {
-    char copy[PATH_MAX];
-    snprintf(copy, sizeof(copy), "%s", path);
-    size_t n = strlen(copy);
-    while (n > 1 && copy[n - 1] == '/') { copy[--n] = '\0'; }  // "dir/" names dir
-    char* slash = strrchr(copy, '/');
-    const char* name = slash ? slash + 1 : copy;
-    const char* folder = slash == NULL ? "." : slash == copy ? "/" : copy;
-    if (slash != NULL) { *slash = '\0'; }
-    char real[PATH_MAX];
-    out[0] = '\0';
-    if (realpath(folder, real) != NULL) { snprintf(out, len, "%s/%s", real, name); }
-}
-
-// Whether a and b name the same file, however spelled: the same device and inode when both
-// exist; when neither does, the same name in the same real folder
-static int same_file(const char* a, const char* b) {
-    struct stat sa, sb;
-    int a_exists = stat(a, &sa) == 0, b_exists = stat(b, &sb) == 0;
-    if (a_exists || b_exists) {
-        return a_exists && b_exists && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-    }
-    char ra[2 * PATH_MAX], rb[2 * PATH_MAX];
-    folder_real_path(a, ra, sizeof(ra));
-    folder_real_path(b, rb, sizeof(rb));
-    return ra[0] != '\0' && strcmp(ra, rb) == 0;
-}
-
-int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
-                          const char* init_from, char* err, size_t err_len) {
-    char best[4200];
-    snprintf(best, sizeof(best), "%s.best", path);
-    const char* written[] = {path, best};  // the latest, and the best so far
-    const char* others[] = {text_path, diagnostics, init_from};
-    const char* other_names[] = {"the --text file", "the --diagnostics directory",
-                                 "the --init-from file"};
-    for (int i = 0; i < 2; i++) {
-        for (int j = 0; j < 3; j++) {
-            if (others[j] != NULL && same_file(written[i], others[j])) {
-                FAIL("--checkpoint %s: %s is %s %s, which a checkpoint would replace", path,
-                     written[i], other_names[j], others[j]);
-            }
-        }
-    }
-    struct stat info;
-    if (stat(path, &info) == 0 && S_ISDIR(info.st_mode)) {
-        FAIL("--checkpoint %s is a directory, not a file", path);
-    }
-    if (!replaceable_by_rename(path)) {  // a device, a pipe, a socket
-        FAIL("--checkpoint %s is not a regular file: a checkpoint is renamed over its path, and "
-             "would replace it", path);
-    }
-    if (stat(best, &info) == 0 && S_ISDIR(info.st_mode)) {
-        FAIL("--checkpoint %s: the best checkpoint's path %s is a directory, not a file", path,
-             best);
-    }
-    if (!replaceable_by_rename(best)) {
-        FAIL("--checkpoint %s: the best checkpoint's path %s is not a regular file: a "
-             "checkpoint is renamed over its path, and would replace it", path, best);
-    }
-    checkpoint_remove_stale_temps(path);
-    checkpoint_remove_stale_temps(best);
-    char tmp[4096];
-    if (checkpoint_temp_path(tmp, sizeof(tmp), path) != 0) {
-        FAIL("--checkpoint path is too long");
-    }
-    FILE* f = fopen(tmp, "wb");
-    if (f == NULL) { FAIL("cannot write checkpoint %s: %s", tmp, strerror(errno)); }
-    fclose(f);
-    remove(tmp);
-    return 0;
-}
-
-int export_path_check(const char* out, const char* checkpoint, char* err, size_t err_len) {
-    char best[4200];
-    snprintf(best, sizeof(best), "%s.best", checkpoint);
-    if (same_file(out, checkpoint)) {
-        FAIL("--export %s is the checkpoint it reads (--checkpoint %s)", out, checkpoint);
-    }
-    if (same_file(out, best)) {
-        FAIL("--export %s is the best checkpoint of --checkpoint %s, which the export would "
-             "replace", out, checkpoint);
-    }
-    struct stat info;
-    if (stat(out, &info) != 0) { return 0; }  // a new file
-    if (!S_ISREG(info.st_mode)) {
-        FAIL("--export %s is not a regular file (a directory, device, pipe or socket): an "
-             "export is renamed over its path, and would replace it", out);
-    }
-    if (checkpoint_has_magic(out)) {
-        FAIL("--export %s is a checkpoint, which the export would replace (an existing file is "
-             "replaced only if it is an earlier export)", out);
-    }
-    // an earlier export is any file --init-from reads: a safetensors file of attnres.c
-    ModelConfig config;
-    float* params = NULL;
-    char reason[ERROR_MAX];
-    int earlier_export = safetensors_load(out, &config, &params, reason, sizeof(reason)) == 0;
-    free(params);
-    if (!earlier_export) {
-        FAIL("--export %s exists and is not an earlier export (a safetensors file of "
-             "attnres.c), the only file an export replaces", out);
     }
     return 0;
 }

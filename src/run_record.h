@@ -1,6 +1,6 @@
 // run_record.h — the checks a training run makes before it trains: that a checkpoint it
-// resumes comes from this very run (its RunRecord, checkpoint.h), that the checkpoint path
-// can be written (and --export's path), and that the run fits in memory.
+// resumes comes from this very run (its RunRecord, checkpoint.h), and that the run fits in
+// memory. The paths it writes are checked by outputs.h.
 #ifndef ATTNRES_RUN_RECORD_H
 #define ATTNRES_RUN_RECORD_H
 
@@ -18,21 +18,6 @@ RunRecord run_record_of(const Options* o, const Dataset* ds, int best_step, floa
 // ones. 0, or -1 with one line in err naming the first flag that differs.
 int run_record_check_resume(const char* path, const RunRecord* now, RunRecord* was,
                             int* recorded, char* err, size_t err_len);
-// A checkpoint path that cannot be written is found before training, not at the first
-// evaluation: PATH and PATH.best (the best checkpoint) must be none of the text file, the
-// diagnostics directory and the --init-from file (each NULL: none), however spelled, nor a
-// directory, a device, a pipe or a socket; the temporary files of saves killed midway (theirs
-// and PATH.best's) are removed, and PATH.tmp.<pid> (what checkpoint_save writes first) is
-// written and removed.
-// 0, or -1 with one line in err.
-int checkpoint_path_check(const char* path, const char* text_path, const char* diagnostics,
-                          const char* init_from, char* err, size_t err_len);
-// --export OUT --checkpoint PATH, before anything is read or written: OUT is a new file, or
-// an earlier export (a safetensors file that --init-from reads), which it replaces; the
-// checkpoint itself, PATH.best (whether it exists or not), any other checkpoint (a file with
-// the checkpoint magic), a directory, a device, a pipe and any other existing file (a text
-// file, say) are refused. 0, or -1 with one line in err.
-int export_path_check(const char* out, const char* checkpoint, char* err, size_t err_len);
 // MemAvailable of /proc/meminfo in bytes: what can be allocated without swapping; 0 if unknown
 size_t available_memory(void);
 // What a run will allocate, before it does: parameters, gradients and AdamW state (4 floats

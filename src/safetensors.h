@@ -60,7 +60,7 @@ int safetensors_load(const char* path, ModelConfig* config, float** params, char
 
 // ./train --export OUT --checkpoint PATH: the checkpoint's parameters written to OUT; its
 // step and the number of tensors written into *step and *tensors. 0, or -1 with one line in
-// err (nothing written). Which OUT may be replaced is export_path_check's (run_record.h),
+// err (nothing written). Which OUT may be replaced is outputs_check's (outputs.h),
 // called first.
 int safetensors_export_checkpoint(const char* checkpoint, const char* out, int* step,
                                   size_t* tensors, char* err, size_t err_len);

@@ -262,6 +262,41 @@ mpi_pipeline_trace() {
                  END { exit bad }'
 }
 
+# --pipeline-trace goes through outputs.c's check before step 1, under mpirun too: onto the
+# checkpoint (D17), the training text (D18), a pipe, a link to the text, a device (D19), a
+# folder not there (D20): one line, status 1, no step trained, and every file as it was
+mpi_pipeline_trace_refused() {
+    local dir=$TEST_DIR out status
+    head -c 4000 /usr/share/common-licenses/GPL-3 >"$dir/t.txt"
+    mkfifo "$dir/pipe" && ln -s "$dir/t.txt" "$dir/link" || return 1
+    ./train "${PIPE_FLAGS[@]}" --L 4 --mode none --steps 2 --warmup 1 --checkpoint "$dir/run.ckpt" \
+        >/dev/null || return 1
+    local before
+    before=$(cd "$dir" && md5sum t.txt run.ckpt run.ckpt.best)
+    local text_flags=(--task text --text "$dir/t.txt" --seq-len 16)
+    local shape=(--d 16 --H 2 --G 1 --F 24 --batch 16 --microbatches 4 --warmup 1 --threads 1)
+    refused() {  # refused "WORDS" TRACE FLAGS...: one line holding WORDS, status 1, no step
+        local words=$1 trace=$2
+        shift 2
+        [ "${1:-}" = --task ] || set -- --task reverse --length 4 --symbols 6 "$@"
+        out=$(mpi_run 2 build/train_mpi "${shape[@]}" --L 4 --mode none --pipeline 2 --steps 3 \
+              --pipeline-trace "$trace" "$@" 2>&1)
+        status=$?
+        echo "$out" | grep -q '^step' && { echo "trained: $out"; return 1; }
+        [ "$status" -ne 0 ] && [ "$(echo "$out" | grep -c '^error: ')" -eq 1 ] &&
+            echo "$out" | grep -F -- "$words" | grep -qF -- "$trace" ||
+            { echo "status $status: $out"; return 1; }
+    }
+    refused "is the --pipeline-trace file" "$dir/run.ckpt" --checkpoint "$dir/run.ckpt" &&
+        refused "is the --text file" "$dir/t.txt" "${text_flags[@]}" &&
+        refused "not a regular file" "$dir/pipe" &&
+        refused "is the --text file" "$dir/link" "${text_flags[@]}" &&
+        refused "not a regular file" /dev/null &&
+        refused "cannot write" /nonexistent-attnres/t.csv &&
+        [ "$(cd "$dir" && md5sum t.txt run.ckpt run.ckpt.best)" = "$before" ] &&
+        [ -p "$dir/pipe" ] && [ -L "$dir/link" ] && [ -c /dev/null ]
+}
+
 # one line and status 1 each: P*D not the world, chunks that are not whole blocks, M < P, M
 # not dividing B/D, M not a multiple of P when interleaved
 mpi_pipeline_refuses() {

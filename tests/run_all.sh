@@ -593,6 +593,7 @@ if built build/train_mpi; then
     single "pipeline: the stages' parameters add up to the whole model's" mpi_pipeline_memory
     single "pipeline checkpoint resumes on one process, and the reverse, bit for bit" mpi_pipeline_resume
     single "pipeline: --pipeline-trace writes every forward and backward" mpi_pipeline_trace
+    single "pipeline: --pipeline-trace onto an input, the checkpoint, a pipe, a device or a missing folder is refused before step 1" mpi_pipeline_trace_refused
     single "pipeline: one-line refusals (P*D, whole blocks, M < P, M dividing, interleaved M)" mpi_pipeline_refuses
     single "pipeline: a rank killed mid-run ends the job in seconds; its checkpoint loads" \
         mpi_rank_killed --mode block --block-size 2 --pipeline 2 --microbatches 2
