@@ -91,7 +91,7 @@ static int flag_table(Options* o, Flag* flags) {
         {"--warmup", OPT_INT, &o->warmup, "linear warmup steps"},
         {"--schedule", OPT_STRING, &o->schedule, "lr after warmup: cosine | wsd (stable, then linear decay)"},
         {"--decay-frac", OPT_FLOAT, &o->decay_frac, "wsd: the share of --steps that decays", FLOAT_OPEN_FRACTION},
-        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "the decay ends at lr * this", FLOAT_NON_NEGATIVE},
+        {"--final-lr-frac", OPT_FLOAT, &o->final_lr_frac, "the decay ends at lr * this, in [0, 1]", FLOAT_UNIT},
         {"--weight-decay", OPT_FLOAT, &o->weight_decay, "AdamW weight decay (matrices only)", FLOAT_NON_NEGATIVE},
         {"--optimizer", OPT_STRING, &o->optimizer, "adamw | muon (Muon on the layers' matrices, AdamW on the rest)"},
         {"--muon-momentum", OPT_FLOAT, &o->muon_momentum, "muon: Nesterov momentum mu, in [0, 1)", FLOAT_FRACTION},

@@ -22,6 +22,7 @@ static const struct {
     [FLOAT_NON_NEGATIVE] = {0.0, FLT_MAX, 0, 0},
     [FLOAT_POSITIVE] = {0.0, FLT_MAX, 1, 0},
     [FLOAT_FRACTION] = {0.0, 1.0, 0, 1},
+    [FLOAT_UNIT] = {0.0, 1.0, 0, 0},
     [FLOAT_OPEN_FRACTION] = {0.0, 1.0, 1, 1},
 };
 
@@ -195,11 +196,6 @@ int options_check(Options* o, char* err, size_t err_len) {
     }
     if (o->pipeline > 1 && o->diagnostics != NULL) {
         FAIL("--diagnostics runs without --pipeline: its measures read the whole model's activations");
-    }
-    // the decay ends at lr * --final-lr-frac: at most the peak lr itself (the flag table
-    // holds it to >= 0)
-    if (o->final_lr_frac > 1.0f) {
-        FAIL("flag '--final-lr-frac' is out of range: %g is not in [0, 1]", (double)o->final_lr_frac);
     }
     if (strcmp(o->schedule, "cosine") == 0) {
         o->schedule_kind = SCHEDULE_COSINE;

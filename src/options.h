@@ -70,6 +70,7 @@ typedef enum {
     FLOAT_NON_NEGATIVE,   // [0, 3.40282e+38]
     FLOAT_POSITIVE,       // (0, 3.40282e+38]
     FLOAT_FRACTION,       // [0, 1)
+    FLOAT_UNIT,           // [0, 1]
     FLOAT_OPEN_FRACTION,  // (0, 1)
 } FloatRange;
 typedef struct {
