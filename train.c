@@ -234,7 +234,7 @@ typedef struct {
     Trainer trainer;      // where the training step runs (the host model, or its GPU twin)
     Diagnostics diag;
     size_t B, T;          // the training batch
-    int *x, *y, *work;    // (max(B, 64), T) inputs, targets, decoding scratch
+    int *x, *y, *work;    // (B, T) inputs, targets, decoding scratch
     int start_step, end_step;
     ModelConfig init_config;  // --init-from: the file's config and its parameters (until the
     float* init_params;       // model holds them)
@@ -313,7 +313,7 @@ static void build_model(Run* r) {
     char err[ERROR_MAX];
     r->B = (size_t)o->batch;
     r->T = (size_t)r->ds.seq_len;
-    size_t eval_B = r->B < 64 ? 64 : r->B;  // evaluation runs in bigger batches
+    size_t eval_B = r->B;  // evaluation runs in batches of the training batch's rows
     if (run_memory_check(&o->model, eval_B, r->T, decoder_rows(r, eval_B), &dist,
                          dataset_bytes(&r->ds), &r->memory_bytes, err, sizeof(err)) != 0) {
         die("%s", err);

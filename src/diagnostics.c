@@ -48,6 +48,8 @@ void diagnostics_free(Diagnostics* dg) {
     free(dg->hc_pre);
     free(dg->hc_post);
     free(dg->hc_h);
+    free(dg->sums);
+    free(dg->seen);
     memset(dg, 0, sizeof(*dg));
 }
 
@@ -258,54 +260,95 @@ static int source_column(const Diagnostics* dg, int l, size_t n, size_t i) {
 
 // hc_pre, hc_post, hc_h: the means over the last forward's B*T tokens of each sub-layer's
 // coefficients (its rows of hc_mix: a_pre, pi, a_post, H_res; layers.h)
-static void measure_mhc(Diagnostics* dg, const Model* model) {
+// The means are kept as running sums in double, added token by token in the order the
+// batches come: the means over the tokens of several forwards are the same bits as over one
+// forward holding them all.
+void diagnostics_alpha_begin(Diagnostics* dg) {
+    size_t m = (size_t)dg->streams, cells = (size_t)(dg->n_sub + 1) * dg->n_cols;
+    size_t count = dg->streams > 0 ? (size_t)dg->n_sub * m * (m + 2) : cells * (size_t)dg->depth_heads;
+    free(dg->sums);
+    free(dg->seen);
+    dg->sums = callocCheck(count + 1, sizeof(double));
+    dg->seen = callocCheck(cells + 1, 1);
+    dg->tokens = 0;
+}
+
+// mhc: sums laid out as pre (2L, m), post (2L, m), then h (2L, m, m)
+static void add_mhc(Diagnostics* dg, const Model* model) {
     size_t m = (size_t)dg->streams, rows = model->B * model->T, width = model->dims.n_mix;
-    size_t R = model->dims.R;
-    for (size_t l = 0; l < (size_t)dg->n_sub; l++) {
+    size_t R = model->dims.R, n_sub = (size_t)dg->n_sub;
+    double *pre = dg->sums, *post = pre + n_sub * m, *h = post + n_sub * m;
+    for (size_t l = 0; l < n_sub; l++) {
         const float* mix = model->acts.sub[l].hc_mix;
         for (size_t s = 0; s < m; s++) {
-            double pre = 0.0, post = 0.0;
             for (size_t n = 0; n < rows; n++) {
-                pre += mix[n * width + s];
-                post += mix[n * width + m + R + s];
+                pre[l * m + s] += mix[n * width + s];
+                post[l * m + s] += mix[n * width + m + R + s];
             }
-            dg->hc_pre[l * m + s] = (float)(pre / (double)rows);
-            dg->hc_post[l * m + s] = (float)(post / (double)rows);
         }
         for (size_t i = 0; i < m * m; i++) {
-            double h = 0.0;
-            for (size_t n = 0; n < rows; n++) { h += mix[n * width + 2 * m + R + i]; }
-            dg->hc_h[l * m * m + i] = (float)(h / (double)rows);
+            for (size_t n = 0; n < rows; n++) { h[l * m * m + i] += mix[n * width + 2 * m + R + i]; }
         }
     }
 }
 
-void diagnostics_measure_alpha(Diagnostics* dg, const Model* m) {
-    if (dg->streams > 0) { measure_mhc(dg, m); }
-    if (dg->alpha == NULL) { return; }
+// alpha: sums (K, 2L+1, n_cols), each head's weights summed over the tokens. Static mixing's
+// weights are the same for every token: its single row is counted once, from the first batch.
+static void add_alpha(Diagnostics* dg, const Model* m) {
     size_t cells = (size_t)(dg->n_sub + 1) * dg->n_cols;
-    for (size_t i = 0; i < cells; i++) { dg->alpha[i] = NAN; }
-    for (size_t i = 0; i < cells * dg->depth_heads && dg->head_alpha != NULL; i++) {
-        dg->head_alpha[i] = NAN;
-    }
     for (int l = 0; l <= dg->n_sub; l++) {
         size_t n = 0, heads = 1, rows = 1;
         // entry (t, i, k) at (t * n + i) * heads + k; rows = 1 with --mixing
         const float* alpha = model_depth_alpha(m, l, &n, &heads, &rows);
+        if (dg->config.mixing != 0 && dg->tokens > 0) { continue; }
         for (size_t i = 0; i < n; i++) {
             size_t cell = (size_t)l * dg->n_cols + (size_t)source_column(dg, l, n, i);
-            double all_heads = 0.0;
+            dg->seen[cell] = 1;
             for (size_t k = 0; k < heads; k++) {
-                double sum = 0.0;
-                for (size_t t = 0; t < rows; t++) { sum += alpha[(t * n + i) * heads + k]; }
-                if (dg->head_alpha != NULL) {
-                    dg->head_alpha[k * cells + cell] = (float)(sum / (double)rows);
-                }
-                all_heads += sum;
+                double* sum = &dg->sums[k * cells + cell];
+                for (size_t t = 0; t < rows; t++) { *sum += alpha[(t * n + i) * heads + k]; }
             }
-            dg->alpha[cell] = (float)(all_heads / (double)(rows * heads));
         }
     }
+}
+
+void diagnostics_alpha_add(Diagnostics* dg, const Model* m) {
+    if (dg->streams > 0) { add_mhc(dg, m); }
+    if (dg->alpha != NULL) { add_alpha(dg, m); }
+    dg->tokens += dg->config.mixing != 0 && dg->alpha != NULL ? (dg->tokens == 0) : m->B * m->T;
+}
+
+void diagnostics_alpha_end(Diagnostics* dg) {
+    double tokens = (double)dg->tokens;
+    if (dg->streams > 0) {
+        size_t m = (size_t)dg->streams, n_sub = (size_t)dg->n_sub;
+        const double *pre = dg->sums, *post = pre + n_sub * m, *h = post + n_sub * m;
+        for (size_t i = 0; i < n_sub * m; i++) {
+            dg->hc_pre[i] = (float)(pre[i] / tokens);
+            dg->hc_post[i] = (float)(post[i] / tokens);
+        }
+        for (size_t i = 0; i < n_sub * m * m; i++) { dg->hc_h[i] = (float)(h[i] / tokens); }
+    }
+    if (dg->alpha == NULL) { return; }
+    size_t cells = (size_t)(dg->n_sub + 1) * dg->n_cols, heads = (size_t)dg->depth_heads;
+    for (size_t i = 0; i < cells; i++) { dg->alpha[i] = NAN; }
+    for (size_t i = 0; i < cells * heads && dg->head_alpha != NULL; i++) { dg->head_alpha[i] = NAN; }
+    for (size_t cell = 0; cell < cells; cell++) {
+        if (!dg->seen[cell]) { continue; }
+        double all_heads = 0.0;
+        for (size_t k = 0; k < heads; k++) {
+            double sum = dg->sums[k * cells + cell];
+            if (dg->head_alpha != NULL) { dg->head_alpha[k * cells + cell] = (float)(sum / tokens); }
+            all_heads += sum;
+        }
+        dg->alpha[cell] = (float)(all_heads / (tokens * (double)heads));
+    }
+}
+
+void diagnostics_measure_alpha(Diagnostics* dg, const Model* m) {
+    diagnostics_alpha_begin(dg);
+    diagnostics_alpha_add(dg, m);
+    diagnostics_alpha_end(dg);
 }
 
 void diagnostics_row_name(const Diagnostics* dg, int row, char* name, size_t len) {

@@ -59,6 +59,9 @@ typedef struct {
     float* hc_pre;        // (2L, m) mean read weights a_pre; NULL outside mhc mode
     float* hc_post;       // (2L, m) mean write weights a_post; NULL outside mhc mode
     float* hc_h;          // (2L, m, m) mean mixing matrices H; NULL outside mhc mode
+    double* sums;         // the running sums behind those means (diagnostics_alpha_add)
+    unsigned char* seen;  // (2L+1, n_cols): 1 where a source of that row was summed
+    size_t tokens;        // the tokens summed (static mixing: 1, its one row)
     FILE *train_csv, *eval_csv, *layers_csv, *alpha_csv;  // NULL without a directory
     FILE* mhc_csv;        // NULL without a directory, and outside mhc mode
     char* dir;            // that directory (NULL without one)
@@ -108,6 +111,12 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m);
 // mode): the weights each variant used, in their sources' columns; in mhc mode hc_pre,
 // hc_post and hc_h, the coefficients' means over those tokens instead
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m);
+// The same means over the tokens of several forwards (an evaluation in batches): begin, add
+// after each forward, end. Summed in double token by token, in the batches' order, so that
+// they are the same bits as one forward of all those rows would give.
+void diagnostics_alpha_begin(Diagnostics* dg);
+void diagnostics_alpha_add(Diagnostics* dg, const Model* m);
+void diagnostics_alpha_end(Diagnostics* dg);
 
 // Row and column names: "L0.attn", "L0.mlp", ..., "out"; "emb", then "b1", "b2", ... (block)
 // or "a0", "m0", "a1", ... (full: the output of layer i's attention / MLP).

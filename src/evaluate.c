@@ -47,14 +47,13 @@ EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o,
         dataset_eval_batch(ds, x, y, b, first);
         model_forward(m, x, y, b, T);
         const float* probs = model_probs(m);
-        size_t count = 0;
+        const float* losses = m->acts.losses;
         for (size_t i = 0; i < b * T; i++) {
             if (y[i] < 0) { continue; }
-            count++;
+            scored++;
+            loss_sum += (double)losses[i];
             correct += argmax(probs + i * V, V) == (size_t)y[i];
         }
-        loss_sum += (double)m->loss * (double)count;
-        scored += count;
         if (ds->kind != TASK_TEXT) { matches += greedy_exact_matches(dec, ds, x, y, b, work); }
     }
     EvalResult r;
@@ -68,9 +67,14 @@ void measure_eval_alpha(Model* m, const Dataset* ds, const Options* o, int* x, i
                                Diagnostics* dg) {
     size_t rows = dataset_eval_rows(ds);
     if (rows > (size_t)o->eval_examples) { rows = (size_t)o->eval_examples; }
-    if (rows > m->max_B) { rows = m->max_B; }
-    dataset_eval_batch(ds, x, y, rows, 0);
-    model_forward(m, x, y, rows, (size_t)ds->seq_len);
-    diagnostics_measure_alpha(dg, m);
+    if (rows > EVAL_ALPHA_ROWS) { rows = EVAL_ALPHA_ROWS; }
+    diagnostics_alpha_begin(dg);
+    for (size_t first = 0; first < rows; first += m->max_B) {
+        size_t b = rows - first < m->max_B ? rows - first : m->max_B;
+        dataset_eval_batch(ds, x, y, b, first);
+        model_forward(m, x, y, b, (size_t)ds->seq_len);
+        diagnostics_alpha_add(dg, m);
+    }
+    diagnostics_alpha_end(dg);
 }
 
