@@ -281,16 +281,16 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float*
     if (live) {
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
             dalpha[r][i] = sum_row_warps(warp_dy[r], i);
-            scales[r].value[i] = saved.alpha[row * n_sources + i];
+            scales[r].alpha[i] = saved.alpha[row * n_sources + i];
         }
     }
     __syncthreads();
     if (live) {
         float alpha_dot_dalpha = 0.0f;
         for (size_t j = 0; j < n_sources; j++)
-            alpha_dot_dalpha += scales[r].value[j] * dalpha[r][j];
+            alpha_dot_dalpha += scales[r].alpha[j] * dalpha[r][j];
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            float a = scales[r].value[i], ds = a * (dalpha[r][i] - alpha_dot_dalpha);
+            float a = scales[r].alpha[i], ds = a * (dalpha[r][i] - alpha_dot_dalpha);
             float rstd = saved.key_rstd[row * n_sources + i];
             scales[r].key[i] = ds * rstd;
             scales[r].correction[i] =

@@ -187,11 +187,11 @@ __device__ __forceinline__ float row_sum(float (*row_warps)[ROW_WARPS], float x,
 
 // what the fused norm's backward reads at a column group: dxn, h and its gain `weight` (1
 // without one)
-__device__ __forceinline__ void load_norm_columns(float dx_k[DEPTH_COLS], float x_k[DEPTH_COLS],
-                                                  float weight_k[DEPTH_COLS], const float* dx,
+__device__ __forceinline__ void load_norm_columns(float dy_k[DEPTH_COLS], float x_k[DEPTH_COLS],
+                                                  float weight_k[DEPTH_COLS], const float* dy,
                                                   const float* x, const float* weight,
                                                   size_t group, size_t C) {
-    load_columns(dx_k, dx, group, C);
+    load_columns(dy_k, dy, group, C);
     load_columns(x_k, x, group, C);
     load_columns(weight_k, weight, group, C);
 }
@@ -270,48 +270,50 @@ __device__ __forceinline__ void row_rmsnorm_forward(float* xn, float* h_rstd, co
     if (t == 0) h_rstd[row] = s;
 }
 
-// Its backward (src/rmsnorm.c:rmsnorm_backward), from dxn into dy, the row's C floats of h's
-// gradient: dy_c = rstd weight_c dxn_c - rstd^3 (sum_j dxn_j weight_j out_j) / C h_c, with
+// Its backward (src/rmsnorm.c:rmsnorm_backward, and its names: x the norm's input h, dy the
+// gradient of its output xn, dx that of its input), from dxn into dx, the row's C floats of
+// h's gradient: dx_c = rstd weight_c dy_c - rstd^3 (sum_j dy_j weight_j x_j) / C x_c, with
 // the saved h_rstd. A thread writes its columns c = t, t + ROW_THREADS, ..., the same it
 // then reads in the backward's steps 1 and 3, so no barrier stands between them; a column
 // group's reads come before its writes. Every thread of the block calls it (row_sum).
-__device__ __forceinline__ void row_rmsnorm_backward(float* dy, const float* dxn, const float* h,
+__device__ __forceinline__ void row_rmsnorm_backward(float* dx, const float* dxn, const float* h,
                                                      const float* h_rstd, const float* weight,
                                                      float (*row_warps)[ROW_WARPS], bool live,
                                                      size_t row, size_t C, unsigned int r,
                                                      unsigned int t) {
-    const float* dx = dxn + row * C;
+    const float* dy = dxn + row * C;
     const float* x = h + row * C;
-    float dot = 0.0f;
+    float dot = 0.0f;  // sum_j dy_j weight_j x_j
     if (live) {
         for (size_t group = t; group < C; group += GROUP_STRIDE) {
-            float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
-            load_norm_columns(dx_k, x_k, weight_k, dx, x, weight, group, C);
+            float dy_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
+            load_norm_columns(dy_k, x_k, weight_k, dy, x, weight, group, C);
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++)
-                if (group + k * ROW_THREADS < C) dot += dx_k[k] * weight_k[k] * x_k[k];
+                if (group + k * ROW_THREADS < C) dot += dy_k[k] * weight_k[k] * x_k[k];
         }
     }
     dot = row_sum(row_warps, dot, r, t);
     if (!live) return;
     float s = h_rstd[row], correction = s * s * s * dot / (float)C;
     for (size_t group = t; group < C; group += GROUP_STRIDE) {
-        float dx_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
-        load_norm_columns(dx_k, x_k, weight_k, dx, x, weight, group, C);
+        float dy_k[DEPTH_COLS], x_k[DEPTH_COLS], weight_k[DEPTH_COLS];
+        load_norm_columns(dy_k, x_k, weight_k, dy, x, weight, group, C);
 #pragma unroll
         for (int k = 0; k < DEPTH_COLS; k++) {
             size_t c = group + k * ROW_THREADS;
             if (c >= C) break;
-            dy[c] = s * weight_k[k] * dx_k[k] - correction * x_k[k];
+            dx[c] = s * weight_k[k] * dy_k[k] - correction * x_k[k];
         }
     }
 }
 
 // Per source i of a row, what its gradient at a column takes (source_gradient), in shared
-// memory: the value path's alpha_i, the key path's ds_i rstd_i and the key norm's correction
+// memory: the value path's alpha_i (depth_variants.cu: a mixing's coefficient where it takes
+// alpha's place), the key path's ds_i rstd_i and the key norm's correction
 // ds_i rstd_i^3 ((w * g) . V_i) / C
 struct SourceScales {
-    float value[DEPTH_ATTENTION_MAX_SOURCES];
+    float alpha[DEPTH_ATTENTION_MAX_SOURCES];
     float key[DEPTH_ATTENTION_MAX_SOURCES];
     float correction[DEPTH_ATTENTION_MAX_SOURCES];
 };
@@ -343,7 +345,7 @@ __device__ __forceinline__ void add_source_gradients(float acc[DEPTH_COLS],
                 if (i < n_sources) {
                     if (!chunk_grads) dv[k][j] = dsources.source[i][index];
                     dsources.source[i][index] =
-                        dv[k][j] + source_gradient(scales.value[i], scales.key[i],
+                        dv[k][j] + source_gradient(scales.alpha[i], scales.key[i],
                                                    scales.correction[i], dy[k], wg[k], v[k][j]);
                     acc[k] += scales.key[i] * v[k][j];  // ds_i rstd_i V_i
                 }

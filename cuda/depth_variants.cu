@@ -173,16 +173,16 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
     if (live) {
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
             dalpha[r][i] = sum_row_warps(warp_dy[r], i);
-            scales[r].value[i] = weights != NULL ? weights[i] : saved.alpha[row * n_sources + i];
+            scales[r].alpha[i] = weights != NULL ? weights[i] : saved.alpha[row * n_sources + i];
         }
     }
     __syncthreads();
     if (live) {
         float alpha_dot_dalpha = 0.0f;
         for (size_t j = 0; j < n_sources; j++)
-            alpha_dot_dalpha += scales[r].value[j] * dalpha[r][j];
+            alpha_dot_dalpha += scales[r].alpha[j] * dalpha[r][j];
         for (size_t i = t; i < n_sources; i += ROW_THREADS) {
-            float a = scales[r].value[i];
+            float a = scales[r].alpha[i];
             float ds = weights != NULL    ? 0.0f
                        : switches.sigmoid ? dalpha[r][i] * a * (1.0f - a)
                                           : a * (dalpha[r][i] - alpha_dot_dalpha);
@@ -232,7 +232,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
                         if (i < n_sources) {
                             if (!chunk_grads) dv[k][j] = dsources.source[i][index];
                             dsources.source[i][index] =
-                                dv[k][j] + source_gradient(scales[r].value[i], scales[r].key[i],
+                                dv[k][j] + source_gradient(scales[r].alpha[i], scales[r].key[i],
                                                            scales[r].correction[i], dy_c[k], wg[k],
                                                            v[k][j]);
                             acc[k] += scales[r].key[i] * v[k][j];  // ds_i rstd_i V_i

@@ -219,8 +219,8 @@ void depth_attention_backward(float* const* dsources, float* dquery, float* dnor
 // The pair every AttnRes sub-layer runs: the depth attention, then the RMSNorm of its output
 // with the sub-layer's input gain `weight` (layers.h). On the CPU the two functions in turn, so
 // this is their definition; the GPU (cuda/depth_attention.cu) fuses the norm into the depth
-// attention's kernels (one launch forward, the rows kernel backward) and is checked against
-// this.
+// attention's kernels (one kernel forward; backward two, the rows kernel and the parts' sum)
+// and is checked against this.
 void depth_attention_rmsnorm_forward(float* xn, float* rstd, float* h, DepthSaved saved,
                                      const float* const* sources, DepthParams params,
                                      const float* weight, size_t n_sources, size_t N, size_t C) {

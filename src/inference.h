@@ -8,8 +8,9 @@
 //   - Depth (AttnRes): depth attention mixes the sub-layer outputs of ONE position; it never
 //     reads another position's blocks. So no block of an earlier position is ever needed
 //     again, and "the depth sources cached per position" are those of the position being
-//     decoded: while a step walks the sub-layers it keeps, in the model's own activation
-//     buffers (model.h, sized for B rows), b_0 = x0 and the partial sum after every
+//     decoded: while a step walks the sub-layers it keeps, in the decoder's own activation
+//     buffers (Decoder.acts: the model's layout, point_activations, for B rows of one
+//     position), b_0 = x0 and the partial sum after every
 //     sub-layer, whose last one in each block is that block's b_n: b_0, the completed blocks
 //     and the running partial sum of the current block are what each depth attention
 //     reads. The next step overwrites them. Everything from earlier positions that a step
@@ -27,7 +28,7 @@
 // sequential definition (depth_attention_variant_forward over gather_sources' list), as
 // model_forward does.
 // mHC-lite (--mode mhc) needs no depth cache either: the m streams of the position being
-// decoded flow through the sub-layers in the model's activation buffers as the hidden state
+// decoded flow through the sub-layers in the decoder's activation buffers as the hidden state
 // does; the KV cache alone carries the earlier positions.
 // The result equals model_forward over the whole sequence to float rounding (tested).
 #ifndef ATTNRES_INFERENCE_H
@@ -104,7 +105,7 @@ typedef struct {
     size_t T;              // positions decoded so far (the next step's position)
     float* k_cache;        // (L, B, max_T, G*hs) keys after RoPE
     float* v_cache;        // (L, B, max_T, G*hs) values
-    Activations acts;      // the current position: the model's buffers (point_activations)
+    Activations acts;      // the current position, in the model's layout (point_activations)
     float* acts_memory;    // for max_B rows (x 1), without the backward's; logits: acts.logits
     float* att;            // (B,H,max_T) attention weights of the current position
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries

@@ -3,7 +3,11 @@
 // is the one copy of the orchestration, and cuda/model.cu only builds a Model on the device.
 //
 // Sub-layer l = 0 .. 2L-1: even l is the attention of layer l/2, odd l its MLP. Each is
-// f_l(h) = Attn(rmsnorm(h)) or MLP(rmsnorm(h)). What feeds h depends on the mode (SPEC.md):
+// f_l(h) = Attn(rmsnorm(h)) or MLP(rmsnorm(h)). What feeds h depends on the mode (SPEC.md);
+// a function below that branches on the mode tests them in this order:
+//   mhc  : m streams X_0 .. X_{m-1}, all x0 at first; h_l = sum_s a_pre[s] X_s, then
+//          X_t <- sum_s H_res[s][t] X_s + a_post[t] f_l (mhc.c); the head reads
+//          sum_s rmsnorm(X_s)
 //   none : h_0 = x0, h_{l+1} = h_l + f_l(h_l), out = h_{2L}
 //   block: h_l = DA_l(b_0 .. b_{l/S}[, p]) over b_0 = x0, the completed blocks and the partial
 //          sum p of l's block; out = DA_out(b_0 .. b_{n_blocks})

@@ -123,7 +123,9 @@ double pipeline_simulate(int P, int V, int M, double* bubble) {
 // every later depth attention reads them all. With the cache, a stage keeps the blocks of
 // its previous chunk (c - P: its sources and outputs, b_0 .. b_{(c-P+1)*N_p}) for as long as
 // the microbatch is in flight, so only the blocks made since, by the P-1 chunks on the other
-// stages, travel: (P-1)*N_p of them. The gradients travel back the same way; a cached
+// stages, travel: (P-1)*N_p of them. A chunk of the first round (c < P) has no previous chunk
+// on its stage and receives all c*N_p + 1: the largest transition with the cache is the one
+// into chunk P-1, (P-1)*N_p + 1 blocks. The gradients travel back the same way; a cached
 // block's gradient adds up where it is cached (a later chunk's depth attentions add into the
 // buffer of the stage's first chunk that held the block) and meets the rest when that chunk
 // runs its backward. The cache saves bytes, not memory: a slot has its own buffers for

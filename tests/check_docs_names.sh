@@ -3,8 +3,9 @@
 # Reads every `code span` outside ``` blocks and prints one line for each problem, exiting 1
 # if any:
 #   - an anchor `path/file.ext:name` (the walkthrough's `file:function` and `file:NAME`, e.g.
-#     `src/model.c:model_zero_grad`): the file exists, from the repository root, and holds
-#     name as a word (grep -w); `model.c:645` and URLs are no anchors;
+#     `src/model.c:model_zero_grad`): the file exists, from the repository root, and defines
+#     name (defines, below), not merely holds it as a word; `model.c:645` and URLs are no
+#     anchors;
 #   - a function's name, in any other span: a word of the form name_forward, name_backward or
 #     name_cuda, or a snake_case name (each part two characters or more, so not the maths'
 #     f_l(h) or softmax_i(s)) called as `name(…)`, not `x.name(…)`: it is a word somewhere in
@@ -71,6 +72,53 @@ cited() {
         }'
 }
 
+# defines FILE NAME: whether FILE defines NAME. In C, C++ and CUDA: a function or kernel (a
+# line that starts in column 0 with its type and holds `NAME(`, or one that starts with
+# `NAME(` after a line with the type), a macro (#define NAME), a type (struct, union or enum
+# NAME; typedef ... NAME; `} NAME;`), an enumerator, a field of a struct or union (declared
+# inside its braces; a function pointer `(*NAME)(` too) or a variable at file scope (column
+# 0, `= ` or `;` after it); in a script, a function (`NAME() {`, `def NAME`), a class, or a
+# variable or Makefile target set in column 0 (`NAME=`, `NAME :=`, `NAME:`). Comments are no
+# definitions.
+defines() {
+    awk -v name="$2" -v file="$1" '
+        function has(text, before, after) { return text ~ (before name after) }
+        BEGIN { end = "([^A-Za-z0-9_]|$)"; script = file ~ /(\.(sh|py|mk)|Makefile)$/ }
+        {
+            line = $0
+            if (script) { sub(/(^|[ \t])#.*/, "", line) } else { sub(/\/\/.*/, "", line) }
+        }
+        script {
+            if (has(line, "^[ \t]*(function[ \t]+)?", "[ \t]*\\(\\)") ||
+                has(line, "^[ \t]*(def|class)[ \t]+", end) ||
+                has(line, "^", "[ \t]*([:?+]?=|:)")) { found = 1; exit }
+            next
+        }
+        has(line, "^[ \t]*#[ \t]*define[ \t]+", end) ||
+        has(line, "^[ \t]*(typedef[ \t]+)?(struct|union|enum)[ \t]+", end) ||
+        has(line, "^(typedef[^;]*[^A-Za-z0-9_]|}[ \t]*)", "[ \t]*;") ||
+        (line ~ /^[A-Za-z_]/ && line !~ /^(return|if|for|while|switch|else|do)[^A-Za-z0-9_]/ &&
+         (has(line, "^[^=;]*[^A-Za-z0-9_.>]", "[ \t]*\\(") || has(line, "^", "[ \t]*\\(") ||
+          has(line, "^[^(=;]*[ \t*]", "[ \t]*(\\[[^]]*\\][ \t]*)*(=|;)"))) { found = 1; exit }
+        # inside the braces of a struct, union or enum: its fields and enumerators
+        depth == 0 && line ~ /(^|[^A-Za-z0-9_])(struct|union|enum)([ \t]+[A-Za-z_][A-Za-z0-9_]*)?[ \t]*\{/ {
+            kind = line ~ /(^|[^A-Za-z0-9_])enum([^A-Za-z0-9_]|$)/ ? "enum" : "struct"
+            text = line
+            sub(/^[^{]*\{/, "", text)
+            depth = 1
+            line = text
+        }
+        depth > 0 {
+            if (kind == "enum" && has(line, "(^|[{,])[ \t]*", "[ \t]*(=|,|}|$)")) { found = 1; exit }
+            if (kind == "struct" && (has(line, "(^|[ \t*,])", "[ \t]*(\\[[^]]*\\][ \t]*)*[;,]") ||
+                                     has(line, "\\(\\*[ \t]*", "[ \t]*\\)[ \t]*\\("))) { found = 1; exit }
+            opened = gsub(/\{/, "{", line)
+            closed = gsub(/\}/, "}", line)
+            depth += opened - closed
+        }
+        END { exit !found }' "$1"
+}
+
 words=$(mktemp)
 trap 'rm -f "$words"' EXIT
 grep -rhoI --exclude='*.md' -E '[A-Za-z0-9_]+' src cuda data train.c tests dev Makefile | sort -u >"$words"
@@ -81,6 +129,8 @@ while IFS=$'\t' read -r page line kind what; do
             broke "$page:$line: $what: no file $file"
         elif ! grep -qw -- "$name" "$file"; then
             broke "$page:$line: $what: no $name in $file"
+        elif ! defines "$file" "$name"; then
+            broke "$page:$line: $what: $file holds $name but defines no $name"
         fi
     elif ! grep -qxF -- "$what" "$words"; then
         broke "$page:$line: $what: no $what in src/, cuda/, data/, train.c, tests/, dev/ or Makefile"

@@ -343,6 +343,7 @@ check_docs_names_names_a_typo() {
 }
 single "tests/check_docs_names.sh names a misspelt anchor and a wrong kernel table size, one line each" \
     check_docs_names_names_a_typo
+single "tests/check_docs_names.sh names an anchor that is a word of its file, not a definition (tests/check_docs_names_test.sh)" tests/check_docs_names_test.sh
 # tests/check_docs.sh itself names the number that broke each limit, on a front page that
 # breaks them all
 check_docs_names_what_broke() {

@@ -316,8 +316,11 @@ TEST_CASE("attention backward matches finite differences (causal, grouped-query)
     SUBCASE("B=2 T=5 H=2 G=2 hs=4") { B = 2; T = 5; H = 2; G = 2; hs = 4; }
     SUBCASE("B=2 T=7 H=6 G=3 hs=6") { B = 2; T = 7; H = 6; G = 3; hs = 6; }
     SUBCASE("B=2 T=1 H=2 G=1 hs=2") { B = 2; T = 1; H = 2; G = 1; hs = 2; }
-    // past the tiles of attention.c (TILE_ROWS queries, TILE_COLS keys or dimensions), with
-    // edge tiles in every product: 19 = 3 x 6 + 1 queries, 20 = 16 + 4 dimensions
+    // past the tiles of attention.c (TILE_ROWS queries, TILE_COLS keys or dimensions), which
+    // depend on the build (matmul_tile.h): 6 x 16 without AVX-512, where 19 = 3 x 6 + 1
+    // queries and 20 = 16 + 4 dimensions put edge tiles in every product; 12 x 32 with it,
+    // where T = 19 and 33 pass the tile's 12 rows (queries; keys in dK and dV) and T = 33 its
+    // 32 columns of keys, and no head's dimensions (20, 16) pass its columns
     SUBCASE("B=1 T=19 H=2 G=1 hs=20") { B = 1; T = 19; H = 2; G = 1; hs = 20; }
     SUBCASE("B=2 T=33 H=4 G=2 hs=16") { B = 2; T = 33; H = 4; G = 2; hs = 16; }
     CAPTURE(B);

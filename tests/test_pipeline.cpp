@@ -5,6 +5,7 @@
 // itself against one process.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -102,9 +103,19 @@ TEST_CASE("the bytes that travel are eqs. 14 and 15 with b_0 and a stage's own p
             CHECK(naive == eq14 + (C - 1));
             CHECK(cached == eq15 + (P - 1) - (V - 1) * P * Np);
             CHECK(pipeline_floats_into(&c, P, V, C - 1, 0) == (size_t)(((C - 1) * Np + 1) * 16));
-            if (V > 1) {  // the peak transition: (C-1)*N_p + 1 blocks naively, (P-1)*N_p cached
+            if (V > 1) {  // a later transition, cached: the (P-1)*N_p blocks made since
                 CHECK(pipeline_floats_into(&c, P, V, C - 1, 1) == (size_t)((P - 1) * Np * 16));
             }
+            // the peaks (docs/pipeline.md): naively the last transition, (C-1)*N_p + 1 blocks;
+            // cached the first round's last, into chunk P-1, (P-1)*N_p + 1
+            size_t peak_naive = 0, peak_cached = 0;
+            for (int into = 1; into < C; into++) {
+                peak_naive = std::max(peak_naive, pipeline_floats_into(&c, P, V, into, 0));
+                peak_cached = std::max(peak_cached, pipeline_floats_into(&c, P, V, into, 1));
+            }
+            CHECK(peak_naive == (size_t)(((C - 1) * Np + 1) * 16));
+            CHECK(peak_cached == (size_t)(((P - 1) * Np + 1) * 16));
+            CHECK(pipeline_floats_into(&c, P, V, P - 1, 1) == peak_cached);
         }
     }
     // as the chunks hold more blocks, b_0's share vanishes: naive -> eq. 14, and with V = 1

@@ -348,8 +348,9 @@ static void attention_case(Table* table, Tensors* t, const char* variant, size_t
 }
 
 // one key/value head per query head (MHA), one per two (GQA), one for all (MQA); odd T;
-// the last past attention.c's tiles (6 queries, 16 keys or dimensions; hs = 20), edge
-// tiles included
+// the last past attention.c's tiles (matmul_tile.h's, by build), edge tiles included:
+// without AVX-512 (6 x 16) in every product, T = 19 queries and keys and hs = 20; with it
+// (12 x 32) in the tile's rows alone (19 queries; keys in dK and dV)
 static void check_attention(Table* table, Tensors* t) {
     attention_case(table, t, "MHA", 2, 5, 2, 2, 4);
     attention_case(table, t, "GQA", 2, 7, 4, 2, 4);

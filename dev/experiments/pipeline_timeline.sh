@@ -28,6 +28,13 @@ awk -F, -v step="$step" 'NR > 1 && $1 == step { print }' "$trace" |
 [ -s "$data" ] || { echo "error: '$trace' has no step $step" >&2; exit 1; }
 stages=$(awk '{ if ($1 + 1 > n) n = $1 + 1 } END { print n }' "$data")
 micros=$(awk '{ if ($3 + 1 > n) n = $3 + 1 } END { print n }' "$data")
+# the colour bar: one band per microbatch drawn, band m over [m - 0.5, m + 0.5], each a flat
+# colour (its two ends the same; 8 colours, then they repeat)
+colours=("#1b9e77" "#d95f02" "#7570b3" "#e7298a" "#66a61e" "#e6ab02" "#a6761d" "#666666")
+bands=""
+for ((m = 0; m < micros; m++)); do
+    bands+="${bands:+, }$m \"${colours[m % 8]}\", $((m + 1)) \"${colours[m % 8]}\""
+done
 gnuplot <<EOF
 set terminal pngcairo size 1200, $((160 + 70 * stages)) font "sans,10"
 set output "$png"
@@ -38,8 +45,7 @@ set yrange [$stages - 0.5:-0.5]
 set ytics 1
 set grid xtics
 set style fill solid 0.8 border -1
-set palette maxcolors $micros
-set palette defined (0 "#1b9e77", 1 "#d95f02", 2 "#7570b3", 3 "#e7298a", 4 "#66a61e", 5 "#e6ab02", 6 "#a6761d", 7 "#666666")
+set palette defined ($bands)
 set cbrange [-0.5:$micros - 0.5]
 set cbtics 1
 set cblabel "microbatch"
