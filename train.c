@@ -245,6 +245,7 @@ typedef struct {
     int best_step;        // the best validation loss so far (PATH.best) and its step
     float best_val_loss;
     size_t memory_bytes;  // what the run allocates (run_memory_check)
+    size_t activation_bytes;  // of which the activations of the B x T tokens
     double step_seconds;  // the training steps' time, evaluation left out
 } Run;
 
@@ -315,7 +316,8 @@ static void build_model(Run* r) {
     r->T = (size_t)r->ds.seq_len;
     size_t eval_B = r->B;  // evaluation runs in batches of the training batch's rows
     if (run_memory_check(&o->model, eval_B, r->T, decoder_rows(r, eval_B), &dist,
-                         dataset_bytes(&r->ds), &r->memory_bytes, err, sizeof(err)) != 0) {
+                         dataset_bytes(&r->ds), &r->memory_bytes, &r->activation_bytes, err,
+                         sizeof(err)) != 0) {
         die("%s", err);
     }
     model_build(&r->model, &o->model, eval_B, r->T);
@@ -367,10 +369,12 @@ static void print_header(const Run* r) {
     char waiting[128];
     threads_describe_waiting(waiting, sizeof(waiting));
     printf("attnres.c | mode %s (%s=%d) | d=%d L=%d H=%d G=%d F=%d V=%d | params %zu | "
-           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB", o->mode,
+           "task %s T=%zu B=%zu | threads %d (%s) | memory %.1f MiB (activations %.1f KiB a "
+           "token)", o->mode,
            c->streams ? "m" : "S", c->streams ? c->streams : c->block_size, c->d_model, c->n_layers, c->n_heads, c->n_kv_heads, c->ffn_hidden,
            c->vocab_size, r->model.num_params, o->task, r->T, r->B, omp_get_max_threads(),
-           waiting, (double)r->memory_bytes / 1048576.0);
+           waiting, (double)r->memory_bytes / 1048576.0,
+           (double)r->activation_bytes / 1024.0 / (double)(r->B * r->T));
     // the default warmup in a short run (a --warmup given that does not fit is refused)
     int fit = o->steps > 0 ? warmup_fit(o) : WARMUP_FITS;
     if (fit == WARMUP_PAST_STEPS) {

@@ -115,26 +115,28 @@ size_t available_memory(void) {
     return kib * 1024;
 }
 
-int run_memory_check(const ModelConfig* c, size_t eval_B, size_t T, size_t decoder_rows,
-                     const Dist* dist, size_t data_bytes, size_t* bytes, char* err,
-                     size_t err_len) {
+int run_memory_check(const ModelConfig* c, size_t B, size_t T, size_t decoder_rows,
+                     const Dist* dist, size_t data_bytes, size_t* bytes,
+                     size_t* activation_bytes, char* err, size_t err_len) {
     size_t sizes[N_PARAM_TENSORS];
     size_t params = param_sizes(c, sizes);
     Activations sizing;
     sizing.sub = mallocCheck((size_t)(2 * c->n_layers + 1) * sizeof(SubLayer));
-    size_t activations = point_activations(&sizing, c, eval_B, T, 1, NULL);
+    size_t activations = point_activations(&sizing, c, B, T, 1, NULL);
     free(sizing.sub);
     size_t world = (size_t)dist->world, shard = (params + world - 1) / world;
     size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
     size_t decoder = dist->rank == 0 ? decoder_floats(c, decoder_rows, T) : 0;
-    *bytes = (state + activations + decoder) * sizeof(float) + 3 * eval_B * T * sizeof(int) +
+    *bytes = (state + activations + decoder) * sizeof(float) + 3 * B * T * sizeof(int) +
              data_bytes;
+    *activation_bytes = activations * sizeof(float);
     size_t available = available_memory();
     if (available > 0 && *bytes > available) {
-        size_t maps = (size_t)c->n_layers * eval_B * (size_t)c->n_heads * T * T * sizeof(float);
-        FAIL("this run needs %.2f GiB (%.2f GiB of them attention maps, which grow with T^2), "
-             "more than the %.2f GiB available: lower --seq-len or --batch (or --d, --L)",
-             (double)*bytes / 1073741824.0, (double)maps / 1073741824.0,
+        FAIL("this run needs %.2f GiB (%.2f GiB of them activations, %.1f KiB for each of the "
+             "B x T = %zu tokens), more than the %.2f GiB available: lower --batch or --seq-len "
+             "(or --d, --L)", (double)*bytes / 1073741824.0,
+             (double)*activation_bytes / 1073741824.0,
+             (double)*activation_bytes / 1024.0 / (double)(B * T), B * T,
              (double)available / 1073741824.0);
     }
     return 0;

@@ -547,7 +547,8 @@ TEST_CASE("a run that needs more memory than the machine has is refused before i
     // 32 GiB, more than the 24 GiB machine this suite runs on has
     check_error(run_train(dir, tiny({"--task", "text", "--text", text, "--seq-len", "4096",
                                      "--batch", "4096"})),
-                {"needs", "GiB", "available", "--seq-len", "--batch"});
+                {"needs", "GiB", "of them activations", "KiB for each of the B x T = 16777216 tokens",
+                 "available", "lower --batch or --seq-len"});
 }
 
 TEST_CASE("the header says how much memory the run takes and how threads wait") {
@@ -556,7 +557,8 @@ TEST_CASE("the header says how much memory the run takes and how threads wait") 
     check_success(run);
     std::string header = lines_of(run.out).at(0);
     CHECK(contains(header, "| memory "));
-    CHECK(contains(header, " MiB"));
+    CHECK(contains(header, " MiB (activations "));
+    CHECK(contains(header, " KiB a token)"));
     CHECK(contains(header, "PASSIVE waiting"));  // run_train sets OMP_WAIT_POLICY=PASSIVE
     // without OMP_WAIT_POLICY (or GOMP_SPINCOUNT) the trainer sets GOMP_SPINCOUNT=1000
     // (restarting itself so libgomp reads it); a policy the user set is kept
