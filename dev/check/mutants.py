@@ -105,8 +105,8 @@ CUDA_TESTS = {
     # the CUDA graphs' capture, walk and replay: the emulator's graph tests)
     "common.cu": ["rmsnorm*", "static mixing*", "mHC-lite's operators*", "stream capture*",
                   "a captured CUDA graph*", "the step as CUDA graphs*"],
-    # the shared device helpers: warp sums (RMSNorm, both depth attentions), the causal
-    # softmax of a row (attention), 16-byte loads and stores (the matmul)
+    # the shared device helpers: warp sums and maxima (RMSNorm, attention, both depth
+    # attentions), 16-byte loads and stores (the matmul)
     "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
                    "depth attention forward and backward*"],
     "crossentropy.cu": ["crossentropy*"],
