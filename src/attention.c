@@ -271,7 +271,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                                 size_t n = keys_seen(t0 + r, k0, cols);
                                 float row_lse = lse_bh[t0 + r];
                                 for (size_t j = 0; j < n; j++) {
-                                    a_r[j] = expf_vectorizable(a_r[j] * scale - row_lse);
+                                    float s_minus_lse = a_r[j] * scale - row_lse;
+                                    a_r[j] = expf_vectorizable(s_minus_lse);
                                     ds_r[j] = a_r[j] * (ds_r[j] - D[r]) * scale;
                                 }
                                 for (size_t j = n; j < cols; j++) { a_r[j] = ds_r[j] = 0.0f; }
