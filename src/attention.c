@@ -222,9 +222,14 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 // The backward (the header's derivation). Per (b, g), the query heads that share key/value
 // head g run in the same thread, one after another, so dk and dv need no atomics and sum in
-// a fixed order. Per head, per tile of TILE_ROWS queries: D = rowsum(dO * O), then per key
-// tile (TILE_COLS keys, up to the queries' last): S = Q K^T, A = e^{S scale - lse},
-// dA = dO V^T, dS = A * (dA - D) * scale, and the three products into dq, dk and dv.
+// a fixed order. Per head, per block of QUERY_BLOCK queries and per key tile (TILE_COLS keys,
+// up to the block's last query): for each tile of TILE_ROWS queries in the block that sees
+// the keys, S = Q K^T, A = e^{S scale - lse}, dA = dO V^T, dS = A * (dA - D) * scale with
+// D = rowsum(dO * O), and dQ += dS K; then, over all of the block's queries at once,
+// dK += dS^T Q and dV += A^T dO. The block makes those two products' sums QUERY_BLOCK long
+// instead of TILE_ROWS, so the register tile loads and stores its accumulators a quarter as
+// often; A and dS of a block and a key tile are QUERY_BLOCK x TILE_COLS floats each.
+#define QUERY_BLOCK (4 * TILE_ROWS)
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
                         const float* lse, const float* q, const float* k, const float* v,
                         size_t B, size_t T, size_t H, size_t G, size_t hs) {
@@ -238,8 +243,8 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         float* values = mallocCheck(by_dimension * sizeof(float));   // V^T, for dA = dO V^T
         float* queries = mallocCheck(by_position * sizeof(float));   // Q, for dK = dS^T Q
         float* douts = mallocCheck(by_position * sizeof(float));     // dO, for dV = A^T dO
-        float* a = mallocCheck(TILE_ROWS * TILE_COLS * sizeof(float));   // S, then A
-        float* ds = mallocCheck(TILE_ROWS * TILE_COLS * sizeof(float));  // dA, then dS
+        float* a = mallocCheck(QUERY_BLOCK * TILE_COLS * sizeof(float));   // S, then A
+        float* ds = mallocCheck(QUERY_BLOCK * TILE_COLS * sizeof(float));  // dA, then dS
         #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++) {
             for (size_t g = 0; g < G; g++) {
@@ -252,43 +257,55 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                     pack_by_position(queries, q + q_offset, q_dim, T, hs);
                     pack_by_position(douts, dout + q_offset, q_dim, T, hs);
                     const float* lse_bh = lse + (b * H + h) * T;
-                    for (size_t t0 = 0; t0 < T; t0 += TILE_ROWS) {
-                        size_t rows = min_size(TILE_ROWS, T - t0), n_keys = t0 + rows;
-                        const float* q_tile = q + q_offset + t0 * q_dim;
-                        const float* dout_tile = dout + q_offset + t0 * q_dim;
-                        float D[TILE_ROWS];  // D_t = dout_t . out_t = sum_j a_j da_j
-                        for (size_t r = 0; r < rows; r++) {
-                            D[r] = dot(dout_tile + r * q_dim, out + q_offset + (t0 + r) * q_dim, hs);
+                    for (size_t b0 = 0; b0 < T; b0 += QUERY_BLOCK) {
+                        size_t block_rows = min_size(QUERY_BLOCK, T - b0);
+                        float D[QUERY_BLOCK];  // D_t = dout_t . out_t = sum_j a_j da_j
+                        for (size_t r = 0; r < block_rows; r++) {
+                            size_t at = q_offset + (b0 + r) * q_dim;
+                            D[r] = dot(dout + at, out + at, hs);
                         }
-                        for (size_t k0 = 0; k0 < n_keys; k0 += TILE_COLS) {
-                            size_t cols = min_size(TILE_COLS, n_keys - k0);
-                            tile_any(a, q_tile, q_dim, 1, keys_t + k0 * hs, hs, TILE_COLS, rows,
-                                     cols, 0);  // S
-                            tile_any(ds, dout_tile, q_dim, 1, values + k0 * hs, hs, TILE_COLS,
-                                     rows, cols, 0);  // dA
-                            for (size_t r = 0; r < rows; r++) {
-                                float *a_r = a + r * TILE_COLS, *ds_r = ds + r * TILE_COLS;
-                                size_t n = keys_seen(t0 + r, k0, cols);
-                                float row_lse = lse_bh[t0 + r];
-                                for (size_t j = 0; j < n; j++) {
-                                    float s_minus_lse = a_r[j] * scale - row_lse;
-                                    a_r[j] = expf_vectorizable(s_minus_lse);
-                                    ds_r[j] = a_r[j] * (ds_r[j] - D[r]) * scale;
+                        for (size_t k0 = 0; k0 < b0 + block_rows; k0 += TILE_COLS) {
+                            size_t cols = min_size(TILE_COLS, b0 + block_rows - k0);
+                            // the block's queries before k0 see none of these keys
+                            size_t first = k0 > b0 ? k0 - b0 : 0;
+                            for (size_t r0 = first - first % TILE_ROWS; r0 < block_rows; r0 += TILE_ROWS) {
+                                size_t t0 = b0 + r0, rows = min_size(TILE_ROWS, block_rows - r0);
+                                const float* q_tile = q + q_offset + t0 * q_dim;
+                                const float* dout_tile = dout + q_offset + t0 * q_dim;
+                                float *a_tile = a + r0 * TILE_COLS, *ds_tile = ds + r0 * TILE_COLS;
+                                tile_any(a_tile, q_tile, q_dim, 1, keys_t + k0 * hs, hs, TILE_COLS,
+                                         rows, cols, 0);  // S
+                                tile_any(ds_tile, dout_tile, q_dim, 1, values + k0 * hs, hs,
+                                         TILE_COLS, rows, cols, 0);  // dA
+                                for (size_t r = 0; r < rows; r++) {
+                                    float *a_r = a_tile + r * TILE_COLS, *ds_r = ds_tile + r * TILE_COLS;
+                                    size_t n = keys_seen(t0 + r, k0, cols);
+                                    float row_lse = lse_bh[t0 + r], row_D = D[r0 + r];
+                                    for (size_t j = 0; j < n; j++) {
+                                        float s_minus_lse = a_r[j] * scale - row_lse;
+                                        a_r[j] = expf_vectorizable(s_minus_lse);
+                                        ds_r[j] = a_r[j] * (ds_r[j] - row_D) * scale;
+                                    }
+                                    for (size_t j = n; j < cols; j++) {
+                                        a_r[j] = 0.0f;
+                                        ds_r[j] = 0.0f;
+                                    }
                                 }
-                                for (size_t j = n; j < cols; j++) { a_r[j] = ds_r[j] = 0.0f; }
+                                product(dq + q_offset + t0 * q_dim, q_dim, ds_tile, TILE_COLS, 1,
+                                        keys + k0 * TILE_COLS, T * TILE_COLS, cols, rows, hs, 1);  // dS K
                             }
-                            product(dq + q_offset + t0 * q_dim, q_dim, ds, TILE_COLS, 1,
-                                    keys + k0 * TILE_COLS, T * TILE_COLS, cols, rows, hs, 1);  // dS K
-                            // the tile's keys TILE_ROWS at a time: dS^T and A^T read in place
+                            // the key tile's keys TILE_ROWS at a time, over the block's queries
+                            // from first on: dS^T and A^T read in place
                             for (size_t j0 = 0; j0 < cols; j0 += TILE_ROWS) {
                                 size_t key_rows = min_size(TILE_ROWS, cols - j0);
                                 size_t at = kv_offset + (k0 + j0) * kv_dim;
-                                product(dk + at, kv_dim, ds + j0, 1, TILE_COLS,
-                                        queries + t0 * TILE_COLS, T * TILE_COLS, rows, key_rows,
-                                        hs, 1);  // dS^T Q
-                                product(dv + at, kv_dim, a + j0, 1, TILE_COLS,
-                                        douts + t0 * TILE_COLS, T * TILE_COLS, rows, key_rows,
-                                        hs, 1);  // A^T dO
+                                size_t from = b0 + first, n_queries = block_rows - first;
+                                product(dk + at, kv_dim, ds + first * TILE_COLS + j0, 1, TILE_COLS,
+                                        queries + from * TILE_COLS, T * TILE_COLS, n_queries,
+                                        key_rows, hs, 1);  // dS^T Q
+                                product(dv + at, kv_dim, a + first * TILE_COLS + j0, 1, TILE_COLS,
+                                        douts + from * TILE_COLS, T * TILE_COLS, n_queries,
+                                        key_rows, hs, 1);  // A^T dO
                             }
                         }
                     }
