@@ -89,6 +89,13 @@ bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then th
 # OpenBLAS's OpenMP build, installed when missing, or with TORCH_BLAS=DIR the libblas.so.3 in DIR;
 # where OpenBLAS takes a CPU with AVX-512 or AVX2 for a generic core, with OPENBLAS_CORETYPE set
 # to SkylakeX or Haswell, and the core named beside the ratio)
+# `make bench-attention`: the CPU attention that saves its (B,H,T,T) probabilities
+# (dev/bench/attention_v1_materialised.c) beside src/attention.c's, T = 128 .. 16384: ms and the
+# bytes each keeps for the backward (dev/bench/bench_attention_cpu.c; about a minute)
+.PHONY: bench-attention
+bench-attention: build/bench_attention_cpu  ## the CPU attention, materialised against flash-style: ms, bytes kept
+	./build/bench_attention_cpu
+
 .PHONY: bench-sizes
 bench-sizes: build/bench_sizes  ## ms/step, GFLOP/s, share of the matmul rate as d, L, T grow, PyTorch beside [SIZES=]
 	@SIZES="$(SIZES)" TORCH_BLAS="$(TORCH_BLAS)" dev/bench/bench_sizes.sh
@@ -131,6 +138,9 @@ build/bench: dev/bench/bench.c dev/bench/bench_util.h $(OBJ)
 
 build/bench_sizes: dev/bench/bench_sizes.c dev/bench/bench_util.h $(OBJ)
 	$(CC) $(CFLAGS) dev/bench/bench_sizes.c $(OBJ) -o $@ $(LDLIBS)
+
+build/bench_attention_cpu: dev/bench/bench_attention_cpu.c dev/bench/attention_v1_materialised.c build/src/attention.o build/src/threads.o
+	$(CC) $(CFLAGS) dev/bench/bench_attention_cpu.c dev/bench/attention_v1_materialised.c build/src/attention.o build/src/threads.o -o $@ $(LDLIBS)
 
 build/bench_linear: dev/bench/bench_linear.c build/src/linear.o
 	$(CC) $(CFLAGS) dev/bench/bench_linear.c build/src/linear.o -o $@ $(LDLIBS)

@@ -240,22 +240,4 @@ __device__ __forceinline__ float warp_max(float x) {
     return x;
 }
 
-// One row of causal attention turned from scores into probabilities, in place, by one warp:
-// row[t2] for t2 <= t holds the scaled scores, lane j wrote t2 = j, j + 32, ... and passes the
-// largest of them (lane_max); after, row holds softmax over t2 <= t and 0 for t < t2 < T.
-// Each lane reads back only the entries it wrote.
-__device__ __forceinline__ void warp_causal_softmax(float* row, float lane_max, size_t t,
-                                                    size_t T) {
-    unsigned int lane = threadIdx.x % WARP_SIZE;
-    float row_max = warp_max(lane_max);
-    float sum = 0.0f;
-    for (size_t t2 = lane; t2 <= t; t2 += WARP_SIZE) {
-        float e = expf(row[t2] - row_max);
-        row[t2] = e;
-        sum += e;
-    }
-    sum = warp_sum(sum);
-    for (size_t t2 = lane; t2 < T; t2 += WARP_SIZE) row[t2] = t2 <= t ? row[t2] / sum : 0.0f;
-}
-
 #endif

@@ -53,12 +53,23 @@ void rope_backward_cuda(float* dinp, const float* dout, size_t B, size_t T, size
 void rope_prepare_cuda(size_t n_positions, size_t head_size);
 
 // ---- attention.cu ------------------------------------------------------------------------
-void attention_forward_cuda(float* out, float* att, const float* q, const float* k,
+// layers.h's attention: out (B,T,H*hs) and lse (B,H,T), no probabilities kept; the backward
+// recomputes them. The naive version, one thread per query (then per key in the backward):
+// what a reader learns first, and what the fast kernels are tested beside.
+void attention_forward_naive_cuda(float* out, float* lse, const float* q, const float* k,
+                                  const float* v, size_t B, size_t T, size_t H, size_t G,
+                                  size_t hs);
+void attention_backward_naive_cuda(float* dq, float* dk, float* dv, const float* dout,
+                                   const float* out, const float* lse, const float* q,
+                                   const float* k, const float* v, size_t B, size_t T, size_t H,
+                                   size_t G, size_t hs);
+// The flash-style kernels the model runs: a block per tile of 32 queries and a head.
+void attention_forward_cuda(float* out, float* lse, const float* q, const float* k,
                             const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
-// Borrows attention_workspace_floats_cuda(B, T, H) floats of the workspace (common.cuh):
-// one per query row (the sums D_t); the score gradients are recomputed, never stored.
-void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                             const float* q, const float* k, const float* v,
+// Both backwards borrow attention_workspace_floats_cuda(B, T, H) floats of the workspace
+// (common.cuh): one per query row (the sums D_t = dout_t . out_t).
+void attention_backward_cuda(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                             const float* lse, const float* q, const float* k, const float* v,
                              size_t B, size_t T, size_t H, size_t G, size_t hs);
 size_t attention_workspace_floats_cuda(size_t B, size_t T, size_t H);
 

@@ -1,25 +1,52 @@
-// attention.c — causal grouped-query self-attention (after RoPE has turned q and k).
+// attention.c — causal grouped-query self-attention (after RoPE has turned q and k), whose
+// memory grows with T, not T^2 (FlashAttention-2's algorithm, on the CPU).
 // q (B,T,H*hs), k and v (B,T,G*hs); query head h reads key/value head h / (H/G).
-// For each (b, h, t): s_t' = q_t . k_t' / sqrt(hs) for t' <= t, a = softmax(s),
-// out_t = sum_t' a_t' v_t'. att (B,H,T,T) keeps a (zero above the diagonal).
+// For each (b, h, t): s_t' = q_t . k_t' * scale (scale = 1/sqrt(hs)) for t' <= t,
+// a = softmax(s), out_t = sum_t' a_t' v_t'.
 //
-// attention_query is that definition for one query, as plain loops: the cached decoder
-// (inference.c) runs it, and it is what the fast version below is tested against. The
-// forward and backward the model runs compute each head as small matrix products over
-// tiles of TILE_ROWS queries: scores S = Q K^T, probabilities A = softmax(S) row by row,
-// out = A V; and back, dA = dO V^T, dS = softmax's backward of dA, dQ = dS K, dK = dS^T Q,
-// dV = A^T dO. Each product runs through linear.c's register tile (matmul_tile.h) over the
-// head's keys, values, queries or output gradients, copied once per head into the panels
-// the tile reads. The tile computes each score as one fmaf chain over the head's
-// dimensions in order and each output as one chain over the keys in order, as
-// attention_query's loops do, so the two agree bit for bit (tested). A tile of queries
-// takes its products over the keys up to its last query: for its earlier rows, the keys
-// past their own position have probability exactly 0 and add nothing.
+// Read top to bottom:
+//   attention_query: that definition for one query, as plain loops (the softmax of the whole
+//     row of scores, then the weighted sum).
+//   attention_query_online: the same query with an online softmax. The keys come a tile of
+//     TILE_COLS at a time; each tile is a part (o2, m2, l2): its largest score m2, its sum of
+//     exponentials l2 = sum_j e^{s_j - m2} and its weighted sum o2 = sum_j e^{s_j - m2} v_j.
+//     online_softmax_merge (online_softmax.h, the merge two_phase.c uses too) folds each part
+//     into the running (o, m, l), rescaling what came before by e^{m_old - m_new}. At the end
+//     out = o / l and lse = m + log l, the log of the softmax's denominator. The cached
+//     decoder (inference.c) runs it, so that its rows are the full forward's bit for bit.
+//   attention_forward, what the model runs: attention_query_online for a tile of TILE_ROWS
+//     queries at once, the scores S = Q K^T and each part's weighted sum O2 = P V as products
+//     on linear.c's register tile (matmul_tile.h). The tile computes each score as one fmaf
+//     chain over the dimensions in order and each part's sums as one chain over the tile's
+//     keys in order, as attention_query_online's loops do, with the same merges, so the two
+//     agree bit for bit (tested). A tile of queries takes its products over the keys up to its
+//     last query: for its earlier rows, the keys past their own position get e^s = 0 and add
+//     nothing (and a key tile wholly past a row is not merged into it).
+//   attention_backward: FlashAttention-2's backward, tile by tile (below).
+//
+// Memory. The forward keeps per query row out_t (hs floats, which the model keeps anyway:
+// the sub-layer's y) and lse_t (one float); no row of probabilities. The backward recomputes
+// each tile of them, a_t' = e^{s_t' - lse_t}, from q, k and lse. Per thread both hold one
+// head's keys and values (and the backward its queries and output gradients) copied into the
+// tile's panels, O(T hs), and tiles of TILE_ROWS x TILE_COLS scores: nothing of size T^2.
+// dev/bench/attention_v1_materialised.c keeps the version that saved the (B,H,T,T)
+// probabilities, and dev/bench/bench_attention_cpu.c times the two.
+//
+// The backward, from out_t = sum_t' a_t' v_t':
+//   dv_t' += a_t' dout_t ;  da_t' = dout_t . v_t'
+//   ds_t' = a_t' (da_t' - D_t), D_t = sum_j a_j da_j         (softmax's Jacobian)
+//   dq_t += scale sum_t' ds_t' k_t' ;  dk_t' += scale ds_t' q_t
+// D_t is a sum over the whole row of a, which is never kept; but since da_j = dout_t . v_j and
+// out_t = sum_j a_j v_j, D_t = sum_j a_j (dout_t . v_j) = dout_t . out_t: one dot product of
+// two rows the backward already has. So each tile of (queries, keys) stands alone: recompute
+// S = Q K^T and A = e^{S scale - lse}, dA = dO V^T, dS = A * (dA - D) * scale, then
+// dQ += dS K, dK += dS^T Q, dV += A^T dO.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include "layers.h"
 #include "matmul_tile.h"
+#include "online_softmax.h"
 #include "util.h"
 
 static size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
@@ -52,9 +79,47 @@ void attention_query(float* out, float* att_row, const float* q, const float* k,
     }
 }
 
+// A tile's part of one query's softmax: row (n scores) = e^{row * scale - m2} in place;
+// returns m2, the largest scaled score, and writes l2 = their sum
+static float tile_part(float* row, size_t n, float scale, float* l2) {
+    for (size_t j = 0; j < n; j++) { row[j] *= scale; }
+    float m2 = max_of(row, n);
+    for (size_t j = 0; j < n; j++) { row[j] = expf_vectorizable(row[j] - m2); }
+    *l2 = sum_of(row, n);
+    return m2;
+}
+
+// The same query with an online softmax over tiles of TILE_COLS keys; writes out (hs) and
+// lse = log sum_t' e^{s_t'}.
+void attention_query_online(float* out, float* lse, const float* q, const float* k,
+                            const float* v, size_t n_keys, size_t kv_stride, size_t hs) {
+    float scale = 1.0f / sqrtf((float)hs);
+    float p[TILE_COLS], o2[hs];
+    float m = -INFINITY, l = 0.0f;  // the empty part
+    for (size_t i = 0; i < hs; i++) { out[i] = 0.0f; }
+    for (size_t k0 = 0; k0 < n_keys; k0 += TILE_COLS) {
+        size_t n = min_size(TILE_COLS, n_keys - k0);
+        for (size_t j = 0; j < n; j++) {
+            const float* k_t2 = k + (k0 + j) * kv_stride;
+            float score = 0.0f;
+            for (size_t i = 0; i < hs; i++) { score = fmaf(q[i], k_t2[i], score); }
+            p[j] = score;
+        }
+        float l2, m2 = tile_part(p, n, scale, &l2);
+        for (size_t i = 0; i < hs; i++) { o2[i] = 0.0f; }
+        for (size_t j = 0; j < n; j++) {
+            const float* v_t2 = v + (k0 + j) * kv_stride;
+            for (size_t i = 0; i < hs; i++) { o2[i] = fmaf(p[j], v_t2[i], o2[i]); }
+        }
+        online_softmax_merge(out, &m, &l, o2, m2, l2, hs);
+    }
+    for (size_t i = 0; i < hs; i++) { out[i] /= l; }
+    *lse = m + logf(l);
+}
+
 // ---- panels: one head's vectors, copied for the tile ----
 // x_t (hs floats) for t < T, row_stride floats apart. As positions x dimensions, for a
-// product over positions (A V, dS K, dS^T Q, A^T dO): panels (ceil(hs/TILE_COLS), T,
+// product over positions (P V, dS K, dS^T Q, A^T dO): panels (ceil(hs/TILE_COLS), T,
 // TILE_COLS), panel c's row t = dimensions c*TILE_COLS .. of x_t.
 static void pack_by_position(float* panels, const float* x, size_t row_stride, size_t T,
                              size_t hs) {
@@ -64,7 +129,8 @@ static void pack_by_position(float* panels, const float* x, size_t row_stride, s
 }
 // As dimensions x positions (transposed), for a product over dimensions (Q K^T, dO V^T):
 // panels (ceil(T/TILE_COLS), hs, TILE_COLS), panel c's row i = dimension i of x_t for
-// t = c*TILE_COLS .. (zero past T).
+// t = c*TILE_COLS .. (zero past T). Key tile k0 (a multiple of TILE_COLS) is panel
+// k0 / TILE_COLS, at k0 * hs.
 static void pack_by_dimension(float* panels, const float* x, size_t row_stride, size_t T,
                               size_t hs) {
     for (size_t c = 0; c * TILE_COLS < T; c++)
@@ -83,7 +149,16 @@ static void product(float* C, size_t m, const float* A, size_t a_row, size_t a_c
                  min_size(TILE_COLS, cols - j0), accumulate);
 }
 
-void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+// Of key tile k0 (keys k0 .. k0 + cols - 1), the keys query t sees: t - k0 + 1 of them,
+// capped at cols; none when the tile starts past t
+static size_t keys_seen(size_t t, size_t k0, size_t cols) {
+    return t < k0 ? 0 : min_size(cols, t - k0 + 1);
+}
+
+// out (B,T,H*hs), lse (B,H,T). Per (b, h), per tile of TILE_ROWS queries: the rows' running
+// parts start empty (out = 0, m = -inf, l = 0), each key tile's part is merged in, then
+// out /= l and lse = m + log l.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        size_t B, size_t T, size_t H, size_t G, size_t hs) {
     size_t q_dim = H * hs, kv_dim = G * hs, kv_mul = H / G;
     size_t by_dimension = round_up(T, TILE_COLS) * hs, by_position = T * round_up(hs, TILE_COLS);
@@ -91,7 +166,9 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
     #pragma omp parallel
     {
         float* keys = mallocCheck(by_dimension * sizeof(float));    // K^T, for S = Q K^T
-        float* values = mallocCheck(by_position * sizeof(float));   // V, for out = A V
+        float* values = mallocCheck(by_position * sizeof(float));   // V, for O2 = P V
+        float* p = mallocCheck(TILE_ROWS * TILE_COLS * sizeof(float));  // S, then P = e^{S-m2}
+        float* o2 = mallocCheck(TILE_ROWS * hs * sizeof(float));        // the parts' P V
         #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++) {
             for (size_t h = 0; h < H; h++) {
@@ -100,91 +177,147 @@ void attention_forward(float* out, float* att, const float* q, const float* k, c
                 pack_by_position(values, v + kv_offset, kv_dim, T, hs);
                 const float* q_bh = q + b * T * q_dim + h * hs;
                 float* out_bh = out + b * T * q_dim + h * hs;
-                float* att_bh = att + (b * H + h) * T * T;
+                float* lse_bh = lse + (b * H + h) * T;
                 for (size_t t0 = 0; t0 < T; t0 += TILE_ROWS) {
                     // queries t0 .. t0 + rows - 1 see the keys before n_keys
                     size_t rows = min_size(TILE_ROWS, T - t0), n_keys = t0 + rows;
-                    size_t n_scores = min_size(round_up(n_keys, TILE_COLS), T);  // whole tiles
-                    float* a = att_bh + t0 * T;  // the tile's rows of A
-                    float* o = out_bh + t0 * q_dim;
-                    product(a, T, q_bh + t0 * q_dim, q_dim, 1, keys, hs * TILE_COLS, hs, rows, n_scores, 0);
-                    for (size_t r = 0; r < rows; r++) { causal_softmax(a + r * T, t0 + r + 1, T, scale); }
-                    product(o, q_dim, a, T, 1, values, T * TILE_COLS, n_keys, rows, hs, 0);
+                    float m[TILE_ROWS], l[TILE_ROWS], m2[TILE_ROWS], l2[TILE_ROWS];
+                    for (size_t r = 0; r < rows; r++) {
+                        m[r] = -INFINITY;
+                        l[r] = 0.0f;
+                        memset(out_bh + (t0 + r) * q_dim, 0, hs * sizeof(float));
+                    }
+                    for (size_t k0 = 0; k0 < n_keys; k0 += TILE_COLS) {
+                        size_t cols = min_size(TILE_COLS, n_keys - k0);
+                        tile_any(p, q_bh + t0 * q_dim, q_dim, 1, keys + k0 * hs, hs, TILE_COLS,
+                                 rows, cols, 0);  // S
+                        for (size_t r = 0; r < rows; r++) {
+                            float* p_r = p + r * TILE_COLS;
+                            size_t n = keys_seen(t0 + r, k0, cols);
+                            if (n > 0) { m2[r] = tile_part(p_r, n, scale, &l2[r]); }
+                            for (size_t j = n; j < cols; j++) { p_r[j] = 0.0f; }
+                        }
+                        product(o2, hs, p, TILE_COLS, 1, values + k0 * TILE_COLS, T * TILE_COLS,
+                                cols, rows, hs, 0);  // O2 = P V
+                        for (size_t r = 0; r < rows; r++) {
+                            if (keys_seen(t0 + r, k0, cols) == 0) { continue; }
+                            online_softmax_merge(out_bh + (t0 + r) * q_dim, &m[r], &l[r],
+                                                 o2 + r * hs, m2[r], l2[r], hs);
+                        }
+                    }
+                    for (size_t r = 0; r < rows; r++) {
+                        float* o = out_bh + (t0 + r) * q_dim;
+                        for (size_t i = 0; i < hs; i++) { o[i] /= l[r]; }
+                        lse_bh[t0 + r] = m[r] + logf(l[r]);
+                    }
                 }
             }
         }
         free(keys);
         free(values);
+        free(p);
+        free(o2);
     }
 }
 
-// forward was: s = q.k * scale, a = softmax(s), out = sum a v. Backward, per (b, h, t):
-//   dv_t' += a_t' dout_t ;  da_t' = dout_t . v_t'
-//   ds_t' = a_t' (da_t' - sum_j a_j da_j)          (softmax Jacobian)
-//   dq_t += scale * sum_t' ds_t' k_t' ;  dk_t' += scale * ds_t' q_t
-// As products per head, scale folded into ds: dA = dO V^T, then dS row by row, dQ += dS K,
-// and once dS is whole, dK += dS^T Q and dV += A^T dO. The query heads that share a
-// key/value head run in the same thread, one after another, so dk and dv need no atomics
-// and sum in a fixed order.
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                        const float* q, const float* k, const float* v,
+// The backward (the header's derivation). Per (b, g), the query heads that share key/value
+// head g run in the same thread, one after another, so dk and dv need no atomics and sum in
+// a fixed order. Per head, per block of QUERY_BLOCK queries and per key tile (TILE_COLS keys,
+// up to the block's last query): for each tile of TILE_ROWS queries in the block that sees
+// the keys, S = Q K^T, A = e^{S scale - lse}, dA = dO V^T, dS = A * (dA - D) * scale with
+// D = rowsum(dO * O), and dQ += dS K; then, over all of the block's queries at once,
+// dK += dS^T Q and dV += A^T dO. The block makes those two products' sums QUERY_BLOCK long
+// instead of TILE_ROWS, so the register tile loads and stores its accumulators a quarter as
+// often; A and dS of a block and a key tile are QUERY_BLOCK x TILE_COLS floats each.
+#define QUERY_BLOCK (4 * TILE_ROWS)
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
                         size_t B, size_t T, size_t H, size_t G, size_t hs) {
     size_t q_dim = H * hs, kv_dim = G * hs, kv_mul = H / G;
     size_t by_dimension = round_up(T, TILE_COLS) * hs, by_position = T * round_up(hs, TILE_COLS);
     float scale = 1.0f / sqrtf((float)hs);
     #pragma omp parallel
     {
-        float* keys = mallocCheck(by_position * sizeof(float));       // K, for dQ = dS K
-        float* values = mallocCheck(by_dimension * sizeof(float));    // V^T, for dA = dO V^T
-        float* queries = mallocCheck(by_position * sizeof(float));    // Q, for dK = dS^T Q
-        float* douts = mallocCheck(by_position * sizeof(float));      // dO, for dV = A^T dO
-        float* dscore = mallocCheck(T * T * sizeof(float));           // dA, then dS (T,T)
+        float* keys_t = mallocCheck(by_dimension * sizeof(float));   // K^T, for S = Q K^T
+        float* keys = mallocCheck(by_position * sizeof(float));      // K, for dQ = dS K
+        float* values = mallocCheck(by_dimension * sizeof(float));   // V^T, for dA = dO V^T
+        float* queries = mallocCheck(by_position * sizeof(float));   // Q, for dK = dS^T Q
+        float* douts = mallocCheck(by_position * sizeof(float));     // dO, for dV = A^T dO
+        float* a = mallocCheck(QUERY_BLOCK * TILE_COLS * sizeof(float));   // S, then A
+        float* ds = mallocCheck(QUERY_BLOCK * TILE_COLS * sizeof(float));  // dA, then dS
         #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++) {
             for (size_t g = 0; g < G; g++) {
                 size_t kv_offset = b * T * kv_dim + g * hs;
+                pack_by_dimension(keys_t, k + kv_offset, kv_dim, T, hs);
                 pack_by_position(keys, k + kv_offset, kv_dim, T, hs);
                 pack_by_dimension(values, v + kv_offset, kv_dim, T, hs);
                 for (size_t h = g * kv_mul; h < (g + 1) * kv_mul; h++) {
                     size_t q_offset = b * T * q_dim + h * hs;
                     pack_by_position(queries, q + q_offset, q_dim, T, hs);
                     pack_by_position(douts, dout + q_offset, q_dim, T, hs);
-                    const float* att_bh = att + (b * H + h) * T * T;
-                    for (size_t t0 = 0; t0 < T; t0 += TILE_ROWS) {
-                        size_t rows = min_size(TILE_ROWS, T - t0), n_keys = t0 + rows;
-                        size_t n_scores = min_size(round_up(n_keys, TILE_COLS), T);
-                        const float* a = att_bh + t0 * T;
-                        float* ds = dscore + t0 * T;
-                        product(ds, T, dout + q_offset + t0 * q_dim, q_dim, 1, values,
-                                hs * TILE_COLS, hs, rows, n_scores, 0);  // dA
-                        for (size_t r = 0; r < rows; r++) {
-                            size_t t = t0 + r;
-                            const float* a_t = a + r * T;
-                            float* ds_t = ds + r * T;
-                            float weighted = dot(a_t, ds_t, t + 1);  // sum_j a_j da_j
-                            for (size_t t2 = 0; t2 <= t; t2++) {
-                                ds_t[t2] = a_t[t2] * (ds_t[t2] - weighted) * scale;
-                            }
-                            for (size_t t2 = t + 1; t2 < T; t2++) { ds_t[t2] = 0.0f; }
+                    const float* lse_bh = lse + (b * H + h) * T;
+                    for (size_t b0 = 0; b0 < T; b0 += QUERY_BLOCK) {
+                        size_t block_rows = min_size(QUERY_BLOCK, T - b0);
+                        float D[QUERY_BLOCK];  // D_t = dout_t . out_t = sum_j a_j da_j
+                        for (size_t r = 0; r < block_rows; r++) {
+                            size_t at = q_offset + (b0 + r) * q_dim;
+                            D[r] = dot(dout + at, out + at, hs);
                         }
-                        product(dq + q_offset + t0 * q_dim, q_dim, ds, T, 1, keys, T * TILE_COLS,
-                                n_keys, rows, hs, 1);  // dQ += dS K
-                    }
-                    // keys s0 .. s0 + rows - 1 are seen by the queries from s0 on
-                    for (size_t s0 = 0; s0 < T; s0 += TILE_ROWS) {
-                        size_t rows = min_size(TILE_ROWS, T - s0);
-                        product(dk + kv_offset + s0 * kv_dim, kv_dim, dscore + s0 * T + s0, 1, T,
-                                queries + s0 * TILE_COLS, T * TILE_COLS, T - s0, rows, hs, 1);  // dS^T Q
-                        product(dv + kv_offset + s0 * kv_dim, kv_dim, att_bh + s0 * T + s0, 1, T,
-                                douts + s0 * TILE_COLS, T * TILE_COLS, T - s0, rows, hs, 1);  // A^T dO
+                        for (size_t k0 = 0; k0 < b0 + block_rows; k0 += TILE_COLS) {
+                            size_t cols = min_size(TILE_COLS, b0 + block_rows - k0);
+                            // the block's queries before k0 see none of these keys
+                            size_t first = k0 > b0 ? k0 - b0 : 0;
+                            for (size_t r0 = first - first % TILE_ROWS; r0 < block_rows; r0 += TILE_ROWS) {
+                                size_t t0 = b0 + r0, rows = min_size(TILE_ROWS, block_rows - r0);
+                                const float* q_tile = q + q_offset + t0 * q_dim;
+                                const float* dout_tile = dout + q_offset + t0 * q_dim;
+                                float *a_tile = a + r0 * TILE_COLS, *ds_tile = ds + r0 * TILE_COLS;
+                                tile_any(a_tile, q_tile, q_dim, 1, keys_t + k0 * hs, hs, TILE_COLS,
+                                         rows, cols, 0);  // S
+                                tile_any(ds_tile, dout_tile, q_dim, 1, values + k0 * hs, hs,
+                                         TILE_COLS, rows, cols, 0);  // dA
+                                for (size_t r = 0; r < rows; r++) {
+                                    float *a_r = a_tile + r * TILE_COLS, *ds_r = ds_tile + r * TILE_COLS;
+                                    size_t n = keys_seen(t0 + r, k0, cols);
+                                    float row_lse = lse_bh[t0 + r], row_D = D[r0 + r];
+                                    for (size_t j = 0; j < n; j++) {
+                                        float s_minus_lse = a_r[j] * scale - row_lse;
+                                        a_r[j] = expf_vectorizable(s_minus_lse);
+                                        ds_r[j] = a_r[j] * (ds_r[j] - row_D) * scale;
+                                    }
+                                    for (size_t j = n; j < cols; j++) {
+                                        a_r[j] = 0.0f;
+                                        ds_r[j] = 0.0f;
+                                    }
+                                }
+                                product(dq + q_offset + t0 * q_dim, q_dim, ds_tile, TILE_COLS, 1,
+                                        keys + k0 * TILE_COLS, T * TILE_COLS, cols, rows, hs, 1);  // dS K
+                            }
+                            // the key tile's keys TILE_ROWS at a time, over the block's queries
+                            // from first on: dS^T and A^T read in place
+                            for (size_t j0 = 0; j0 < cols; j0 += TILE_ROWS) {
+                                size_t key_rows = min_size(TILE_ROWS, cols - j0);
+                                size_t at = kv_offset + (k0 + j0) * kv_dim;
+                                size_t from = b0 + first, n_queries = block_rows - first;
+                                product(dk + at, kv_dim, ds + first * TILE_COLS + j0, 1, TILE_COLS,
+                                        queries + from * TILE_COLS, T * TILE_COLS, n_queries,
+                                        key_rows, hs, 1);  // dS^T Q
+                                product(dv + at, kv_dim, a + first * TILE_COLS + j0, 1, TILE_COLS,
+                                        douts + from * TILE_COLS, T * TILE_COLS, n_queries,
+                                        key_rows, hs, 1);  // A^T dO
+                            }
+                        }
                     }
                 }
             }
         }
+        free(keys_t);
         free(keys);
         free(values);
         free(queries);
         free(douts);
-        free(dscore);
+        free(a);
+        free(ds);
     }
 }

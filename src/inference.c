@@ -33,9 +33,9 @@
 
 // A decoder's float buffers, in one table: decoder_build allocates each, decoder_floats adds
 // them up, decoder_free frees them
-#define DECODER_BUFFERS 7
+#define DECODER_BUFFERS 6
 static void buffer_slots(Decoder* dec, float** slots[DECODER_BUFFERS]) {
-    float** all[DECODER_BUFFERS] = {&dec->k_cache, &dec->v_cache, &dec->acts_memory, &dec->att,
+    float** all[DECODER_BUFFERS] = {&dec->k_cache, &dec->v_cache, &dec->acts_memory,
                                     &dec->phase_o, &dec->phase_max, &dec->phase_sumexp};
     memcpy(slots, all, sizeof(all));
 }
@@ -48,7 +48,7 @@ static void buffer_sizes(size_t sizes[DECODER_BUFFERS], const ModelConfig* c, si
     sizing.sub = callocCheck(z.n_sub + 1, sizeof(SubLayer));
     size_t cache = z.L * B * max_T * z.kv_dim;
     size_t all[DECODER_BUFFERS] = {cache, cache, point_activations(&sizing, c, B, 1, 0, NULL),
-                                   B * z.H * max_T, z.S * B * z.d, z.S * B * z.depth_heads, z.S * B * z.depth_heads};
+                                   z.S * B * z.d, z.S * B * z.depth_heads, z.S * B * z.depth_heads};
     memcpy(sizes, all, sizeof(all));
     free(sizing.sub);
 }
@@ -118,14 +118,15 @@ static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
         memcpy(k_cache + (b * max_T + t) * kv_dim, s->k + b * kv_dim, kv_dim * sizeof(float));
         memcpy(v_cache + (b * max_T + t) * kv_dim, s->v + b * kv_dim, kv_dim * sizeof(float));
     }
-    // the query of position t over the cached positions t' <= t (as attention_forward)
+    // the query of position t over the cached positions t' <= t, by attention_forward's
+    // online softmax (the same bits as its row t)
     #pragma omp parallel for collapse(2)
     for (size_t b = 0; b < B; b++) {
         for (size_t hd = 0; hd < H; hd++) {
             size_t kv_offset = b * max_T * kv_dim + (hd / kv_mul) * hs;
-            attention_query(s->y + b * q_dim + hd * hs, dec->att + (b * H + hd) * max_T,
-                            s->q + b * q_dim + hd * hs, k_cache + kv_offset, v_cache + kv_offset,
-                            t + 1, kv_dim, hs);
+            float lse;
+            attention_query_online(s->y + b * q_dim + hd * hs, &lse, s->q + b * q_dim + hd * hs,
+                                   k_cache + kv_offset, v_cache + kv_offset, t + 1, kv_dim, hs);
         }
     }
     linear_forward(s->f, s->y, p->wo + layer * d * q_dim, B, q_dim, d);

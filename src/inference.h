@@ -107,7 +107,6 @@ typedef struct {
     float* v_cache;        // (L, B, max_T, G*hs) values
     Activations acts;      // the current position, in the model's layout (point_activations)
     float* acts_memory;    // for max_B rows (x 1), without the backward's; logits: acts.logits
-    float* att;            // (B,H,max_T) attention weights of the current position
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
     float* phase_max;      // (S, B, K) phase 1: max scores per head ((S) with --mixing)
     float* phase_sumexp;   // (S, B, K) phase 1: sums of exponentials, likewise

@@ -33,11 +33,11 @@ typedef struct {
                          size_t head_size);
     void (*rope_backward)(float* dinp, const float* dout, size_t B, size_t T, size_t n_heads,
                           size_t head_size);
-    void (*attention_forward)(float* out, float* att, const float* q, const float* k,
+    void (*attention_forward)(float* out, float* lse, const float* q, const float* k,
                               const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
     void (*attention_backward)(float* dq, float* dk, float* dv, const float* dout,
-                               const float* att, const float* q, const float* k, const float* v,
-                               size_t B, size_t T, size_t H, size_t G, size_t hs);
+                               const float* out, const float* lse, const float* q, const float* k,
+                               const float* v, size_t B, size_t T, size_t H, size_t G, size_t hs);
     void (*swiglu_forward)(float* out, const float* gate, const float* up, size_t N, size_t F);
     void (*swiglu_backward)(float* dgate, float* dup, const float* dout, const float* gate,
                             const float* up, size_t N, size_t F);

@@ -4,7 +4,7 @@
 //   - arguments: outputs first (a forward's include what it saves for the backward, a
 //     backward's are the gradients and scratch it writes), then the incoming gradient
 //     (dout), then the inputs, weights and saved values, in no fixed order among them
-//     (rmsnorm_backward takes rstd last, attention_backward att before q, k and v), then sizes;
+//     (rmsnorm_backward takes rstd last, attention_backward out and lse before q, k and v), then sizes;
 //   - where that would be more than a dozen, the arguments that belong together travel as one
 //     named struct (the depth attention's parameters, saved values and switches; mHC-lite's
 //     parameters), passed by value; switches come after the sizes;
@@ -75,17 +75,22 @@ void rope_table(float* cos_table, float* sin_table, size_t T, size_t head_size);
 
 // ---- attention.c -------------------------------------------------------------------------
 // Causal grouped-query attention. q (B,T,H*hs), k and v (B,T,G*hs), out (B,T,H*hs),
-// att (B,H,T,T) saves the softmax probabilities (entries above the diagonal are 0).
+// lse (B,H,T) saves each query row's log-sum-exp of its scaled scores, max + log sum e^{s - max}
+// (all the backward needs beside out: no (B,H,T,T) probabilities are kept).
 // Query head h reads key/value head h / (H/G). Scores q.k / sqrt(hs) over t' <= t.
-void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
                        size_t B, size_t T, size_t H, size_t G, size_t hs);
-// One query of attention_forward as plain loops, the same bits as its row there: q (hs)
-// over n_keys keys/values whose rows are kv_stride floats apart; writes att_row (n_keys)
-// and out (hs). Used by the KV-cache decoder, and the tiled forward is tested against it.
+// One query as plain loops, the definition: q (hs) over n_keys keys/values whose rows are
+// kv_stride floats apart; writes att_row (n_keys), the probabilities, and out (hs).
 void attention_query(float* out, float* att_row, const float* q, const float* k, const float* v,
                      size_t n_keys, size_t kv_stride, size_t hs);
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                        const float* q, const float* k, const float* v,
+// The same query with an online softmax over tiles of keys, the same bits as its row of
+// attention_forward; writes out (hs) and *lse. The KV-cache decoder runs it.
+void attention_query_online(float* out, float* lse, const float* q, const float* k,
+                            const float* v, size_t n_keys, size_t kv_stride, size_t hs);
+// dq, dk, dv += the gradients, from dout and the forward's out and lse (B,H,T)
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
                         size_t B, size_t T, size_t H, size_t G, size_t hs);
 
 // ---- swiglu.c ----------------------------------------------------------------------------

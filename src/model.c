@@ -364,7 +364,7 @@ static size_t point_range(Activations* a, const ModelConfig* c, size_t B, size_t
         s->q        = take(&at, attention * N * z.q_dim);
         s->k        = take(&at, attention * N * z.kv_dim);
         s->v        = take(&at, attention * N * z.kv_dim);
-        s->att      = take(&at, attention * B * z.H * T * T);
+        s->lse      = take(&at, attention * B * z.H * T);
         s->y        = take(&at, attention * N * z.q_dim);
         s->gate     = take(&at, mlp * N * F);
         s->up       = take(&at, mlp * N * F);
@@ -509,7 +509,7 @@ static void attention_sublayer_forward(const Model* model, SubLayer* s, int l) {
     kernels->linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
     kernels->rope_forward(s->q, s->q, B, T, H, hs);
     kernels->rope_forward(s->k, s->k, B, T, G, hs);
-    kernels->attention_forward(s->y, s->att, s->q, s->k, s->v, B, T, H, G, hs);
+    kernels->attention_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, G, hs);
     kernels->linear_forward(s->f, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
 }
 
@@ -529,8 +529,8 @@ static void attention_sublayer_backward(Model* model, int l, const float* df) {
     kernels->zero(a->dq, N * q_dim);
     kernels->zero(a->dk, N * kv_dim);
     kernels->zero(a->dv, N * kv_dim);
-    kernels->attention_backward(a->dq, a->dk, a->dv, a->dy, s->att, s->q, s->k, s->v, B, T, H, G,
-                                hs);
+    kernels->attention_backward(a->dq, a->dk, a->dv, a->dy, s->y, s->lse, s->q, s->k, s->v, B, T,
+                                H, G, hs);
     kernels->zero(a->dq_pre, N * q_dim);
     kernels->zero(a->dk_pre, N * kv_dim);
     kernels->rope_backward(a->dq_pre, a->dq, B, T, H, hs);

@@ -155,7 +155,7 @@ typedef struct {
     float* q;         // (N,H*hs) after RoPE              [attention]
     float* k;         // (N,G*hs) after RoPE              [attention]
     float* v;         // (N,G*hs)                         [attention]
-    float* att;       // (B,H,T,T) softmax probabilities  [attention]
+    float* lse;       // (B,H,T) log-sum-exp of the scores [attention]
     float* y;         // (N,H*hs) heads concatenated      [attention]
     float* gate;      // (N,F) xn Wg^T                     [MLP]
     float* up;        // (N,F) xn Wu^T                     [MLP]

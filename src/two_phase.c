@@ -16,16 +16,17 @@
 #include <stdlib.h>
 #include "inference.h"
 #include "layers.h"
+#include "online_softmax.h"
 #include "util.h"
 
 // h (C) = (e^{m1-m} o1 + e^{m2-m} o2) / (e^{m1-m} l1 + e^{m2-m} l2), m = max(m1, m2), where
-// the second side is a single key (l2 = 1): the online-softmax merge of phase 2
-static void online_softmax_merge(float* h, const float* o1, float m1, float l1, const float* o2,
-                                 float m2, size_t C) {
-    float m = fmaxf(m1, m2), l2 = 1.0f;
-    float scale1 = expf(m1 - m), scale2 = expf(m2 - m);
-    float denominator = scale1 * l1 + scale2 * l2;
-    for (size_t c = 0; c < C; c++) { h[c] = (scale1 * o1[c] + scale2 * o2[c]) / denominator; }
+// the second side is a single key (l2 = 1): phase 2's merge (online_softmax.h), then o / l
+static void merge_single_key(float* h, const float* o1, float m1, float l1, const float* o2,
+                             float m2, size_t C) {
+    float m = m1, l = l1;
+    for (size_t c = 0; c < C; c++) { h[c] = o1[c]; }
+    online_softmax_merge(h, &m, &l, o2, m2, 1.0f, C);
+    for (size_t c = 0; c < C; c++) { h[c] /= l; }
 }
 
 // wg (count,C) = w * g of each query: scores are s = (w * g) . v * r, as depth_attention.c
@@ -94,7 +95,7 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
         // attention over the partial sum alone: a single key, so o2 = p, m2 = s(p), l2 = 1
         const float* o2 = partial + n * C;
         float m2 = dot(wg, o2, C) * depth_attention_rstd(o2, C);
-        online_softmax_merge(h, o1n, max1[n], sumexp1[n], o2, m2, C);
+        merge_single_key(h, o1n, max1[n], sumexp1[n], o2, m2, C);
     }
     free(wg);
 }
@@ -201,7 +202,7 @@ void depth_attention_variant_phase2(float* out, const float* o1, const float* ma
                 float a = sigmoidf(s_p);
                 for (size_t c = 0; c < Ck; c++) { h[c] = o1k[c] + a * p[c]; }
             } else {
-                online_softmax_merge(h, o1k, max1[nk], sumexp1[nk], p, s_p, Ck);
+                merge_single_key(h, o1k, max1[nk], sumexp1[nk], p, s_p, Ck);
             }
         }
     }
@@ -269,7 +270,7 @@ void depth_mixing_phase2(float* out, const float* o1, float max1, float sumexp1,
         if (p == NULL) {
             for (size_t c = 0; c < C; c++) { h[c] = o1n[c] / sumexp1; }
         } else if (normalise) {
-            online_softmax_merge(h, o1n, max1, sumexp1, p, coefficient, C);
+            merge_single_key(h, o1n, max1, sumexp1, p, coefficient, C);
         } else {
             for (size_t c = 0; c < C; c++) { h[c] = o1n[c] + coefficient * p[c]; }
         }

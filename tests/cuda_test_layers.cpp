@@ -344,7 +344,10 @@ TEST_CASE("rope forward (in place, at one position) and backward on the GPU matc
 }
 
 // ---- attention ---------------------------------------------------------------------------
-TEST_CASE("attention forward and backward on the GPU match the CPU (causal, grouped-query)") {
+// Each version (the naive one thread per query, the flash kernels the model runs) against
+// src/attention.c: out, lse, and dq, dk, dv accumulated onto random values. T = 70 and 37 end
+// inside a tile of 32 keys; hs = 40 spans two chunks of 32 dims.
+TEST_CASE("attention forward and backward on the GPU match the CPU (causal, grouped-query; naive and flash)") {
     const Tolerance tol{1e-5, 1e-5};
     size_t B = 0, T = 0, H = 0, G = 0, hs = 0;
     SUBCASE("B=2 T=5 H=4 G=2 hs=8, GQA") { B = 2; T = 5; H = 4; G = 2; hs = 8; }
@@ -359,36 +362,45 @@ TEST_CASE("attention forward and backward on the GPU match the CPU (causal, grou
         SUBCASE("GPU: B=8 T=128 H=8 G=4 hs=32, the bench model") { B = 8; T = 128; H = 8; G = 4; hs = 32; }
         SUBCASE("GPU: B=3 T=131 H=6 G=2 hs=16, odd") { B = 3; T = 131; H = 6; G = 2; hs = 16; }
     }
-    size_t nq = B * T * H * hs, nkv = B * T * G * hs, natt = B * H * T * T;
+    size_t nq = B * T * H * hs, nkv = B * T * G * hs, nlse = B * H * T;
     Rng rng(5);
     Floats q = rng.uniform_vector(nq, -1, 1), k = rng.uniform_vector(nkv, -1, 1);
     Floats v = rng.uniform_vector(nkv, -1, 1), dout = rng.uniform_vector(nq, -1, 1);
     Floats dq0 = rng.uniform_vector(nq, -1, 1), dk0 = rng.uniform_vector(nkv, -1, 1);
     Floats dv0 = rng.uniform_vector(nkv, -1, 1);
 
-    Floats out(nq), att(natt), dq = dq0, dk = dk0, dv = dv0;
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(),
-                       v.data(), B, T, H, G, hs);
+    Floats out(nq), lse(nlse), dq = dq0, dk = dk0, dv = dv0;
+    attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                       q.data(), k.data(), v.data(), B, T, H, G, hs);
 
-    Floats stale = rng.uniform_vector(natt, -1, 1);  // what att holds before: overwritten
-    Outputs cuda = run_cuda([&] {
-        Device d;
-        float *d_out = d.zeros(nq), *d_att = d.upload(stale);
-        float *d_q = d.upload(q), *d_k = d.upload(k), *d_v = d.upload(v);
-        float *d_dq = d.upload(dq0), *d_dk = d.upload(dk0), *d_dv = d.upload(dv0);
-        attention_forward_cuda(d_out, d_att, d_q, d_k, d_v, B, T, H, G, hs);
-        attention_backward_cuda(d_dq, d_dk, d_dv, d.upload(dout), d_att, d_q, d_k, d_v,
-                                B, T, H, G, hs);
-        return Outputs{{"out", download(d_out, nq)}, {"att", download(d_att, natt)},
-                       {"dq", download(d_dq, nq)}, {"dk", download(d_dk, nkv)},
-                       {"dv", download(d_dv, nkv)}};
-    });
-    check(cuda[0], out, tol);
-    check(cuda[1], att, tol);
-    check(cuda[2], dq, tol);
-    check(cuda[3], dk, tol);
-    check(cuda[4], dv, tol);
+    for (bool naive : {true, false}) {
+        CAPTURE(naive);
+        Floats stale_out = rng.uniform_vector(nq, -1, 1), stale_lse = rng.uniform_vector(nlse, -1, 1);
+        Outputs cuda = run_cuda([&] {
+            Device d;
+            float *d_out = d.upload(stale_out), *d_lse = d.upload(stale_lse);  // overwritten
+            float *d_q = d.upload(q), *d_k = d.upload(k), *d_v = d.upload(v);
+            float *d_dq = d.upload(dq0), *d_dk = d.upload(dk0), *d_dv = d.upload(dv0);
+            if (naive) {
+                attention_forward_naive_cuda(d_out, d_lse, d_q, d_k, d_v, B, T, H, G, hs);
+                attention_backward_naive_cuda(d_dq, d_dk, d_dv, d.upload(dout), d_out, d_lse, d_q,
+                                              d_k, d_v, B, T, H, G, hs);
+            } else {
+                attention_forward_cuda(d_out, d_lse, d_q, d_k, d_v, B, T, H, G, hs);
+                attention_backward_cuda(d_dq, d_dk, d_dv, d.upload(dout), d_out, d_lse, d_q, d_k,
+                                        d_v, B, T, H, G, hs);
+            }
+            return Outputs{{"out", download(d_out, nq)}, {"lse", download(d_lse, nlse)},
+                           {"dq", download(d_dq, nq)}, {"dk", download(d_dk, nkv)},
+                           {"dv", download(d_dv, nkv)}};
+        });
+        check(cuda[0], out, tol);
+        check(cuda[1], lse, tol);
+        check(cuda[2], dq, tol);
+        check(cuda[3], dk, tol);
+        check(cuda[4], dv, tol);
+    }
 }
 
 // ---- swiglu ------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-// test_layers.cpp — every layer of layers.h: each backward against central finite differences,
-// each forward against a double-precision reference of SPEC.md, the accumulate (+=) contract,
-// and the facts the model relies on (zero-query averaging, exact single-source identity,
-// overflow safety, causal softmax rows, RoPE at t = 0, AdamW's two first steps).
+// test_layers.cpp — every layer of layers.h but the causal attention (test_attention.cpp):
+// each backward against central finite differences, each forward against a double-precision
+// reference of SPEC.md, the accumulate (+=) contract (the attention's too), and the facts the
+// model relies on (zero-query averaging, exact single-source identity, overflow safety, RoPE
+// at t = 0, AdamW's two first steps).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -41,8 +42,6 @@ static const Tolerance ROPE_GRAD_TOL = {5e-7, 1e-6};       // max error 2.5e-7
 static const Tolerance LINEAR_GRAD_TOL = {1.5e-5, 1e-6};   // max error 5.8e-6
 static const float RMSNORM_STEP = 2e-2f;
 static const Tolerance RMSNORM_GRAD_TOL = {5e-5, 1e-5};    // max error 1.8e-5
-static const float ATTENTION_STEP = 5e-2f;
-static const Tolerance ATTENTION_GRAD_TOL = {2e-5, 1e-5};  // max error 5.3e-6
 static const float SWIGLU_STEP = 5e-2f;
 static const Tolerance SWIGLU_GRAD_TOL = {2e-5, 1e-5};     // max error 7.9e-6
 static const float DEPTH_STEP = 2e-2f;
@@ -56,7 +55,6 @@ static const Tolerance CROSSENTROPY_GRAD_TOL = {6e-6, 1e-5};  // max error 2.0e-
 // (max error 5.7e-7 on outputs up to 12); a dot product of IN terms can cancel to near zero,
 // so linear's error scales with its terms (max 8e-7).
 static const Tolerance FORWARD_TOL = {1e-6, 2e-6};
-static const Tolerance HUGE_SCORE_TOL = {1e-5, 1e-5};  // see "attention ... huge scores"
 static const Tolerance LINEAR_FORWARD_TOL = {4e-6, 1e-6};
 // A backward that adds its terms one by one into the buffer rounds differently on top of a
 // non-zero buffer (max error 4.8e-6: linear's dinp, 70 terms of size 1); overwriting instead
@@ -95,35 +93,6 @@ static void rope_reference(std::vector<double>& out, const Vec& inp, size_t B, s
                     out[i] = a * std::cos(theta) - c * std::sin(theta);
                     out[i + 1] = a * std::sin(theta) + c * std::cos(theta);
                 }
-}
-
-static void attention_reference(std::vector<double>& out, std::vector<double>& att, const Vec& q,
-                                const Vec& k, const Vec& v, size_t B, size_t T, size_t H,
-                                size_t G, size_t hs) {
-    out.assign(B * T * H * hs, 0.0);
-    att.assign(B * H * T * T, 0.0);
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < H; h++) {
-            size_t g = h / (H / G);
-            for (size_t t = 0; t < T; t++) {
-                const float* qt = &q[(b * T + t) * H * hs + h * hs];
-                double* row = &att[((b * H + h) * T + t) * T];
-                double max_score = -INFINITY, sum = 0.0;
-                for (size_t u = 0; u <= t; u++) {
-                    const float* ku = &k[(b * T + u) * G * hs + g * hs];
-                    double score = 0.0;
-                    for (size_t c = 0; c < hs; c++) score += (double)qt[c] * ku[c];
-                    row[u] = score / std::sqrt((double)hs);
-                    max_score = std::max(max_score, row[u]);
-                }
-                for (size_t u = 0; u <= t; u++) sum += (row[u] = std::exp(row[u] - max_score));
-                for (size_t u = 0; u <= t; u++) {
-                    row[u] /= sum;
-                    const float* vu = &v[(b * T + u) * G * hs + g * hs];
-                    for (size_t c = 0; c < hs; c++) out[(b * T + t) * H * hs + h * hs + c] += row[u] * vu[c];
-                }
-            }
-        }
 }
 
 // k_i = rmsnorm(V_i; g), s_i = w . k_i, alpha = softmax_i(s), out = sum_i alpha_i V_i
@@ -307,76 +276,6 @@ TEST_CASE("rope backward matches finite differences, with the forward in place")
         return weighted_sum(R.data(), x.data(), n);
     };
     check_gradient("inp", inp.data(), dinp.data(), n, loss, LINEAR_STEP, ROPE_GRAD_TOL);
-}
-
-TEST_CASE("attention backward matches finite differences (causal, grouped-query)") {
-    size_t B = 0, T = 0, H = 0, G = 0, hs = 0;
-    SUBCASE("B=1 T=5 H=4 G=2 hs=4") { B = 1; T = 5; H = 4; G = 2; hs = 4; }
-    SUBCASE("B=2 T=7 H=4 G=1 hs=2") { B = 2; T = 7; H = 4; G = 1; hs = 2; }
-    SUBCASE("B=2 T=5 H=2 G=2 hs=4") { B = 2; T = 5; H = 2; G = 2; hs = 4; }
-    SUBCASE("B=2 T=7 H=6 G=3 hs=6") { B = 2; T = 7; H = 6; G = 3; hs = 6; }
-    SUBCASE("B=2 T=1 H=2 G=1 hs=2") { B = 2; T = 1; H = 2; G = 1; hs = 2; }
-    // past the tiles of attention.c (TILE_ROWS queries, TILE_COLS keys or dimensions), which
-    // depend on the build (matmul_tile.h): 6 x 16 without AVX-512, where 19 = 3 x 6 + 1
-    // queries and 20 = 16 + 4 dimensions put edge tiles in every product; 12 x 32 with it,
-    // where T = 19 and 33 pass the tile's 12 rows (queries; keys in dK and dV) and T = 33 its
-    // 32 columns of keys, and no head's dimensions (20, 16) pass its columns
-    SUBCASE("B=1 T=19 H=2 G=1 hs=20") { B = 1; T = 19; H = 2; G = 1; hs = 20; }
-    SUBCASE("B=2 T=33 H=4 G=2 hs=16") { B = 2; T = 33; H = 4; G = 2; hs = 16; }
-    CAPTURE(B);
-    CAPTURE(T);
-    CAPTURE(H);
-    CAPTURE(G);
-    CAPTURE(hs);
-    size_t nq = B * T * H * hs, nkv = B * T * G * hs;
-    Rng rng(105);
-    Vec q = rng.uniform_vector(nq, -1.5f, 1.5f), k = rng.uniform_vector(nkv, -1.5f, 1.5f);
-    Vec v = rng.uniform_vector(nkv, -1, 1), R = rng.uniform_vector(nq, -1, 1);
-    Vec out(nq), att(B * H * T * T), dq(nq, 0.0f), dk(nkv, 0.0f), dv(nkv, 0.0f);
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-    attention_backward(dq.data(), dk.data(), dv.data(), R.data(), att.data(), q.data(), k.data(),
-                       v.data(), B, T, H, G, hs);
-    auto loss = [&] {
-        attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-        return weighted_sum(R.data(), out.data(), nq);
-    };
-    check_gradient("q", q.data(), dq.data(), nq, loss, ATTENTION_STEP, ATTENTION_GRAD_TOL);
-    check_gradient("k", k.data(), dk.data(), nkv, loss, ATTENTION_STEP, ATTENTION_GRAD_TOL);
-    check_gradient("v", v.data(), dv.data(), nkv, loss, ATTENTION_STEP, ATTENTION_GRAD_TOL);
-}
-
-// attention.c computes each head as tiled products; attention_query (the decoder's) is the
-// same arithmetic as plain loops over one query: each score one fmaf chain over the
-// dimensions, each output one chain over the keys, the same softmax. So the two agree bit
-// for bit, at shapes that end inside a tile and shapes that fill them.
-TEST_CASE("attention's tiled forward equals attention_query on every row, bit for bit") {
-    struct Shape { size_t B, T, H, G, hs; };
-    for (Shape sh : {Shape{1, 1, 2, 1, 4}, Shape{2, 6, 4, 2, 16}, Shape{1, 17, 2, 2, 20},
-                     Shape{2, 40, 4, 1, 32}, Shape{1, 23, 3, 3, 2}}) {
-        size_t B = sh.B, T = sh.T, H = sh.H, G = sh.G, hs = sh.hs;
-        CAPTURE(T);
-        CAPTURE(hs);
-        size_t q_dim = H * hs, kv_dim = G * hs, nq = B * T * q_dim, nkv = B * T * kv_dim;
-        Rng rng(111);
-        Vec q = rng.uniform_vector(nq, -2, 2), k = rng.uniform_vector(nkv, -2, 2);
-        Vec v = rng.uniform_vector(nkv, -1, 1);
-        Vec out = nan_vector(nq), att = nan_vector(B * H * T * T);
-        Vec out_rows = nan_vector(nq), att_rows(B * H * T * T, 0.0f);
-        attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-        for (size_t b = 0; b < B; b++)
-            for (size_t h = 0; h < H; h++)
-                for (size_t t = 0; t < T; t++) {
-                    size_t kv_offset = b * T * kv_dim + (h / (H / G)) * hs;
-                    size_t row = (b * T + t) * q_dim + h * hs;
-                    attention_query(&out_rows[row], &att_rows[((b * H + h) * T + t) * T], &q[row],
-                                    &k[kv_offset], &v[kv_offset], t + 1, kv_dim, hs);
-                }
-        size_t out_diff = 0, att_diff = 0;
-        for (size_t i = 0; i < nq; i++) out_diff += out[i] != out_rows[i];
-        for (size_t i = 0; i < B * H * T * T; i++) att_diff += att[i] != att_rows[i];
-        CHECK(out_diff == 0);
-        CHECK(att_diff == 0);  // zeros above the diagonal included
-    }
 }
 
 TEST_CASE("swiglu backward matches finite differences") {
@@ -714,11 +613,11 @@ TEST_CASE("every backward accumulates into its gradients (+=), never overwrites 
         size_t B = 2, T = 19, H = 4, G = 2, hs = 20, nq = B * T * H * hs, nkv = B * T * G * hs;
         Vec q = rng.uniform_vector(nq, -1.5f, 1.5f), k = rng.uniform_vector(nkv, -1.5f, 1.5f);
         Vec v = rng.uniform_vector(nkv, -1, 1), dout = rng.uniform_vector(nq, -1, 1);
-        Vec out(nq), att(B * H * T * T), dq(nq), dk(nkv), dv(nkv);
-        attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+        Vec out(nq), lse(B * H * T), dq(nq), dk(nkv), dv(nkv);
+        attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
         check_accumulates({{"dq", &dq}, {"dk", &dk}, {"dv", &dv}}, [&] {
-            attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(),
-                               k.data(), v.data(), B, T, H, G, hs);
+            attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), out.data(), lse.data(),
+                               q.data(), k.data(), v.data(), B, T, H, G, hs);
         });
     }
     SUBCASE("swiglu") {
@@ -797,19 +696,6 @@ TEST_CASE("every forward matches a double-precision reference and overwrites its
         rope_forward(out.data(), inp.data(), B, T, n_heads, hs);
         rope_reference(out_ref, inp, B, T, n_heads, hs);
         compare_within("rope out", out.data(), out_ref.data(), n, FORWARD_TOL);
-    }
-    SUBCASE("attention") {
-        size_t B = 2, T = 7, H = 4, G = 2, hs = 4;
-        SUBCASE("T=7 hs=4") {}
-        SUBCASE("T=37 hs=20 (edge tiles)") { T = 37; hs = 20; }
-        size_t nq = B * T * H * hs, nkv = B * T * G * hs;
-        Vec q = rng.uniform_vector(nq, -1.5f, 1.5f), k = rng.uniform_vector(nkv, -1.5f, 1.5f);
-        Vec v = rng.uniform_vector(nkv, -1, 1), out = nan_vector(nq), att = nan_vector(B * H * T * T);
-        std::vector<double> out_ref, att_ref;
-        attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-        attention_reference(out_ref, att_ref, q, k, v, B, T, H, G, hs);
-        compare_within("attention out", out.data(), out_ref.data(), nq, FORWARD_TOL);
-        compare_within("attention att", att.data(), att_ref.data(), B * H * T * T, FORWARD_TOL);
     }
     SUBCASE("swiglu, silu(gate) * up") {
         size_t N = 3, F = 37;
@@ -999,42 +885,6 @@ TEST_CASE("depth attention stays finite and correct with huge scores") {
     CHECK(gradcheck::all_finite(dnorm_weight.data(), C));
 }
 
-// Scores past expf's range: q in [10, 11], k in [1.5, 2.5], hs = 20 give scores of 94 +- 3,
-// whose e^s is inf in float. The softmax subtracts each row's maximum, so nothing
-// overflows and the probabilities are the reference's; without it every output is NaN. A
-// score near 94 carries a rounding of ~1e-5 (its ulp is 7.6e-6), which moves a probability p
-// by up to p (1 - p) 1e-5: the tolerance below (max error 6.0e-6), not FORWARD_TOL's 1e-6.
-TEST_CASE("attention stays finite and correct with huge scores") {
-    size_t B = 1, T = 19, H = 2, G = 1, hs = 20, nq = B * T * H * hs, nkv = B * T * G * hs;
-    Rng rng(114);
-    Vec q = rng.uniform_vector(nq, 10, 11), k = rng.uniform_vector(nkv, 1.5f, 2.5f);
-    Vec v = rng.uniform_vector(nkv, -1, 1), dout = rng.uniform_vector(nq, -1, 1);
-    Vec out = nan_vector(nq), att = nan_vector(B * H * T * T);
-    Vec dq(nq, 0.0f), dk(nkv, 0.0f), dv(nkv, 0.0f);
-    std::vector<double> out_ref, att_ref;
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-    attention_reference(out_ref, att_ref, q, k, v, B, T, H, G, hs);
-    size_t overflowing_rows = 0;  // rows whose largest score has e^s = inf in float: all
-    for (size_t h = 0; h < H; h++)
-        for (size_t t = 0; t < T; t++) {
-            double largest = -INFINITY;
-            for (size_t t2 = 0; t2 <= t; t2++) {
-                double score = 0.0;
-                for (size_t c = 0; c < hs; c++) score += (double)q[(t * H + h) * hs + c] * k[t2 * hs + c];
-                largest = std::max(largest, score / std::sqrt((double)hs));
-            }
-            overflowing_rows += largest > 88.73;
-        }
-    CHECK(overflowing_rows == H * T);
-    compare_within("attention out", out.data(), out_ref.data(), nq, HUGE_SCORE_TOL);
-    compare_within("attention att", att.data(), att_ref.data(), B * H * T * T, HUGE_SCORE_TOL);
-    attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(),
-                       v.data(), B, T, H, G, hs);
-    CHECK(gradcheck::all_finite(dq.data(), nq));
-    CHECK(gradcheck::all_finite(dk.data(), nkv));
-    CHECK(gradcheck::all_finite(dv.data(), nkv));
-}
-
 TEST_CASE("crossentropy stays finite and correct with huge logits") {
     float lo = 0.0f, hi = 0.0f;
     SUBCASE("logits in [80, 100], beyond exp's float range") { lo = 80.0f; hi = 100.0f; }
@@ -1059,27 +909,6 @@ TEST_CASE("crossentropy stays finite and correct with huge logits") {
             compare_within("probs row " + std::to_string(row), &probs[row * V], &probs_ref[row * V], V, {3e-7, 1e-6});
     crossentropy_backward(dlogits.data(), probs.data(), targets.data(), 1.0f / (float)count, N, V);
     CHECK(gradcheck::all_finite(dlogits.data(), N * V));
-}
-
-TEST_CASE("attention probabilities: rows sum to 1, zero above the diagonal") {
-    size_t B = 2, T = 7, H = 4, G = 2, hs = 4, nq = B * T * H * hs, nkv = B * T * G * hs;
-    Rng rng(115);
-    Vec q = rng.uniform_vector(nq, -3, 3), k = rng.uniform_vector(nkv, -3, 3), v = rng.uniform_vector(nkv, -1, 1);
-    Vec out(nq), att = nan_vector(B * H * T * T);
-    attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
-    for (size_t bh = 0; bh < B * H; bh++)
-        for (size_t t = 0; t < T; t++) {
-            const float* row = &att[(bh * T + t) * T];
-            double sum = 0.0;
-            for (size_t u = 0; u <= t; u++) {
-                CHECK(row[u] >= 0.0f);
-                CHECK(row[u] <= 1.0f);
-                sum += row[u];
-            }
-            INFO("batch*head " << bh << ", row " << t);
-            CHECK(std::fabs(sum - 1.0) <= 1e-6);
-            for (size_t u = t + 1; u < T; u++) CHECK(row[u] == 0.0f);
-        }
 }
 
 TEST_CASE("rope is the identity at T=1, in place equals out of place, and decoding turns alike") {

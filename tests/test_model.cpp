@@ -166,14 +166,14 @@ Vec reference_sublayer(const Model& m, int l, const Vec& h, size_t B, size_t T) 
     size_t layer = (size_t)l / 2;
     Vec xn(N * d), rstd(N), out(N * d);
     if (l % 2 == 0) {
-        Vec q(N * H * hs), k(N * G * hs), v(N * G * hs), y(N * H * hs), att(B * H * T * T);
+        Vec q(N * H * hs), k(N * G * hs), v(N * G * hs), y(N * H * hs), lse(B * H * T);
         rmsnorm_forward(xn.data(), rstd.data(), h.data(), p.attn_norm + layer * d, N, d);
         linear_forward(q.data(), xn.data(), p.wq + layer * H * hs * d, N, d, H * hs);
         linear_forward(k.data(), xn.data(), p.wk + layer * G * hs * d, N, d, G * hs);
         linear_forward(v.data(), xn.data(), p.wv + layer * G * hs * d, N, d, G * hs);
         rope_forward(q.data(), q.data(), B, T, H, hs);
         rope_forward(k.data(), k.data(), B, T, G, hs);
-        attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
+        attention_forward(y.data(), lse.data(), q.data(), k.data(), v.data(), B, T, H, G, hs);
         linear_forward(out.data(), y.data(), p.wo + layer * d * H * hs, N, H * hs, d);
     } else {
         Vec gate(N * F), up(N * F), act(N * F);

@@ -87,15 +87,15 @@ static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, in
     size_t nq = B * T * H * hs, nkv = B * T * G * hs;
     float *q = uniform_floats(nq, &state), *dout = uniform_floats(nq, &state);
     float *k = uniform_floats(nkv, &state), *v = uniform_floats(nkv, &state);
-    float *out = mallocCheck(nq * sizeof(float)), *att = mallocCheck(B * H * T * T * sizeof(float));
+    float *out = mallocCheck(nq * sizeof(float)), *lse = mallocCheck(B * H * T * sizeof(float));
     float *dq = callocCheck(nq, sizeof(float));
     float *dk = callocCheck(nkv, sizeof(float)), *dv = callocCheck(nkv, sizeof(float));
     double best_forward = 1e30, best_backward = 1e30;
     for (int r = 0; r < rounds; r++) {
         double t0 = now_seconds();
-        attention_forward(out, att, q, k, v, B, T, H, G, hs);
+        attention_forward(out, lse, q, k, v, B, T, H, G, hs);
         double t1 = now_seconds();
-        attention_backward(dq, dk, dv, dout, att, q, k, v, B, T, H, G, hs);
+        attention_backward(dq, dk, dv, dout, out, lse, q, k, v, B, T, H, G, hs);
         double t2 = now_seconds();
         if (t1 - t0 < best_forward) { best_forward = t1 - t0; }
         if (t2 - t1 < best_backward) { best_backward = t2 - t1; }
@@ -103,7 +103,7 @@ static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, in
     printf("attention alone, one layer's call (B=%zu T=%zu H=%zu G=%zu hs=%zu): forward %.2f ms, "
            "backward %.2f ms (best of %d)\n", B, T, H, G, hs, 1000.0 * best_forward,
            1000.0 * best_backward, rounds);
-    float* buffers[] = {q, dout, k, v, out, att, dq, dk, dv};
+    float* buffers[] = {q, dout, k, v, out, lse, dq, dk, dv};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { free(buffers[i]); }
 }
 

@@ -46,9 +46,10 @@ BUGS = [
      # zero while the pseudo-queries are (SPEC init)
      "depth attention backward: key path without its rmsnorm term",
      lambda c, K, init: c["S"] > 0 and init == "rand"),
-    ("src/attention.c", "ds_t[t2] = a_t[t2] * (ds_t[t2] - weighted) * scale;",
-     "ds_t[t2] = a_t[t2] * (ds_t[t2]) * scale;",
-     "attention backward: softmax without - sum_j a_j da_j", lambda c, K, init: c["T"] > 1),
+    ("src/attention.c", "ds_r[j] = a_r[j] * (ds_r[j] - D[r]) * scale;",
+     "ds_r[j] = a_r[j] * (ds_r[j]) * scale;",
+     "attention backward: softmax without - D_t (= dout_t . out_t = sum_j a_j da_j)",
+     lambda c, K, init: c["T"] > 1),
     ("src/swiglu.c", "float dsilu = sigmoid * (1.0f + a * (1.0f - sigmoid));",
      "float dsilu = sigmoid * (a * (1.0f - sigmoid));",
      "swiglu backward: silu' without its 1 +", lambda c, K, init: True),

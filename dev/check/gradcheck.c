@@ -319,14 +319,14 @@ static void check_rope(Table* table, Tensors* t) {
 }
 
 typedef struct {
-    float *out, *att;
+    float *out, *lse;
     const float *q, *k, *v, *R;
     size_t B, T, H, G, hs;
 } AttentionCase;
 
 static double attention_loss(void* ctx) {
     AttentionCase* s = ctx;
-    attention_forward(s->out, s->att, s->q, s->k, s->v, s->B, s->T, s->H, s->G, s->hs);
+    attention_forward(s->out, s->lse, s->q, s->k, s->v, s->B, s->T, s->H, s->G, s->hs);
     return weighted_sum(s->R, s->out, s->B * s->T * s->H * s->hs);
 }
 
@@ -335,11 +335,11 @@ static void attention_case(Table* table, Tensors* t, const char* variant, size_t
     size_t nq = B * T * H * hs, nkv = B * T * G * hs;
     float *q = uniform(t, nq, -1.5f, 1.5f), *k = uniform(t, nkv, -1.5f, 1.5f);
     float* v = uniform(t, nkv, -1, 1);
-    AttentionCase s = {zeros(t, nq), zeros(t, B * H * T * T), q, k, v, uniform(t, nq, -1, 1),
+    AttentionCase s = {zeros(t, nq), zeros(t, B * H * T), q, k, v, uniform(t, nq, -1, 1),
                        B, T, H, G, hs};
     float *dq = zeros(t, nq), *dk = zeros(t, nkv), *dv = zeros(t, nkv);
-    attention_forward(s.out, s.att, q, k, v, B, T, H, G, hs);
-    attention_backward(dq, dk, dv, s.R, s.att, q, k, v, B, T, H, G, hs);
+    attention_forward(s.out, s.lse, q, k, v, B, T, H, G, hs);
+    attention_backward(dq, dk, dv, s.R, s.out, s.lse, q, k, v, B, T, H, G, hs);
     Case c = {"attention", "", ATTENTION_STEP, ATTENTION_TOL, {attention_loss, &s}};
     snprintf(c.shape, sizeof c.shape, "%s B=%zu T=%zu H=%zu G=%zu", variant, B, T, H, G);
     check_tensor(table, &c, "q", q, dq, nq);

@@ -76,13 +76,15 @@ TESTS = {
     "pipeline.c": ["pipeline_*", "the bytes that travel*", "a chunk holds its share*"],
 }
 # Beyond the backward functions (TARGET_FUNCTION), the functions of a file that are mutated:
-# the pipeline's sends, receives and cache bookkeeping, and what zeroes the model's carried
-# gradients
+# the pipeline's sends, receives and cache bookkeeping, what zeroes the model's carried
+# gradients, and the attention's forward (its lse is what the backward recomputes from)
 EXTRA_TARGETS = {
     "pipeline.c": {"first_travelling", "last_received", "pipeline_floats_into", "bind",
                    "travelling", "send_buffers", "receive", "chunk_forward", "place_in_whole",
                    "gather_whole", "pipeline_loss_and_norm", "pipeline_step"},
     "model.c": {"model_zero_carried"},
+    # the forward's online softmax: each key tile's part and its merge into the running one
+    "attention.c": {"attention_forward", "attention_query_online", "tile_part"},
 }
 # Test commands (run in the scratch copy) beyond the doctest filters, and the binaries they
 # need built: the pipeline under mpirun against one process (tests/mpi_tests.sh)
@@ -105,8 +107,8 @@ CUDA_TESTS = {
     # the CUDA graphs' capture, walk and replay: the emulator's graph tests)
     "common.cu": ["rmsnorm*", "static mixing*", "mHC-lite's operators*", "stream capture*",
                   "a captured CUDA graph*", "the step as CUDA graphs*"],
-    # the shared device helpers: warp sums (RMSNorm, both depth attentions), the causal
-    # softmax of a row (attention), 16-byte loads and stores (the matmul)
+    # the shared device helpers: warp sums and maxima (RMSNorm, attention, both depth
+    # attentions), 16-byte loads and stores (the matmul)
     "common.cuh": ["rmsnorm*", "attention forward and backward*", "linear*",
                    "depth attention forward and backward*"],
     "crossentropy.cu": ["crossentropy*"],
