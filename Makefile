@@ -100,6 +100,16 @@ bench-attention: build/bench_attention_cpu  ## the CPU attention, materialised a
 bench-sizes: build/bench_sizes  ## ms/step, GFLOP/s, share of the matmul rate as d, L, T grow, PyTorch beside [SIZES=]
 	@SIZES="$(SIZES)" TORCH_BLAS="$(TORCH_BLAS)" dev/bench/bench_sizes.sh
 
+# `make bench-context`: the bench model's step as the context grows, T = 128 .. 4096 (1024
+# tokens a step, then B = 1: T tokens), ms/step, ms a token and the memory each side
+# allocates, PyTorch beside (dev/bench/bench_sizes.sh, ROUNDS=3 unless given); then the
+# attention alone, materialised against flash-style (make bench-attention)
+.PHONY: bench-context
+bench-context: build/bench_sizes build/bench_attention_cpu  ## the step and its memory as T grows to 4096, PyTorch beside; the attention alone
+	@SIZES="256,8,128 256,8,512 256,8,1024 256,8,2048 256,8,4096" TORCH_BLAS="$(TORCH_BLAS)" \
+		ROUNDS="$(or $(ROUNDS),3)" dev/bench/bench_sizes.sh
+	./build/bench_attention_cpu
+
 # `make gradcheck`: every layer's backward and the whole model's against finite differences,
 # one table (dev/check/gradcheck.c); ./build/gradcheck rmsnorm attention checks only those layers.
 gradcheck: build/gradcheck  ## every layer's backward and the whole model's against finite differences

@@ -21,7 +21,7 @@ TEST_CASE("make plots on a run stopped before its first evaluation: one error li
 
 TEST_CASE("make bench-sizes' benchmark refuses a size it cannot build, and unknown arguments, in one line") {
     TempDir dir;
-    // d not a multiple of 64; L odd (block S=4 needs 4 | 2L); T not one of 128 .. 1024; two
+    // d not a multiple of 64; L odd (block S=4 needs 4 | 2L); T not one of 128 .. 4096; two
     // numbers; something after the third
     for (const char* size : {"100,8,128", "256,3,128", "256,8,100", "256,8", "256,8,128x"})
         check_error(run_program(dir, "build/bench_sizes", {"--size", size}), {"--size", size});

@@ -37,7 +37,8 @@ the file's loss within 1e-5 (check_state's floor). Failing, it exits 1 before ti
 
 Sizes: --size d,L,T (default 256,8,128, the bench model: d=256 L=8 H=8 G=4 F=704 V=256); H=8,
 G=4, F = 8d/3 rounded up to a multiple of 64, V=256 and B = 1024 / T (1024 tokens a step) at
-every size. Per size, mode and way: median ms/step of --steps steps (after warm-up steps; with
+every size up to T = 1024; past it (2048, 4096) B = 1. Each mode's line ends with its process's
+peak resident memory (on the CPU: the model, its activations, AdamW, torch itself). Per size, mode and way: median ms/step of --steps steps (after warm-up steps; with
 --rounds R > 1 the best of R such medians, the processes taking turns round after round),
 tokens/s and GFLOP/s (the matmuls and attention products, as dev/bench/bench_sizes.c counts
 them), then the best way per mode; and the matmul rate at that size, torch.mm (B*T x d)(d x F),
@@ -59,7 +60,7 @@ kernels it runs ("BLAS core: SkylakeX"): Debian's 0.3.21 takes a CPU it does not
 Rapids) for a generic Prescott, without AVX2, unless OPENBLAS_CORETYPE names one
 (dev/bench/bench_sizes.sh sets it so on such a CPU).
 """
-import argparse, ctypes, glob, math, multiprocessing, multiprocessing.connection, os, signal, struct, sys, \
+import argparse, ctypes, glob, math, multiprocessing, multiprocessing.connection, os, resource, signal, struct, sys, \
     tempfile, time
 
 if __name__ == "__main__":  # OpenBLAS reads its thread count when torch loads it
@@ -92,7 +93,7 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tes
 
 def config(d, L, T, S):
     """The sweep's model at width d, depth L, context T; mode S (0 none, 1 full, >= 2 block)."""
-    return dict(V=256, d=d, L=L, H=8, G=4, F=-(-(-(-8 * d // 3)) // 64) * 64, S=S, B=1024 // T, T=T)
+    return dict(V=256, d=d, L=L, H=8, G=4, F=-(-(-(-8 * d // 3)) // 64) * 64, S=S, B=max(1, 1024 // T), T=T)
 
 
 def rms_norm(x, gain):
@@ -483,7 +484,8 @@ def worker(c, way, steps, device, threads, log, conn):
                 ms.append(1000.0 * (time.perf_counter() - t0))
             if not math.isfinite(loss):
                 raise RuntimeError(f"loss {loss} is not finite")
-            conn.send(("done", sorted(ms)[steps // 2]))  # the same (upper) median as bench.c
+            # the same (upper) median as bench.c, and the peak resident MiB (Linux: KiB)
+            conn.send(("done", (sorted(ms)[steps // 2], resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)))
     except Exception as e:
         print(f"{type(e).__name__}: {e}", flush=True)
         conn.send(("error", f"{type(e).__name__}: {str(e).strip()[:200]}"))
@@ -601,7 +603,7 @@ def bench_size(d, L, T, a, ways, deadline):
         # then the timing: a.rounds rounds, in each of which every ready process in turn
         # times its steps, nothing else running; a way's time is the best of its rounds'
         # medians (its spread across rounds printed beside it)
-        live, medians = [], {}
+        live, medians, peak = [], {}, {}
         for key in pairs:
             if key not in running:
                 continue
@@ -632,7 +634,8 @@ def bench_size(d, L, T, a, ways, deadline):
                     del medians[key]
                     p.join()
                     continue
-                medians[key].append(value)
+                medians[key].append(value[0])
+                peak[key] = value[1]
         for key in live:
             if key not in medians:
                 continue
@@ -655,7 +658,8 @@ def bench_size(d, L, T, a, ways, deadline):
                   f"{c0['B'] * c0['T'] / (ms / 1000.0):9.0f} tokens/s {gflops:8.1f} GFLOP/s "
                   f"{100.0 * gflops / rate:5.1f}% of torch.mm{of_cold(gflops, cold_rate)}   "
                   f"first loss {first:.6f} "
-                  f"({took:.0f} s to build, compile and warm up){spread}", flush=True)
+                  f"({took:.0f} s to build, compile and warm up){spread} | memory "
+                  f"{peak[key]:.1f} MiB", flush=True)
             if mode not in best or ms < best[mode][0]:
                 best[mode] = (ms, way)
     for mode in a.modes:
@@ -705,9 +709,9 @@ def main():
             d, L, T = (int(v) for v in s.split(","))
         except ValueError:
             sys.exit(f"error: --size takes d,L,T (three integers), not '{s}'")
-        if d % 64 or L < 2 or L % 2 or T not in (128, 256, 512, 1024):
+        if d % 64 or L < 2 or L % 2 or T not in (128, 256, 512, 1024, 2048, 4096):
             sys.exit(f"error: --size {s}: d must be a multiple of 64, L even (block S=4), T one of "
-                     "128, 256, 512, 1024")
+                     "128, 256, 512, 1024, 2048, 4096")
         sizes.append((d, L, T))
     if a.device == "cuda" and not torch.cuda.is_available():
         print("bench_pytorch: skipped: this torch has no CUDA device")

@@ -12,8 +12,10 @@
 //     alone, without the matmul's rates, whose products perf would count as the step's)
 //
 // A size is the bench model grown: H=8 G=4 heads (head size d/8), F = 8d/3 rounded up to a
-// multiple of 64, V=256, and B = 1024/T, so that every size trains 1024 tokens a step (the
-// matmuls' work grows with d and L alone, the causal attention's with T too). The modes take
+// multiple of 64, V=256, and B = 1024/T, so that every size up to T = 1024 trains 1024 tokens a
+// step (the matmuls' work grows with d and L alone, the causal attention's with T too); past
+// it (T = 2048, 4096: `make bench-context`) B = 1, T tokens a step. Each mode's line ends with
+// the memory its model allocates (parameters, gradients, AdamW moments, activations). The modes take
 // turns round by round (bench.c's time_rounds), each line the median. The matmul rate is
 // linear_forward's on the MLP's product (B*T x d)(d x F), best of the rounds, as bench.c
 // measures it; GFLOP/s counts what bench_pytorch.py's step_flops counts (the matmuls and the
@@ -35,7 +37,7 @@
 
 #define MAX_SIZES 32
 
-// one size's model in mode `mode` (0 none, 1 full, 2 block S=4), and its batch B = 1024 / T
+// one size's model in mode `mode` (0 none, 1 full, 2 block S=4); its batch is tokens_of(T) / T
 static ModelConfig size_config(int d, int L, int mode) {
     const int block_sizes[N_MODES] = {0, 1, 4};
     int F = (8 * d + 2) / 3;  // 8d/3 rounded up, then up to a multiple of 64
@@ -157,8 +159,23 @@ static double matmul_rate_cold(size_t N, size_t d, size_t F, int rounds, size_t*
 
 // modes[0 .. n_modes-1]: the modes to time (0 none, 1 full, 2 block S=4); rates 0: the matmul's
 // rates left out
+// the tokens of a step at context T: 1024, or T when that is more (B = 1)
+static size_t tokens_of(int T) { return T > 1024 ? (size_t)T : 1024; }
+
+// what model_build allocates for c at B x T, in MiB: 4 floats a parameter (the parameters,
+// their gradients, AdamW's two moments) and the activations (model.h's size table)
+static double model_mib(const ModelConfig* c, size_t B, size_t T) {
+    size_t sizes[N_PARAM_TENSORS];
+    size_t params = param_sizes(c, sizes);
+    Activations sizing;
+    sizing.sub = (SubLayer*)mallocCheck((size_t)(2 * c->n_layers + 1) * sizeof(SubLayer));
+    size_t activations = point_activations(&sizing, c, B, T, 1, NULL);
+    free(sizing.sub);
+    return (double)((4 * params + activations) * sizeof(float)) / 1048576.0;
+}
+
 static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_modes, int rates) {
-    const size_t tokens = 1024, B = tokens / (size_t)T;
+    const size_t tokens = tokens_of(T), B = tokens / (size_t)T;
     BenchModel models[N_MODES];
     ModelConfig configs[N_MODES];
     for (int i = 0; i < n_modes; i++) {
@@ -198,7 +215,7 @@ static void bench_size(int d, int L, int T, int rounds, const int* modes, int n_
                "attnres.c", median, tokens / (median / 1000.0), gflops);
         if (rate > 0.0) { printf(" %5.1f%% of the matmul", 100.0 * gflops / rate); }
         if (cold > 0.0) { printf(", %.1f%% of it out of cache", 100.0 * gflops / cold); }
-        printf("\n");
+        printf(" | memory %.1f MiB\n", model_mib(&configs[i], B, (size_t)T));
         fflush(stdout);
         free(ms[i]);
         release(&models[i]);
@@ -211,7 +228,7 @@ static const char* const USAGE =
     "usage: bench_sizes [--size d,L,T]... [--mode none|full|block] [--rounds N] [--threads N]\n"
     "                   [--no-rates]\n"
     "  ms/step, tokens/s, GFLOP/s and the share of the matmul's rate per mode at each size\n"
-    "  (default 256,8,128; d a multiple of 64, L even, T one of 128, 256, 512, 1024)\n";
+    "  (default 256,8,128; d a multiple of 64, L even, T one of 128, 256, 512, 1024, 2048, 4096)\n";
 
 int main(int argc, char** argv) {
     int rounds = 3, n_sizes = 0, sizes[MAX_SIZES][3], modes[N_MODES] = {0, 1, 2}, n_modes = N_MODES;
@@ -238,9 +255,9 @@ int main(int argc, char** argv) {
             char end;
             if (n_sizes == MAX_SIZES) { fprintf(stderr, "error: at most %d sizes\n", MAX_SIZES); return 1; }
             if (sscanf(argv[++i], "%d,%d,%d%c", &s[0], &s[1], &s[2], &end) != 3 || s[0] < 64 ||
-                s[0] % 64 != 0 || s[1] < 2 || s[1] % 2 != 0 || (s[2] != 128 && s[2] != 256 && s[2] != 512 && s[2] != 1024)) {
+                s[0] % 64 != 0 || s[1] < 2 || s[1] % 2 != 0 || (s[2] != 128 && s[2] != 256 && s[2] != 512 && s[2] != 1024 && s[2] != 2048 && s[2] != 4096)) {
                 fprintf(stderr, "error: --size %s: d,L,T with d a multiple of 64, L even (block S=4), T one of "
-                        "128, 256, 512, 1024\n", argv[i]);
+                        "128, 256, 512, 1024, 2048, 4096\n", argv[i]);
                 return 1;
             }
             n_sizes++;

@@ -152,32 +152,41 @@ echo
 echo "== bench-sizes ($device, $((SECONDS - start)) s): ms/step, GFLOP/s and share of each side's own matmul rate"
 awk -v ratio=$ratio -v note="$note" '
     function num(unit,   i) { for (i = 2; i <= NF; i++) if ($i == unit) return $(i - 1); return "" }
+    function per_token(ms, n) { return n > 0 ? sprintf("%.4f", ms / n) : "-" }
     /^size d=/ { split($2, a, "="); split($3, b, "="); split($4, c, "[=:]"); size = a[2] "," b[2] "," c[2]
                  if (!(size in seen)) { seen[size] = 1; order[++n] = size }
+                 if (match($0, /B=[0-9]+/)) tokens[size] = substr($0, RSTART + 2, RLENGTH - 2) * c[2]
                  rate[size] = num("GFLOP/s,"); cold[size] = num("with") }
     /^PyTorch at size d=/ { torch_rate[size] = num("GFLOP/s,"); torch_cold[size] = num("with") }
     /^(none|full|block S=4) / {
         mode = ($1 == "block") ? "block" : $1
         key = size SUBSEP mode
-        if ($0 ~ / attnres\.c /) { ours[key] = num("ms/step"); ours_g[key] = num("GFLOP/s"); ours_s[key] = num("of") }
+        if ($0 ~ / attnres\.c /) { ours[key] = num("ms/step"); ours_g[key] = num("GFLOP/s"); ours_s[key] = num("of")
+                                   ours_m[key] = num("MiB") }
+        else { way = (mode == "block") ? $3 : $2; torch_m[key SUBSEP way] = num("MiB") }
     }
     /^best / {
         mode = ($2 == "block") ? "block" : $2
         key = size SUBSEP mode
         torch[key] = num("ms/step"); torch_g[key] = num("GFLOP/s"); torch_s[key] = num("of")
         torch_way[key] = $NF
+        w = $NF; gsub(/[()]/, "", w); torch_mem[key] = torch_m[key SUBSEP w]
     }
     END {
-        printf "%-13s %-6s %10s %8s %7s   %10s %8s %7s %-29s %7s\n", "d,L,T", "mode", "attnres.c",
-               "GFLOP/s", "matmul", "PyTorch", "GFLOP/s", "matmul", " (its best way)", "ratio"
+        printf "%-13s %-6s %10s %8s %8s %8s %7s   %10s %8s %8s %8s %7s %-29s %7s\n", "d,L,T", "mode",
+               "attnres.c", "ms/tok", "MiB", "GFLOP/s", "matmul", "PyTorch", "ms/tok", "MiB", "GFLOP/s",
+               "matmul", " (its best way)", "ratio"
         for (i = 1; i <= n; i++) for (m = 1; m <= 3; m++) {
             mode = (m == 1) ? "none" : (m == 2) ? "full" : "block"
             key = order[i] SUBSEP mode
             if (!(key in ours)) continue
-            t = (key in torch) ? sprintf("%10.2f %8.1f %7s %-29s %7s", torch[key], torch_g[key], torch_s[key],
+            tok = (order[i] in tokens) ? tokens[order[i]] : 0
+            t = (key in torch) ? sprintf("%10.2f %8s %8s %8.1f %7s %-29s %7s", torch[key], per_token(torch[key], tok),
+                                         torch_mem[key] == "" ? "-" : torch_mem[key], torch_g[key], torch_s[key],
                                          torch_way[key], ratio ? sprintf("%6.2fx", torch[key] / ours[key]) : "-") \
                                : "         -"
-            printf "%-13s %-6s %10.2f %8.1f %6s   %s\n", order[i], mode, ours[key], ours_g[key], ours_s[key], t
+            printf "%-13s %-6s %10.2f %8s %8s %8.1f %6s   %s\n", order[i], mode, ours[key], per_token(ours[key], tok),
+                   ours_m[key] == "" ? "-" : ours_m[key], ours_g[key], ours_s[key], t
         }
         if (note != "") print note
         for (i = 1; i <= n; i++) {  # the CPU measures each matmul out of cache too
