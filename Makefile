@@ -91,7 +91,7 @@ bench: build/bench build/bench_linear  ## ms/step and tokens/s per mode, then th
 # to SkylakeX or Haswell, and the core named beside the ratio)
 # `make bench-attention`: the CPU attention that saves its (B,H,T,T) probabilities
 # (dev/bench/attention_v1_materialised.c) beside src/attention.c's, T = 128 .. 16384: ms and the
-# bytes each keeps for the backward (dev/bench/bench_attention_cpu.c; about a minute)
+# bytes each keeps for the backward (dev/bench/bench_attention_cpu.c; seconds)
 .PHONY: bench-attention
 bench-attention: build/bench_attention_cpu  ## the CPU attention, materialised against flash-style: ms, bytes kept
 	./build/bench_attention_cpu

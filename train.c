@@ -670,7 +670,7 @@ int main(int argc, char** argv) {
     }
     check_processes(&r.o, argc, argv);
     if (threads_set(r.o.threads, &dist, err, sizeof(err)) != 0) { die("%s", err); }
-    // every file the run writes, checked before anything is read or written (outputs.h)
+    // every file the run writes, checked before the data is read or anything written (outputs.h)
     RunPath paths[RUN_PATHS_MAX];
     if (dist.rank == 0 && outputs_check(paths, run_paths(&r.o, paths), err, sizeof(err)) != 0) {
         die("%s", err);

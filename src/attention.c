@@ -28,7 +28,8 @@
 // the sub-layer's y) and lse_t (one float); no row of probabilities. The backward recomputes
 // each tile of them, a_t' = e^{s_t' - lse_t}, from q, k and lse. Per thread both hold one
 // head's keys and values (and the backward its queries and output gradients) copied into the
-// tile's panels, O(T hs), and tiles of TILE_ROWS x TILE_COLS scores: nothing of size T^2.
+// tile's panels, O(T hs), and tiles of scores (TILE_ROWS x TILE_COLS in the forward,
+// QUERY_BLOCK x TILE_COLS in the backward): nothing of size T^2.
 // dev/bench/attention_v1_materialised.c keeps the version that saved the (B,H,T,T)
 // probabilities, and dev/bench/bench_attention_cpu.c times the two.
 //

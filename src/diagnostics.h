@@ -93,7 +93,7 @@ void diagnostics_free(Diagnostics* dg);  // closes the CSV files
 //               the column of diagnostics_source_name, also for a window's sources
 //   mhc.csv     step,row,row_name,stream,a_pre,a_post,h_0,...,h_<m-1>   (each eval, mhc mode
 //               only): one line per sub-layer (row 0..2L-1, "L<i>.attn"/"L<i>.mlp") and
-//               stream s (0..m-1), each value the mean over the eval batch's tokens: a_pre
+//               stream s (0..m-1), each value the mean over the first 64 eval rows' tokens: a_pre
 //               = the weight of stream s in the sub-layer's input, a_post = the weight of
 //               the sub-layer's output added to stream s, h_t = H[s][t], the share of stream
 //               s that flows into stream t (each line's h_ sum to 1, and so does each

@@ -8,7 +8,7 @@
 // through two strides. Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in
 // order, whatever the tile, its shape or the thread, so the results are bit-identical for
 // any thread count, on any machine, and equal to the plain loops that compute the same
-// chains (linear_forward_naive, attention_query).
+// chains (linear_forward_naive, attention_query_online).
 //
 // The tile's shape is the machine's: its accumulators fill the vector registers, so that
 // each panel row loaded feeds as many independent FMAs as possible.

@@ -1,5 +1,6 @@
 // outputs.h — every file a run reads or writes, named by its flag, and the one check every
-// output goes through before step 1 (before anything is read, trained or written).
+// output goes through before step 1 (before any data is read or anything is trained or
+// written; only --init-from's file is read first, for the model's flags).
 //
 // A run writes its checkpoint (--checkpoint PATH, and PATH.best, the best so far), an export
 // (--export OUT), the diagnostics directory and its CSVs (--diagnostics DIR) and a pipeline's
@@ -11,8 +12,10 @@
 //     socket), or, for the directory, exists and is not a directory;
 //   - exists and is not a file of its own kind: a checkpoint replaces only a checkpoint, an
 //     export only an earlier export, a trace only an earlier trace (an empty file is new to
-//     each), and no output replaces a checkpoint but the run's own --checkpoint;
-//   - lies in a folder the run cannot write (a missing folder, a read-only one).
+//     a checkpoint and a trace), and no output replaces a checkpoint but the run's own
+//     --checkpoint;
+//   - lies in a folder the run cannot write (a missing folder, a read-only one; for the
+//     --diagnostics directory, which the run makes, its nearest existing folder).
 // Only once every output passes does it remove what saves killed midway left
 // (PATH.tmp.<pid> of a process that no longer exists). A writer added later adds its row to
 // run_paths and nothing else.

@@ -7,8 +7,8 @@
 // Prints the best of a few rounds of one forward and one backward (ms), the bytes each keeps
 // from its forward for the backward beside q, k, v and out (which the model keeps anyway),
 // and how far version 2's out, dq, dk, dv are from version 1's (max |diff| / max |v1|).
-// Larger T runs fewer heads and rounds, so that the whole run takes about a minute on 2
-// cores; version 1 is skipped (and the row says so) where its att and scratch would pass
+// Larger T runs fewer heads and rounds, so that the whole run takes seconds on 2 cores
+// (3 s on the 2-core AMD EPYC); version 1 is skipped (and the row says so) where its att and scratch would pass
 // MAX_V1_BYTES.
 //
 // ./build/bench_attention_cpu
