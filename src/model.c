@@ -823,20 +823,28 @@ void model_backward(Model* model) {
 }
 
 void model_zero_carried(Model* model) {
-    const Kernels* kernels = model->kernels;
     Activations* a = &model->acts;
     size_t N = model->B * model->T, d = model->dims.d;
-    kernels->zero(a->dx0, N * d);
-    if (model->dims.streams > 0) {
-        kernels->zero(a->dstreams, N * model->dims.streams * d);
-    } else if (model->dims.S > 0) {
-        // db_1 .. db_n: consecutive slices of a->dpartial of this batch's N rows, zeroed at
-        // once (point_range's slices are of the largest batch's rows)
+    if (model->dims.streams == 0 && model->dims.S > 0) {
+        // db_1 .. db_n: consecutive slices of a->dpartial of this batch's N rows (point_range's
+        // slices are of the largest batch's rows)
         int S = (int)model->dims.S, blocks = model->sub_end / S;
         for (int n = 1; n <= blocks; n++) {
             a->sub[n * S - 1].dpartial = a->dpartial + (size_t)(n - 1) * N * d;
         }
-        kernels->zero(a->dpartial, (size_t)blocks * N * d);
+    }
+    model_zero_carried_buffers(model, a->dx0);
+}
+
+void model_zero_carried_buffers(Model* model, float* dx0) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    kernels->zero(dx0, N * d);
+    if (model->dims.streams > 0) {
+        kernels->zero(a->dstreams, N * model->dims.streams * d);
+    } else if (model->dims.S > 0) {  // db_1 .. db_n at once
+        kernels->zero(a->dpartial, (size_t)(model->sub_end / (int)model->dims.S) * N * d);
     }
 }
 

@@ -289,6 +289,11 @@ void model_backward(Model* model);
 // begin; AttnRes: NULL, the blocks' gradients are in their buffers); the embedding's backward
 // takes that (from sub-layer 0) into wte's gradient.
 void model_zero_carried(Model* model);
+// model_zero_carried's zeroing alone, the blocks' gradients left where they point: a pipeline's
+// chunk (src/pipeline.c), whose slot holds its microbatch's rows and whose cached blocks'
+// gradients point into another chunk's slot, zeroes its own buffers; dx0 is the one that holds
+// x0's gradient there (AttnRes: the slot's own, where a->dx0 may point elsewhere)
+void model_zero_carried_buffers(Model* model, float* dx0);
 void model_head_backward(Model* model);
 const float* model_sublayers_backward(Model* model, int begin, int end);
 void model_embedding_backward(Model* model, const float* dinput);

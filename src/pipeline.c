@@ -380,13 +380,10 @@ static void chunk_forward(Pipeline* p, const PipelineOp* op) {
     Model* model = &p->chunks[v];
     Slot* slot = bind(p, op);
     size_t N = p->rows * p->T, at = (size_t)m * N;
+    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->rows, p->T);
     // the gradients this microbatch will carry start at zero, in the slot's own buffers (dx0:
     // AttnRes's b_0, which bind may have pointed elsewhere; none's stream)
-    Activations* a = &slot->acts;
-    memset(k->S > 0 ? slot->dblock[0] : a->dx0, 0, N * p->d * sizeof(float));
-    if (a->dpartial != NULL) { memset(a->dpartial, 0, (size_t)((c + 1) * k->N_p) * N * p->d * sizeof(float)); }
-    if (a->dstreams != NULL) { memset(a->dstreams, 0, N * p->d * (size_t)p->config.streams * sizeof(float)); }
-    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->rows, p->T);
+    model_zero_carried_buffers(model, k->S > 0 ? slot->dblock[0] : model->acts.dx0);
     float *x[2 * p->config.n_layers + 2], *dx[2 * p->config.n_layers + 2];
     size_t width;
     if (c == 0) {

@@ -82,7 +82,7 @@ EXTRA_TARGETS = {
     "pipeline.c": {"first_travelling", "last_received", "pipeline_floats_into", "bind",
                    "travelling", "send_buffers", "receive", "chunk_forward", "place_in_whole",
                    "gather_whole", "pipeline_loss_and_norm", "pipeline_step"},
-    "model.c": {"model_zero_carried"},
+    "model.c": {"model_zero_carried", "model_zero_carried_buffers"},
     # the forward's online softmax: each key tile's part and its merge into the running one
     "attention.c": {"attention_forward", "attention_query_online", "tile_part"},
 }
