@@ -51,22 +51,7 @@ void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int o
     host->m_memory = host->v_memory = NULL;
 }
 
-void trainer_init_pipeline(Trainer* t, Model* host, Dist* dist, const Options* o, size_t rows,
-                           size_t T) {
-    memset(t, 0, sizeof(*t));
-    t->host = host;
-    t->dist = dist;
-    t->optimizer = o->optimizer_kind;
-    t->pipeline = pipeline_create(host, dist, o->pipeline, o->virtual_stages, o->microbatches,
-                                  o->pipeline_cached, rows, T, o->optimizer_kind, o->muon_momentum);
-}
-
-void trainer_pipeline_step(Trainer* t, const int* x, const int* y, size_t n_targets) {
-    pipeline_step(t->pipeline, x, y, n_targets);
-}
-
 void trainer_free(Trainer* t) {
-    pipeline_free(t->pipeline);
     free(t->grad_shard);
     free(t->m_shard);
     free(t->v_shard);
@@ -90,7 +75,6 @@ void trainer_backward(Trainer* t) { model_backward(t->host); }
 // Sharded: the gradients summed over the ranks (reduce-scatter: this rank's shard of the sum),
 // the loss and the squared norm added over the ranks
 float trainer_loss_and_norm(Trainer* t, float* norm) {
-    if (t->pipeline != NULL) { return pipeline_loss_and_norm(t->pipeline, t->host, norm); }
     Model* host = t->host;
     double local_loss = t->loss_sum;
     t->loss_sum = 0.0;  // for the next step's forwards
@@ -116,10 +100,6 @@ static float* update_gradient(Trainer* t, size_t* lo, size_t* hi) {
 }
 
 void trainer_clip(Trainer* t, float norm, float max_norm) {
-    if (t->pipeline != NULL) {
-        pipeline_clip(t->pipeline, norm, max_norm);
-        return;
-    }
     if (!(max_norm > 0.0f && norm > max_norm)) { return; }
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);
@@ -131,10 +111,6 @@ void trainer_clip(Trainer* t, float norm, float max_norm) {
 // whole flat buffer, and model_update_shard over it is model_update.
 void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
                     float weight_decay, int adam_t) {
-    if (t->pipeline != NULL) {
-        pipeline_update(t->pipeline, lr, beta1, beta2, eps, weight_decay, adam_t);
-        return;
-    }
     Model* host = t->host;
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);
@@ -152,9 +128,7 @@ void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
     t->comm_seconds += now_seconds() - start;
 }
 
-// (the pipeline: the parameters too, as the host model does not train)
 void trainer_gather_moments(Trainer* t) {
-    if (t->pipeline != NULL) { pipeline_gather(t->pipeline, t->host); }
     if (!t->sharded) { return; }
     Model* h = t->host;
     if (t->dist->rank == 0) {
