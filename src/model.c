@@ -574,15 +574,6 @@ static void mlp_sublayer_backward(Model* model, int l, const float* df) {
                        N, d, F);
 }
 
-static void sublayer_forward(Model* model, int l) {
-    if (l % 2 == 0) { attention_sublayer_forward(model, &model->acts.sub[l], l); }
-    else { mlp_sublayer_forward(model, &model->acts.sub[l], l, model->B * model->T); }
-}
-
-static void sublayer_backward(Model* model, int l, const float* df) {
-    if (l % 2 == 0) { attention_sublayer_backward(model, l, df); }
-    else { mlp_sublayer_backward(model, l, df); }
-}
 
 DepthParams model_depth_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
@@ -789,8 +780,11 @@ void model_embedding_forward(Model* model) {
 void model_sublayers_forward(Model* model, int begin, int end) {
     size_t N = model->B * model->T;
     for (int l = begin; l < end; l++) {
+        SubLayer* s = &model->acts.sub[l];
         input_forward(model, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
-        sublayer_forward(model, l);       // f_l = f_l(xn_l)
+        // f_l = f_l(xn_l): even l is an attention, odd l an MLP
+        if (l % 2 == 0) { attention_sublayer_forward(model, s, l); }
+        else { mlp_sublayer_forward(model, s, l, N); }
         residual_update(model, &model->acts, l, N);  // h_{l+1}, or partial[l]
     }
 }
@@ -872,6 +866,7 @@ void model_head_backward(Model* model) {
     }
 }
 
+// (sub-layer l is an attention for even l, an MLP for odd l)
 const float* model_sublayers_backward(Model* model, int begin, int end) {
     const Kernels* kernels = model->kernels;
     Activations* a = &model->acts;
@@ -889,7 +884,8 @@ const float* model_sublayers_backward(Model* model, int begin, int end) {
             kernels->zero(a->df, N * d);
             kernels->mhc_output_backward(dX_before, a->df, a->dhc_mix, dX, s->streams, s->f,
                                    s->hc_mix, N, d, model->dims.streams);
-            sublayer_backward(model, l, a->df);
+            if (l % 2 == 0) { attention_sublayer_backward(model, l, a->df); }
+            else { mlp_sublayer_backward(model, l, a->df); }
             mhc_streams_input_backward(model, l, a->dxn, dX_before);
             float* t = dX; dX = dX_before; dX_before = t;
         }
@@ -902,7 +898,8 @@ const float* model_sublayers_backward(Model* model, int begin, int end) {
         // is dh_0, the gradient of h_0 = x0, so the buffer is dx0's.
         float* dresidual = a->dx0;
         for (int l = end - 1; l >= begin; l--) {
-            sublayer_backward(model, l, dresidual);
+            if (l % 2 == 0) { attention_sublayer_backward(model, l, dresidual); }
+            else { mlp_sublayer_backward(model, l, dresidual); }
             input_backward(model, l, a->dxn, dresidual);
         }
         return dresidual;
@@ -910,7 +907,8 @@ const float* model_sublayers_backward(Model* model, int begin, int end) {
     // one gradient buffer a block, db_n (the comment above count_sources explains it)
     for (int l = end - 1; l >= begin; l--) {
         const float* dp = block_gradient(a, &model->config, 1 + l / S);  // d partial[l] = d f_l
-        sublayer_backward(model, l, dp);
+        if (l % 2 == 0) { attention_sublayer_backward(model, l, dp); }
+        else { mlp_sublayer_backward(model, l, dp); }
         input_backward(model, l, a->dxn, a->dh);
     }
     return NULL;
@@ -936,16 +934,13 @@ void model_update(Model* model, float lr, float beta1, float beta2, float eps,
                        model->v_memory, lr, beta1, beta2, eps, weight_decay, t);
 }
 
-// AdamW on the part of [offset, end) of the flat buffer that lies in the shard [lo, hi)
-static void adamw_in_shard(Model* model, size_t offset, size_t end, size_t lo, size_t hi,
-                           const float* grads, float* m_shard, float* v_shard, float lr,
-                           float beta1, float beta2, float eps, float weight_decay, int t) {
-    size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
-    if (first < last) {
-        model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
-                                 m_shard + (first - lo), v_shard + (first - lo), last - first,
-                                 lr, beta1, beta2, eps, weight_decay, t);
-    }
+// The part [*first, *last) of [offset, end) of the flat buffer that lies in the shard [lo, hi);
+// 0 when there is none
+static int in_shard(size_t offset, size_t end, size_t lo, size_t hi, size_t* first,
+                    size_t* last) {
+    *first = offset > lo ? offset : lo;
+    *last = end < hi ? end : hi;
+    return *first < *last;
 }
 
 void model_update_shard(Model* model, size_t lo, size_t hi, const float* grads, float* m_shard,
@@ -958,8 +953,13 @@ void model_update_shard(Model* model, size_t lo, size_t hi, const float* grads, 
         int decayed = PARAM_INFO[i].decayed;
         size_t end = offset;
         for (; i < N_PARAM_TENSORS && PARAM_INFO[i].decayed == decayed; i++) { end += model->param_sizes[i]; }
-        adamw_in_shard(model, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2, eps,
-                       decayed ? weight_decay : 0.0f, t);
+        size_t first, last;
+        if (in_shard(offset, end, lo, hi, &first, &last)) {
+            model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
+                                         m_shard + (first - lo), v_shard + (first - lo),
+                                         last - first, lr, beta1, beta2, eps,
+                                         decayed ? weight_decay : 0.0f, t);
+        }
         offset = end;
     }
 }
@@ -984,9 +984,10 @@ void model_update_shard_muon(Model* model, size_t lo, size_t hi, const float* gr
                              float weight_decay, int t, float muon_momentum) {
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t end = offset + model->param_sizes[i], rows, cols;
+        size_t end = offset + model->param_sizes[i], rows, cols, first, last;
         if (muon_matrix_shape(&model->dims, i, &rows, &cols)) {
-            size_t size = rows * cols, first = end, count = 0;  // the layers inside the shard
+            size_t size = rows * cols, count = 0;  // the layers inside the shard
+            first = end;
             for (size_t start = offset; start < end; start += size) {
                 if (start + size <= lo || start >= hi) { continue; }  // another rank's matrix
                 if (start < lo || start + size > hi) {
@@ -1001,9 +1002,11 @@ void model_update_shard_muon(Model* model, size_t lo, size_t hi, const float* gr
                                         m_shard + (first - lo), count, rows, cols, lr,
                                         muon_momentum, weight_decay);
             }
-        } else {
-            adamw_in_shard(model, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2,
-                           eps, PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
+        } else if (in_shard(offset, end, lo, hi, &first, &last)) {
+            model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
+                                         m_shard + (first - lo), v_shard + (first - lo),
+                                         last - first, lr, beta1, beta2, eps,
+                                         PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
         }
         offset = end;
     }

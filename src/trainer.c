@@ -59,18 +59,30 @@ void trainer_free(Trainer* t) {
     free(t->shard_bounds);
 }
 
-// The rows' loss is their share of the global mean (their sum over the global count
-// n_targets), so the gradients summed over the microbatches and the ranks are the global
-// batch's; the rows' losses add into loss_sum, in double, for trainer_loss_and_norm.
+// The model's forward in its parts (model_forward_rows'), the whole range of sub-layers. The
+// rows' loss is their share of the global mean (their sum over the global count n_targets),
+// so the gradients summed over the microbatches and the ranks are the global batch's; the
+// rows' losses add into loss_sum, in double, for trainer_loss_and_norm.
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
-    model_forward_rows(t->host, x, y, n_targets, B, T);
-    t->loss_sum += t->host->kernels->sum(t->host->acts.losses, B * T);
+    Model* model = t->host;
+    model_set_batch(model, x, y, n_targets, B, T);
+    model_embedding_forward(model);
+    model_sublayers_forward(model, 0, (int)model->dims.n_sub);
+    model_head_forward(model);
+    t->loss_sum += model->kernels->sum(model->acts.losses, B * T);
 }
 
 void trainer_zero_grad(Trainer* t) { model_zero_grad(t->host); }
 
-void trainer_backward(Trainer* t) { model_backward(t->host); }
+// The model's backward in its parts (model_backward's), the whole range of sub-layers
+void trainer_backward(Trainer* t) {
+    Model* model = t->host;
+    model_zero_carried(model);
+    model_head_backward(model);
+    const float* dinput = model_sublayers_backward(model, 0, (int)model->dims.n_sub);
+    model_embedding_backward(model, dinput);
+}
 
 // Sharded: the gradients summed over the ranks (reduce-scatter: this rank's shard of the sum),
 // the loss and the squared norm added over the ranks
