@@ -578,8 +578,8 @@ static void finish(Run* r) {
     }
     int steps = r->end_step - r->start_step;
     if (dist.world > 1 && steps > 0 && r->pipeline == NULL) {
-        // ring reduce-scatter and all-gather: each process sends (and receives) (P-1)/P of
-        // the flat buffer for each
+        // ring reduce-scatter and all-gather: each of the W processes sends (and receives)
+        // (W-1)/W of the flat buffer for each
         double mb = 2.0 * (double)(dist.world - 1) / dist.world * 4.0 * r->model.num_params / 1e6;
         printf("data parallel: %d processes | collectives %.2f ms/step, %.1f%% of the step's "
                "%.2f ms | %.1f MB sent and received by each process per step\n", dist.world,

@@ -104,7 +104,7 @@ float trainer_loss_and_norm(Trainer* t, float* norm) {
 }
 
 // The gradient this rank updates from: its shard of the sum over the ranks, or (unsharded)
-// the whole flat buffer [0, P)
+// the whole flat buffer [0, num_params)
 static float* update_gradient(Trainer* t, size_t* lo, size_t* hi) {
     *lo = t->sharded ? t->lo : 0;
     *hi = t->sharded ? t->hi : t->host->num_params;
