@@ -34,7 +34,8 @@ extern "C" {
 #endif
 
 typedef struct {
-    Model* host;
+    Model* host;        // the Model in host memory: the one that trains in the CPU builds, the
+                        // copy of the device twin's parameters in the GPU builds
     void* device;       // the GPU builds: the ModelCuda that trains; NULL in ./train
     Dist* dist;         // with Muon's shards, its shard_bounds are this trainer's
     // Data parallel: ZeRO-1, with several processes; and on the GPU whenever MPI started the
