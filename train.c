@@ -453,14 +453,8 @@ static void check_step(Run* r, int done, float loss, float norm) {
                     done, detail);
     }
     if (r->o.diagnostics != NULL && (done % r->o.log_every == 0 || done == r->end_step)) {
-        if (r->pipeline != NULL) {  // rank 0's whole model, which does not train, redoes the
-                                    // global batch
-            model_forward(&r->model, r->x, r->y, r->B, r->T);
-            model_zero_grad(&r->model);
-            model_backward(&r->model);
-        } else {
-            trainer_host_gradients(&r->trainer, r->x, r->y, r->B, r->T);
-        }
+        // (options_check refuses --diagnostics with --pipeline: here the trainer trains)
+        trainer_host_gradients(&r->trainer, r->x, r->y, r->B, r->T);
         diagnostics_measure_layers(&r->diag, &r->model);
         if (diagnostics_write_layers(&r->diag, done) != 0) { die("%s", r->diag.error); }
     }
