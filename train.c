@@ -3,7 +3,8 @@
 // resume. Run `./train --help` for the flags. Start reading at main() at the bottom: its loop
 // is one training step after another (batch, forward, zero grad, backward, clip, update), with
 // a log line, an evaluation and a checkpoint every so often. Where the step runs is
-// src/trainer.c (the CPU, one process or several) or its GPU mirror cuda/trainer.cu;
+// src/trainer.c (the CPU, one process or several) or its GPU mirror cuda/trainer.cu, and with
+// --pipeline src/pipeline.c, whose stages train with a Trainer each;
 // --sample is src/sample.c; --export and --init-from (safetensors files) are src/safetensors.c.
 #define _POSIX_C_SOURCE 200809L  // nanosleep
 #include <errno.h>
@@ -232,6 +233,8 @@ typedef struct {
     Model model;          // on the host: evaluation, decoding, diagnostics, checkpoints
     Decoder decoder;      // rank 0: the evaluation's greedy decoding (decoder_rows x T)
     Trainer trainer;      // where the training step runs (the host model, or its GPU twin)
+    Pipeline* pipeline;   // --pipeline: this process's stage, which trains in the trainer's
+                          // place (pipeline.c); NULL without
     Diagnostics diag;
     size_t B, T;          // the training batch
     int *x, *y, *work;    // (B, T) inputs, targets, decoding scratch
@@ -350,8 +353,10 @@ static void build_model(Run* r) {
     if (o->pipeline > 1) {  // each process trains its stage's chunks; rank 0 keeps the whole
                             // model for evaluation and checkpoints, the others release theirs
         int replicas = dist.world / o->pipeline;
-        trainer_init_pipeline(&r->trainer, &r->model, &dist, o, r->B / (size_t)replicas / (size_t)o->microbatches,
-                              r->T);
+        r->pipeline = pipeline_create(&r->model, &dist, o->pipeline, o->virtual_stages,
+                                      o->microbatches, o->pipeline_cached,
+                                      r->B / (size_t)replicas / (size_t)o->microbatches, r->T,
+                                      o->optimizer_kind, o->muon_momentum);
         if (dist.rank != 0) { model_free(&r->model); }
     } else {
         trainer_init(&r->trainer, &r->model, &dist, r->B, r->T, o->optimizer_kind, o->muon_momentum);
@@ -448,6 +453,7 @@ static void check_step(Run* r, int done, float loss, float norm) {
                     done, detail);
     }
     if (r->o.diagnostics != NULL && (done % r->o.log_every == 0 || done == r->end_step)) {
+        // (options_check refuses --diagnostics with --pipeline: here the trainer trains)
         trainer_host_gradients(&r->trainer, r->x, r->y, r->B, r->T);
         diagnostics_measure_layers(&r->diag, &r->model);
         if (diagnostics_write_layers(&r->diag, done) != 0) { die("%s", r->diag.error); }
@@ -514,9 +520,13 @@ static void evaluate_and_save(Run* r, int done) {
     double eval_start = now_seconds();
     // several processes: the moments come together on rank 0 (every rank takes part), which
     // alone evaluates and writes; the others go on to the next step and wait for it there
-    if (o->checkpoint != NULL || o->pipeline > 1) { trainer_gather_moments(&r->trainer); }
+    if (r->pipeline != NULL) {  // the pipeline: the parameters too, as the whole model does not train
+        pipeline_gather(r->pipeline, &r->model);
+    } else if (o->checkpoint != NULL) {
+        trainer_gather_moments(&r->trainer);
+    }
     if (dist.rank != 0) { return; }
-    trainer_to_host(&r->trainer);
+    if (r->pipeline == NULL) { trainer_to_host(&r->trainer); }
     r->last = evaluate(&r->model, &r->decoder, &r->ds, o, r->x, r->y, r->work);
     char prefix[32];
     snprintf(prefix, sizeof(prefix), "eval step %5d", done);
@@ -526,7 +536,7 @@ static void evaluate_and_save(Run* r, int done) {
     if (!isfinite(r->last.val_loss)) { stop_on_nan(r, "validation loss is NaN/Inf", done, ""); }
     if (o->checkpoint != NULL) {
         save_checkpoints(r, done);
-        trainer_drop_moments(&r->trainer);
+        if (r->pipeline == NULL) { trainer_drop_moments(&r->trainer); }
     }
     if (r->ds.kind == TASK_TEXT) { sample_print_text(&r->decoder, &r->ds, r->x, r->y); }
     if (o->diagnostics != NULL) {
@@ -542,11 +552,11 @@ static void evaluate_and_save(Run* r, int done) {
 
 // the final line, then the depth-attention heatmap on the first eval batch
 static void finish(Run* r) {
-    if (r->trainer.pipeline != NULL) {  // every process takes part
+    if (r->pipeline != NULL) {  // every process takes part
         char err[ERROR_MAX];
-        pipeline_report(r->trainer.pipeline, r->memory_bytes, r->end_step - r->start_step);
+        pipeline_report(r->pipeline, r->memory_bytes, r->end_step - r->start_step);
         if (r->o.pipeline_trace != NULL &&
-            pipeline_write_trace(r->trainer.pipeline, r->o.pipeline_trace, err, sizeof(err)) != 0) {
+            pipeline_write_trace(r->pipeline, r->o.pipeline_trace, err, sizeof(err)) != 0) {
             die("%s", err);
         }
     }
@@ -561,9 +571,9 @@ static void finish(Run* r) {
                r->o.checkpoint, (double)r->best_val_loss, r->best_step);
     }
     int steps = r->end_step - r->start_step;
-    if (dist.world > 1 && steps > 0 && r->trainer.pipeline == NULL) {
-        // ring reduce-scatter and all-gather: each process sends (and receives) (P-1)/P of
-        // the flat buffer for each
+    if (dist.world > 1 && steps > 0 && r->pipeline == NULL) {
+        // ring reduce-scatter and all-gather: each of the W processes sends (and receives)
+        // (W-1)/W of the flat buffer for each
         double mb = 2.0 * (double)(dist.world - 1) / dist.world * 4.0 * r->model.num_params / 1e6;
         printf("data parallel: %d processes | collectives %.2f ms/step, %.1f%% of the step's "
                "%.2f ms | %.1f MB sent and received by each process per step\n", dist.world,
@@ -583,7 +593,8 @@ static void free_run(Run* r) {
     free(r->y);
     free(r->work);
     decoder_free(&r->decoder);
-    trainer_free(&r->trainer);
+    if (r->pipeline != NULL) { pipeline_free(r->pipeline); }
+    else { trainer_free(&r->trainer); }
     model_free(&r->model);
     dataset_free(&r->ds);
 }
@@ -719,8 +730,10 @@ int main(int argc, char** argv) {
         double step_start = now_seconds();
         dataset_train_batch(&r.ds, r.x, r.y, r.B, (uint64_t)step);
         size_t n_targets = crossentropy_count(r.y, r.B * r.T);
-        if (r.trainer.pipeline != NULL) {  // every microbatch through the stages (pipeline.c)
-            trainer_pipeline_step(&r.trainer, r.x + first, r.y + first, n_targets);
+        float norm, loss;
+        if (r.pipeline != NULL) {  // every microbatch through the stages (pipeline.c)
+            pipeline_step(r.pipeline, r.x + first, r.y + first, n_targets);
+            loss = pipeline_loss_and_norm(r.pipeline, &r.model, &norm);
         } else {
             for (int micro = 0; micro < r.o.microbatches; micro++) {
                 size_t at = first + (size_t)micro * micro_rows * r.T;
@@ -728,12 +741,17 @@ int main(int argc, char** argv) {
                 if (micro == 0) { trainer_zero_grad(&r.trainer); }
                 trainer_backward(&r.trainer);
             }
+            loss = trainer_loss_and_norm(&r.trainer, &norm);
         }
-        float norm, loss = trainer_loss_and_norm(&r.trainer, &norm);
         check_step(&r, done, loss, norm);
         float lr = learning_rate(&r.o, step);
-        trainer_clip(&r.trainer, norm, r.o.grad_clip);
-        trainer_update(&r.trainer, lr, r.o.beta1, r.o.beta2, r.o.adam_eps, r.o.weight_decay, done);
+        if (r.pipeline != NULL) {
+            pipeline_clip(r.pipeline, norm, r.o.grad_clip);
+            pipeline_update(r.pipeline, lr, r.o.beta1, r.o.beta2, r.o.adam_eps, r.o.weight_decay, done);
+        } else {
+            trainer_clip(&r.trainer, norm, r.o.grad_clip);
+            trainer_update(&r.trainer, lr, r.o.beta1, r.o.beta2, r.o.adam_eps, r.o.weight_decay, done);
+        }
         r.step_seconds += now_seconds() - step_start;
         log_progress(&r, done, loss, lr, norm);
         if (done % r.o.eval_every == 0 || done == r.end_step) { evaluate_and_save(&r, done); }

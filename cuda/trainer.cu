@@ -77,21 +77,6 @@ void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int o
     }
 }
 
-// The pipeline (src/pipeline.c) is the CPU's: train.c refuses --pipeline in the GPU builds
-// before a trainer exists, so these two end the run if ever called
-void trainer_init_pipeline(Trainer* t, Model* host, Dist* dist, const Options* o, size_t rows,
-                           size_t T) {
-    (void)t; (void)host; (void)dist; (void)o; (void)rows; (void)T;
-    fprintf(stderr, "error: --pipeline runs in the CPU build with MPI (./train_mpi)\n");
-    exit(1);
-}
-
-void trainer_pipeline_step(Trainer* t, const int* x, const int* y, size_t n_targets) {
-    (void)t; (void)x; (void)y; (void)n_targets;
-    fprintf(stderr, "error: --pipeline runs in the CPU build with MPI (./train_mpi)\n");
-    exit(1);
-}
-
 void trainer_free(Trainer* t) {
     model_free_cuda(device(t));
     free(t->device);

@@ -220,10 +220,10 @@ static int open_checked(const char* path, FILE** f, int* header, char* err, size
             fclose(*f);
             return -1;
         }
-        size_t P = param_sizes(&c, sizes);
+        size_t n_params = param_sizes(&c, sizes);
         size_t stored = (size_t)(unsigned)header[10] | ((size_t)(unsigned)header[11] << 32);
-        size_t expected = 256 * sizeof(int) + 3 * P * sizeof(float);
-        if (stored != P || header[9] < 0) {
+        size_t expected = 256 * sizeof(int) + 3 * n_params * sizeof(float);
+        if (stored != n_params || header[9] < 0) {
             problem = "has a corrupt header (parameter count or step disagrees)";
         } else if ((size_t)file_size != expected) {
             snprintf(err, err_len, "checkpoint %s is %s: %ld bytes, expected %zu", path,
@@ -349,9 +349,9 @@ int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err
         return -1;
     }
     // read everything first, so that a file refused below leaves m as it was
-    size_t P = m->num_params;
-    float* state = mallocCheck(3 * P * sizeof(float));  // parameters, m, v
-    int ok = fread(state, sizeof(float), 3 * P, f) == 3 * P;
+    size_t n_params = m->num_params;
+    float* state = mallocCheck(3 * n_params * sizeof(float));  // parameters, m, v
+    int ok = fread(state, sizeof(float), 3 * n_params, f) == 3 * n_params;
     fclose(f);
     if (!ok) {
         snprintf(err, err_len, "checkpoint %s could not be read completely", path);
@@ -362,23 +362,23 @@ int checkpoint_load(Model* m, const char* path, int* step, char* err, size_t err
     // optimiser's moments (AdamW's m and v; Muon keeps its momentum in m) at the first update
     // of a resumed run: refuse either, naming the buffer and the tensor
     const char* buffers[] = {"parameters", "first moments", "second moments"};
-    const float* p = state;
+    const float* tensor = state;
     for (int b = 0; b < 3; b++) {
         for (int i = 0; i < N_PARAM_TENSORS; i++) {
             for (size_t j = 0; j < m->param_sizes[i]; j++) {
-                if (!isfinite(p[j])) {
+                if (!isfinite(tensor[j])) {
                     snprintf(err, err_len, "checkpoint %s holds NaN/Inf %s (in %s): not loading "
                              "it", path, buffers[b], PARAM_INFO[i].name);
                     free(state);
                     return -1;
                 }
             }
-            p += m->param_sizes[i];
+            tensor += m->param_sizes[i];
         }
     }
-    memcpy(m->params_memory, state, P * sizeof(float));
-    memcpy(m->m_memory, state + P, P * sizeof(float));
-    memcpy(m->v_memory, state + 2 * P, P * sizeof(float));
+    memcpy(m->params_memory, state, n_params * sizeof(float));
+    memcpy(m->m_memory, state + n_params, n_params * sizeof(float));
+    memcpy(m->v_memory, state + 2 * n_params, n_params * sizeof(float));
     free(state);
     *step = header[9];
     return 0;

@@ -3,7 +3,7 @@
 // Format (little-endian, documented in docs/training.md, "Checkpoints"):
 //   int32[256] header: [0] magic 20261124, [1] version 3, [2] V, [3] d, [4] L, [5] H,
 //                      [6] G, [7] F, [8] S (0 none, 1 full, >= 2 block), [9] completed
-//                      steps, [10..11] number of parameters P (low, high 32 bits),
+//                      steps, [10..11] number of parameters n_params (low, high 32 bits),
 //                      [12] 1 if the run that wrote it is recorded in [13..127] (RunRecord,
 //                      laid out in checkpoint.c; [34] the schedule, 0 cosine or 1 wsd, and
 //                      [35] wsd's decay fraction as float bits, 0 for cosine; [36] the
@@ -12,7 +12,7 @@
 //                      depth-attention variant (ModelConfig's depth_score .. mixing, the
 //                      values of a state file's [13..18]), [134] mHC-lite's streams m (0:
 //                      not mhc, the state file's [19]); rest 0
-//   float32[P] parameters, canonical order; float32[P] AdamW m; float32[P] AdamW v
+//   float32[n_params] each: the parameters (canonical order), AdamW m, AdamW v
 // Version 1 files (no run record) and 2 (no variant: the default model) still load; files
 // written before [34..38] were used hold zeros there, which read as cosine, adamw and M = 1:
 // no new version. Files are written to PATH.tmp.<pid> (the process's own: two runs saving to

@@ -67,7 +67,7 @@ void depth_attention_backward_naive(float* const* dsources, float* dquery, float
                                     const float* norm_weight, size_t n_sources, size_t N,
                                     size_t C) {
     float* wg = mallocCheck(C * sizeof(float));          // w * g
-    float* ds = mallocCheck(n_sources * sizeof(float));  // dalpha_i, then ds_i, of one row
+    float* ds = mallocCheck(n_sources * sizeof(float));  // dalpha_i, then ds_i, of one token
     for (size_t c = 0; c < C; c++) { wg[c] = query[c] * norm_weight[c]; }
     for (size_t n = 0; n < N; n++) {
         const float* a = alpha + n * n_sources;

@@ -101,14 +101,14 @@ void decoder_reset(Decoder* dec, size_t B) {
 // Attention sub-layer of layer `layer` at position t = dec->T: s->f = Attn(rmsnorm(s->h)).
 static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
     const ModelDims* z = &dec->model->dims;
-    const ParameterTensors* p = &dec->model->params;
+    const ParameterTensors* params = &dec->model->params;
     size_t B = dec->B, t = dec->T, max_T = dec->max_T, d = z->d;
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
     size_t kv_mul = H / G;
-    rmsnorm_forward(s->xn, s->rstd, s->h, p->attn_norm + layer * d, B, d);
-    linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, B, d, q_dim);
-    linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, B, d, kv_dim);
-    linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, B, d, kv_dim);
+    rmsnorm_forward(s->xn, s->rstd, s->h, params->attn_norm + layer * d, B, d);
+    linear_forward(s->q, s->xn, params->wq + layer * q_dim * d, B, d, q_dim);
+    linear_forward(s->k, s->xn, params->wk + layer * kv_dim * d, B, d, kv_dim);
+    linear_forward(s->v, s->xn, params->wv + layer * kv_dim * d, B, d, kv_dim);
     rope_forward_at(s->q, s->q, t, B, H, hs);
     rope_forward_at(s->k, s->k, t, B, G, hs);
     // append position t to the cache: (B, max_T, G*hs) per layer
@@ -129,7 +129,7 @@ static void attention_step(Decoder* dec, size_t layer, SubLayer* s) {
                                    k_cache + kv_offset, v_cache + kv_offset, t + 1, kv_dim, hs);
         }
     }
-    linear_forward(s->f, s->y, p->wo + layer * d * q_dim, B, q_dim, d);
+    linear_forward(s->f, s->y, params->wo + layer * d * q_dim, B, q_dim, d);
 }
 
 // The residual rows of depth attention l (model.h): the query w_l, the key norm's gain g_l,
@@ -141,18 +141,20 @@ static DepthParams residual_rows(const Model* m, size_t l) {
 // h (B,d) = the depth attention of sub-layer l, in two phases (SPEC "Two-phase inference")
 static void default_depth_step(Decoder* dec, int l, float* h) {
     const ModelDims* z = &dec->model->dims;
-    const ParameterTensors* p = &dec->model->params;
+    const ParameterTensors* params = &dec->model->params;
     const Activations* a = &dec->acts;
     size_t B = dec->B, d = z->d, S = z->S, i = (size_t)l % S, first = (size_t)l - i;
     if (i == 0) {  // phase 1, once per block: its S queries against the completed blocks
         const float* blocks[z->n_sub + 2];
         size_t n = gather_sources(a, &dec->model->config, B, l, blocks, NULL);
         depth_attention_phase1(dec->phase_o, dec->phase_max, dec->phase_sumexp, blocks,
-                               p->res_query + first * d, p->res_norm + first * d, n, S, B, d);
+                               params->res_query + first * d, params->res_norm + first * d, n,
+                               S, B, d);
     }
     depth_attention_phase2(h, dec->phase_o + i * B * d, dec->phase_max + i * B,
                            dec->phase_sumexp + i * B, i == 0 ? NULL : a->sub[l - 1].partial,
-                           p->res_query + (size_t)l * d, p->res_norm + (size_t)l * d, B, d);
+                           params->res_query + (size_t)l * d,
+                           params->res_norm + (size_t)l * d, B, d);
 }
 
 // The same for the attention variants (sigmoid, key norm off, K heads): phase 1 per head
@@ -219,11 +221,11 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
         exit(1);
     }
     const Model* m = dec->model;
-    const ParameterTensors* p = &m->params;
+    const ParameterTensors* params = &m->params;
     Activations* a = &dec->acts;
     size_t B = dec->B, d = m->dims.d;
     int n_sub = (int)m->dims.n_sub, attnres = m->dims.S > 0, mhc = m->dims.streams > 0;
-    embedding_forward(a->x0, tokens, p->wte, B, d);
+    embedding_forward(a->x0, tokens, params->wte, B, d);
     if (mhc) { mhc_expand_forward(a->sub[0].streams, a->x0, B, d, m->dims.streams); }  // X_s = x0
     else if (!attnres) { memcpy(a->sub[0].h, a->x0, B * d * sizeof(float)); }  // none: h_0 = x0
     for (int l = 0; l < n_sub; l++) {
@@ -232,15 +234,15 @@ void decoder_step(Decoder* dec, const int* tokens, float* logits) {
         if (mhc) { mhc_forward_rows(m, a, B, l); }  // h_l = u_l = sum_s a_pre[s] X_s
         if (l % 2 == 0) { attention_step(dec, (size_t)l / 2, s); }
         else {
-            rmsnorm_forward(s->xn, s->rstd, s->h, p->mlp_norm + (size_t)l / 2 * d, B, d);
+            rmsnorm_forward(s->xn, s->rstd, s->h, params->mlp_norm + (size_t)l / 2 * d, B, d);
             mlp_sublayer_forward(m, s, l, B);
         }
         residual_update(m, a, l, B);
     }
     if (attnres) { depth_sequential(dec, n_sub, a->out); }  // DA_out(b_0 .. b_{n_blocks})
     if (mhc) { mhc_forward_rows(m, a, B, n_sub); }  // xf = sum_s rmsnorm(X_s)
-    else { rmsnorm_forward(a->xf, a->rstd_f, a->out, p->final_norm, B, d); }
-    linear_forward(logits, a->xf, p->lm_head, B, d, m->dims.V);
+    else { rmsnorm_forward(a->xf, a->rstd_f, a->out, params->final_norm, B, d); }
+    linear_forward(logits, a->xf, params->lm_head, B, d, m->dims.V);
     dec->T++;
 }
 
@@ -279,17 +281,17 @@ void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt
     int* tokens = mallocCheck(B * sizeof(int));
     for (size_t b = 0; b < B; b++) { memcpy(seq + b * total, prompt + b * n_prompt, n_prompt * sizeof(int)); }
     size_t start = 0;  // the cache holds the positions seq[start .. start + dec->T)
-    // position p reads seq[p]; its logits draw seq[p+1]. The prompt is fed when the first
-    // draw needs it, at p = n_prompt - 1.
-    for (size_t p = n_prompt - 1; p + 1 < total; p++) {
-        if (dec->T > 0 && start + dec->T == p && dec->T < dec->max_T) {
-            // the cache ends just before p and has room: append p
-            for (size_t b = 0; b < B; b++) { tokens[b] = seq[b * total + p]; }
+    // position pos reads seq[pos]; its logits draw seq[pos+1]. The prompt is fed when the first
+    // draw needs it, at pos = n_prompt - 1.
+    for (size_t pos = n_prompt - 1; pos + 1 < total; pos++) {
+        if (dec->T > 0 && start + dec->T == pos && dec->T < dec->max_T) {
+            // the cache ends just before pos and has room: append pos
+            for (size_t b = 0; b < B; b++) { tokens[b] = seq[b * total + pos]; }
             decoder_step(dec, tokens, dec->acts.logits);
         } else {
-            // the prompt, or past the window: the last max_T tokens up to p, afresh
-            start = p + 1 > dec->max_T ? p + 1 - dec->max_T : 0;
-            size_t n = p + 1 - start;
+            // the prompt, or past the window: the last max_T tokens up to pos, afresh
+            start = pos + 1 > dec->max_T ? pos + 1 - dec->max_T : 0;
+            size_t n = pos + 1 - start;
             for (size_t b = 0; b < B; b++) {
                 memcpy(dec->window_tokens + b * n, seq + b * total + start, n * sizeof(int));
             }
@@ -297,7 +299,7 @@ void decoder_generate(Decoder* dec, size_t B, const int* prompt, size_t n_prompt
         }
         for (size_t b = 0; b < B; b++) {
             tokens[b] = sample_token(dec->acts.logits + b * V, V, temperature, top_k, rng);
-            seq[b * total + p + 1] = tokens[b];
+            seq[b * total + pos + 1] = tokens[b];
         }
         if (on_token != NULL) { on_token(context, tokens, B); }
     }

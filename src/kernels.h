@@ -80,7 +80,7 @@ typedef struct {
                         size_t rows, size_t cols, float lr, float mu, float weight_decay);
     // memory: n floats, zeroed (exits with a one-line error when there is not enough); free
     float* (*alloc_zeroed)(size_t n);
-    void (*release)(void* p);
+    void (*release)(void* memory);
     // element-wise helpers: x = 0; dst = src; out = a + b (out may be a); the sum of x in
     // double, returned to the host (in index order, so both tables give the same number)
     void (*zero)(float* x, size_t n);

@@ -187,17 +187,17 @@ size_t param_share(const ModelConfig* c, int begin, int end, size_t offsets[N_PA
     param_sizes(c, whole);
     size_t b = (size_t)begin, e = (size_t)end;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t rows = 1, first = 0, count = 1;  // the whole tensor, one "row"
+        size_t slices = 1, first = 0, count = 1;  // the whole tensor, one slice
         switch (PARAM_INFO[i].split) {
         case SPLIT_FIRST: count = b == 0; break;
         case SPLIT_LAST: count = e == n_sub; break;
-        case SPLIT_LAYER: rows = n_sub / 2; first = b / 2; count = (e - b) / 2; break;
-        case SPLIT_SUB: rows = n_sub; first = b; count = e - b; break;
-        case SPLIT_DEPTH: rows = n_sub + 1; first = b; count = e - b + (e == n_sub); break;
+        case SPLIT_LAYER: slices = n_sub / 2; first = b / 2; count = (e - b) / 2; break;
+        case SPLIT_SUB: slices = n_sub; first = b; count = e - b; break;
+        case SPLIT_DEPTH: slices = n_sub + 1; first = b; count = e - b + (e == n_sub); break;
         }
-        size_t row = whole[i] / rows;
-        offsets[i] = offset + first * row;
-        sizes[i] = count * row;
+        size_t slice = whole[i] / slices;  // its floats
+        offsets[i] = offset + first * slice;
+        sizes[i] = count * slice;
         total += sizes[i];
         offset += whole[i];
     }
@@ -224,18 +224,18 @@ static float hc_bias_init(const ModelDims* z, size_t j) {
 void model_init_params(Model* model, uint64_t seed) {
     uint64_t state = seed;
     float std_out = 0.02f / sqrtf(2.0f * (float)model->config.n_layers);
-    float* p = model->params_memory;
+    float* tensor = model->params_memory;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
         ParamInit init = PARAM_INFO[i].init;
         float std = init == INIT_NORMAL_OUT ? std_out : 0.02f;
         for (size_t j = 0; j < model->param_sizes[i]; j++) {
-            if (init == INIT_ZERO) { p[j] = 0.0f; }
-            else if (init == INIT_ONE) { p[j] = 1.0f; }
-            else if (init == INIT_HC_BIAS) { p[j] = hc_bias_init(&model->dims, j); }
-            else if (init == INIT_HC_SCALE) { p[j] = 0.01f; }
-            else { p[j] = (float)(std * rng_normal(&state)); }
+            if (init == INIT_ZERO) { tensor[j] = 0.0f; }
+            else if (init == INIT_ONE) { tensor[j] = 1.0f; }
+            else if (init == INIT_HC_BIAS) { tensor[j] = hc_bias_init(&model->dims, j); }
+            else if (init == INIT_HC_SCALE) { tensor[j] = 0.01f; }
+            else { tensor[j] = (float)(std * rng_normal(&state)); }
         }
-        p += model->param_sizes[i];
+        tensor += model->param_sizes[i];
     }
 }
 
@@ -338,9 +338,9 @@ typedef struct {
 
 static float* take(Layout* layout, size_t count) {
     if (count == 0) { return NULL; }
-    float* p = layout->memory != NULL ? layout->memory + layout->used : NULL;
+    float* buffer = layout->memory != NULL ? layout->memory + layout->used : NULL;
     layout->used += (count + 15) / 16 * 16;
-    return p;
+    return buffer;
 }
 
 // The size table of the sub-layers [begin, end) (the whole model: [0, 2L)); point_activations
@@ -494,23 +494,23 @@ void model_free(Model* model) {
 // ---------------------------------------------------------------------------------------
 // The sub-layers, forward and backward. Layer index = l / 2.
 
-// The row of sub-layer l's layer in the model's share of the per-layer tensors: l / 2 in the
-// whole model; a pipeline's chunk holds the layers from sub_begin / 2 on (ParamSplit)
-static size_t layer_row(const Model* model, int l) { return (size_t)(l - model->sub_begin) / 2; }
+// The index of sub-layer l's layer in the model's share of the per-layer tensors: l / 2 in
+// the whole model; a pipeline's chunk holds the layers from sub_begin / 2 on (ParamSplit)
+static size_t layer_index(const Model* model, int l) { return (size_t)(l - model->sub_begin) / 2; }
 
 static void attention_sublayer_forward(const Model* model, SubLayer* s, int l) {
     const Kernels* kernels = model->kernels;
     const ModelDims* z = &model->dims;
-    const ParameterTensors* p = &model->params;
-    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = layer_row(model, l);
+    const ParameterTensors* params = &model->params;
+    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = layer_index(model, l);
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
-    kernels->linear_forward(s->q, s->xn, p->wq + layer * q_dim * d, N, d, q_dim);
-    kernels->linear_forward(s->k, s->xn, p->wk + layer * kv_dim * d, N, d, kv_dim);
-    kernels->linear_forward(s->v, s->xn, p->wv + layer * kv_dim * d, N, d, kv_dim);
+    kernels->linear_forward(s->q, s->xn, params->wq + layer * q_dim * d, N, d, q_dim);
+    kernels->linear_forward(s->k, s->xn, params->wk + layer * kv_dim * d, N, d, kv_dim);
+    kernels->linear_forward(s->v, s->xn, params->wv + layer * kv_dim * d, N, d, kv_dim);
     kernels->rope_forward(s->q, s->q, B, T, H, hs);
     kernels->rope_forward(s->k, s->k, B, T, G, hs);
     kernels->attention_forward(s->y, s->lse, s->q, s->k, s->v, B, T, H, G, hs);
-    kernels->linear_forward(s->f, s->y, p->wo + layer * d * q_dim, N, q_dim, d);
+    kernels->linear_forward(s->f, s->y, params->wo + layer * d * q_dim, N, q_dim, d);
 }
 
 // df: gradient of the sub-layer output; writes a->dxn, the gradient of its normed input xn
@@ -519,13 +519,13 @@ static void attention_sublayer_backward(Model* model, int l, const float* df) {
     const ModelDims* z = &model->dims;
     const SubLayer* s = &model->acts.sub[l];
     Activations* a = &model->acts;
-    const ParameterTensors* p = &model->params;
+    const ParameterTensors* params = &model->params;
     const ParameterTensors* g = &model->grads;
-    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = layer_row(model, l);
+    size_t B = model->B, T = model->T, N = B * T, d = z->d, layer = layer_index(model, l);
     size_t H = z->H, G = z->G, hs = z->hs, q_dim = z->q_dim, kv_dim = z->kv_dim;
     kernels->zero(a->dy, N * q_dim);
-    kernels->linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y, p->wo + layer * d * q_dim,
-                       N, q_dim, d);
+    kernels->linear_backward(a->dy, g->wo + layer * d * q_dim, df, s->y,
+                             params->wo + layer * d * q_dim, N, q_dim, d);
     kernels->zero(a->dq, N * q_dim);
     kernels->zero(a->dk, N * kv_dim);
     kernels->zero(a->dv, N * kv_dim);
@@ -537,57 +537,48 @@ static void attention_sublayer_backward(Model* model, int l, const float* df) {
     kernels->rope_backward(a->dk_pre, a->dk, B, T, G, hs);
     kernels->zero(a->dxn, N * d);
     kernels->linear_backward(a->dxn, g->wq + layer * q_dim * d, a->dq_pre, s->xn,
-                       p->wq + layer * q_dim * d, N, d, q_dim);
+                       params->wq + layer * q_dim * d, N, d, q_dim);
     kernels->linear_backward(a->dxn, g->wk + layer * kv_dim * d, a->dk_pre, s->xn,
-                       p->wk + layer * kv_dim * d, N, d, kv_dim);
+                       params->wk + layer * kv_dim * d, N, d, kv_dim);
     kernels->linear_backward(a->dxn, g->wv + layer * kv_dim * d, a->dv, s->xn,
-                       p->wv + layer * kv_dim * d, N, d, kv_dim);
+                       params->wv + layer * kv_dim * d, N, d, kv_dim);
 }
 
 void mlp_sublayer_forward(const Model* model, SubLayer* s, int l, size_t N) {
     const Kernels* kernels = model->kernels;
-    const ParameterTensors* p = &model->params;
-    size_t d = model->dims.d, F = model->dims.F, layer = layer_row(model, l);
-    kernels->linear_forward(s->gate, s->xn, p->wg + layer * F * d, N, d, F);
-    kernels->linear_forward(s->up, s->xn, p->wu + layer * F * d, N, d, F);
+    const ParameterTensors* params = &model->params;
+    size_t d = model->dims.d, F = model->dims.F, layer = layer_index(model, l);
+    kernels->linear_forward(s->gate, s->xn, params->wg + layer * F * d, N, d, F);
+    kernels->linear_forward(s->up, s->xn, params->wu + layer * F * d, N, d, F);
     kernels->swiglu_forward(s->act, s->gate, s->up, N, F);
-    kernels->linear_forward(s->f, s->act, p->wd + layer * d * F, N, F, d);
+    kernels->linear_forward(s->f, s->act, params->wd + layer * d * F, N, F, d);
 }
 
 static void mlp_sublayer_backward(Model* model, int l, const float* df) {
     const Kernels* kernels = model->kernels;
     const SubLayer* s = &model->acts.sub[l];
     Activations* a = &model->acts;
-    const ParameterTensors* p = &model->params;
+    const ParameterTensors* params = &model->params;
     const ParameterTensors* g = &model->grads;
-    size_t N = model->B * model->T, d = model->dims.d, F = model->dims.F, layer = layer_row(model, l);
+    size_t N = model->B * model->T, d = model->dims.d, F = model->dims.F, layer = layer_index(model, l);
     kernels->zero(a->dact, N * F);
-    kernels->linear_backward(a->dact, g->wd + layer * d * F, df, s->act, p->wd + layer * d * F,
+    kernels->linear_backward(a->dact, g->wd + layer * d * F, df, s->act, params->wd + layer * d * F,
                        N, F, d);
     kernels->zero(a->dgate, N * F);
     kernels->zero(a->dup, N * F);
     kernels->swiglu_backward(a->dgate, a->dup, a->dact, s->gate, s->up, N, F);
     kernels->zero(a->dxn, N * d);
-    kernels->linear_backward(a->dxn, g->wg + layer * F * d, a->dgate, s->xn, p->wg + layer * F * d,
-                       N, d, F);
-    kernels->linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn, p->wu + layer * F * d,
-                       N, d, F);
+    kernels->linear_backward(a->dxn, g->wg + layer * F * d, a->dgate, s->xn,
+                             params->wg + layer * F * d, N, d, F);
+    kernels->linear_backward(a->dxn, g->wu + layer * F * d, a->dup, s->xn,
+                             params->wu + layer * F * d, N, d, F);
 }
 
-static void sublayer_forward(Model* model, int l) {
-    if (l % 2 == 0) { attention_sublayer_forward(model, &model->acts.sub[l], l); }
-    else { mlp_sublayer_forward(model, &model->acts.sub[l], l, model->B * model->T); }
-}
-
-static void sublayer_backward(Model* model, int l, const float* df) {
-    if (l % 2 == 0) { attention_sublayer_backward(model, l, df); }
-    else { mlp_sublayer_backward(model, l, df); }
-}
 
 DepthParams model_depth_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
     DepthParams r = {NULL, NULL, NULL, NULL};
-    l -= (size_t)model->sub_begin;  // its row in the model's share (0 on the whole model)
+    l -= (size_t)model->sub_begin;  // its slice in the model's share (0 on the whole model)
     if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
     if (z->n_norm_rows > 0) { r.norm = t->res_norm + l * z->d; }
     if (z->n_qproj_rows > 0) { r.qproj = t->res_qproj + l * z->d * z->d; }
@@ -606,8 +597,8 @@ static DepthSwitches depth_switches(const Model* model) {
 void depth_forward_rows(const Model* model, Activations* a, size_t N, int l, float* out) {
     const float* src[model->dims.n_sub + 2];
     size_t n = gather_sources(a, &model->config, N, l, src, NULL);
-    DepthParams p = model_depth_params(model, &model->params, (size_t)l);
-    model->kernels->attnres_input_forward(NULL, NULL, out, a->sub[l].depth, src, p, NULL, n, N,
+    DepthParams params = model_depth_params(model, &model->params, (size_t)l);
+    model->kernels->attnres_input_forward(NULL, NULL, out, a->sub[l].depth, src, params, NULL, n, N,
                                           model->dims.d, depth_switches(model));
 }
 
@@ -627,7 +618,7 @@ static Norm sublayer_norm(Model* model, int l) {
         return (Norm){a->out, a->xf, a->rstd_f, model->params.final_norm, model->grads.final_norm};
     }
     SubLayer* s = &a->sub[l];
-    size_t at = layer_row(model, l) * model->dims.d;
+    size_t at = layer_index(model, l) * model->dims.d;
     if (l % 2 == 0) {
         return (Norm){s->h, s->xn, s->rstd, model->params.attn_norm + at,
                       model->grads.attn_norm + at};
@@ -635,11 +626,11 @@ static Norm sublayer_norm(Model* model, int l) {
     return (Norm){s->h, s->xn, s->rstd, model->params.mlp_norm + at, model->grads.mlp_norm + at};
 }
 
-// mHC-lite's rows of sub-layer l in t (the model's params or grads)
+// mHC-lite's slices of sub-layer l in t (the model's params or grads)
 static MhcParams mhc_params(const Model* model, const ParameterTensors* t, size_t l) {
     const ModelDims* z = &model->dims;
     size_t md = z->streams * z->d;
-    l -= (size_t)model->sub_begin;  // its row in the model's share (0 on the whole model)
+    l -= (size_t)model->sub_begin;  // its slice in the model's share (0 on the whole model)
     return (MhcParams){t->hc_norm + l * md, t->hc_proj + l * z->E * md, t->hc_bias + l * z->E,
                        t->hc_scale + l * 3};
 }
@@ -676,10 +667,10 @@ static void mhc_streams_input_backward(Model* model, int l, const float* dxn, fl
     }
     kernels->zero(a->dh, N * d);
     kernels->rmsnorm_backward(a->dh, norm.dweight, dxn, norm.h, norm.weight, norm.rstd, N, d);
-    MhcParams p = mhc_params(model, &model->params, (size_t)l);
+    MhcParams params = mhc_params(model, &model->params, (size_t)l);
     MhcParams g = mhc_params(model, &model->grads, (size_t)l);
     kernels->mhc_input_backward(dstreams, g, a->dhc_mix, a->dhc_e, a->dhc_z, a->dh, s->streams,
-                                s->hc_z, s->hc_rstd, s->hc_e, s->hc_mix, p, N, d, streams);
+                                s->hc_z, s->hc_rstd, s->hc_e, s->hc_mix, params, N, d, streams);
 }
 
 static void input_forward(Model* model, int l) {
@@ -701,8 +692,8 @@ static void input_forward(Model* model, int l) {
     // xn_l = rmsnorm(h_l)
     const float* src[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, NULL);
-    DepthParams p = model_depth_params(model, &model->params, (size_t)l);
-    kernels->attnres_input_forward(norm.xn, norm.rstd, norm.h, a->sub[l].depth, src, p,
+    DepthParams params = model_depth_params(model, &model->params, (size_t)l);
+    kernels->attnres_input_forward(norm.xn, norm.rstd, norm.h, a->sub[l].depth, src, params,
                                    norm.weight, n, N, d, depth_switches(model));
 }
 
@@ -722,11 +713,11 @@ static void input_backward(Model* model, int l, const float* dxn, float* dh) {
     const float* src[model->dims.n_sub + 2];
     float* dsrc[model->dims.n_sub + 2];
     size_t n = gather_sources(a, c, N, l, src, dsrc);
-    DepthParams p = model_depth_params(model, &model->params, (size_t)l);
+    DepthParams params = model_depth_params(model, &model->params, (size_t)l);
     DepthParams g = model_depth_params(model, &model->grads, (size_t)l);
     DepthScratch scratch = {dh, a->dquery_rows, a->dlast_xn};
     kernels->attnres_input_backward(dsrc, g, norm.dweight, scratch, dxn, norm.h, norm.rstd,
-                                    a->sub[l].depth, src, p, norm.weight, n, N, d,
+                                    a->sub[l].depth, src, params, norm.weight, n, N, d,
                                     depth_switches(model));
 }
 
@@ -789,8 +780,11 @@ void model_embedding_forward(Model* model) {
 void model_sublayers_forward(Model* model, int begin, int end) {
     size_t N = model->B * model->T;
     for (int l = begin; l < end; l++) {
+        SubLayer* s = &model->acts.sub[l];
         input_forward(model, l);          // xn_l = rmsnorm(h_l); AttnRes: h_l = DA_l(sources)
-        sublayer_forward(model, l);       // f_l = f_l(xn_l)
+        // f_l = f_l(xn_l): even l is an attention, odd l an MLP
+        if (l % 2 == 0) { attention_sublayer_forward(model, s, l); }
+        else { mlp_sublayer_forward(model, s, l, N); }
         residual_update(model, &model->acts, l, N);  // h_{l+1}, or partial[l]
     }
 }
@@ -823,20 +817,28 @@ void model_backward(Model* model) {
 }
 
 void model_zero_carried(Model* model) {
-    const Kernels* kernels = model->kernels;
     Activations* a = &model->acts;
     size_t N = model->B * model->T, d = model->dims.d;
-    kernels->zero(a->dx0, N * d);
-    if (model->dims.streams > 0) {
-        kernels->zero(a->dstreams, N * model->dims.streams * d);
-    } else if (model->dims.S > 0) {
-        // db_1 .. db_n: consecutive slices of a->dpartial of this batch's N rows, zeroed at
-        // once (point_range's slices are of the largest batch's rows)
+    if (model->dims.streams == 0 && model->dims.S > 0) {
+        // db_1 .. db_n: consecutive slices of a->dpartial of this batch's N tokens (point_range's
+        // slices are of the largest batch's tokens)
         int S = (int)model->dims.S, blocks = model->sub_end / S;
         for (int n = 1; n <= blocks; n++) {
             a->sub[n * S - 1].dpartial = a->dpartial + (size_t)(n - 1) * N * d;
         }
-        kernels->zero(a->dpartial, (size_t)blocks * N * d);
+    }
+    model_zero_carried_buffers(model, a->dx0);
+}
+
+void model_zero_carried_buffers(Model* model, float* dx0) {
+    const Kernels* kernels = model->kernels;
+    Activations* a = &model->acts;
+    size_t N = model->B * model->T, d = model->dims.d;
+    kernels->zero(dx0, N * d);
+    if (model->dims.streams > 0) {
+        kernels->zero(a->dstreams, N * model->dims.streams * d);
+    } else if (model->dims.S > 0) {  // db_1 .. db_n at once
+        kernels->zero(a->dpartial, (size_t)(model->sub_end / (int)model->dims.S) * N * d);
     }
 }
 
@@ -864,6 +866,7 @@ void model_head_backward(Model* model) {
     }
 }
 
+// (sub-layer l is an attention for even l, an MLP for odd l)
 const float* model_sublayers_backward(Model* model, int begin, int end) {
     const Kernels* kernels = model->kernels;
     Activations* a = &model->acts;
@@ -881,7 +884,8 @@ const float* model_sublayers_backward(Model* model, int begin, int end) {
             kernels->zero(a->df, N * d);
             kernels->mhc_output_backward(dX_before, a->df, a->dhc_mix, dX, s->streams, s->f,
                                    s->hc_mix, N, d, model->dims.streams);
-            sublayer_backward(model, l, a->df);
+            if (l % 2 == 0) { attention_sublayer_backward(model, l, a->df); }
+            else { mlp_sublayer_backward(model, l, a->df); }
             mhc_streams_input_backward(model, l, a->dxn, dX_before);
             float* t = dX; dX = dX_before; dX_before = t;
         }
@@ -894,7 +898,8 @@ const float* model_sublayers_backward(Model* model, int begin, int end) {
         // is dh_0, the gradient of h_0 = x0, so the buffer is dx0's.
         float* dresidual = a->dx0;
         for (int l = end - 1; l >= begin; l--) {
-            sublayer_backward(model, l, dresidual);
+            if (l % 2 == 0) { attention_sublayer_backward(model, l, dresidual); }
+            else { mlp_sublayer_backward(model, l, dresidual); }
             input_backward(model, l, a->dxn, dresidual);
         }
         return dresidual;
@@ -902,7 +907,8 @@ const float* model_sublayers_backward(Model* model, int begin, int end) {
     // one gradient buffer a block, db_n (the comment above count_sources explains it)
     for (int l = end - 1; l >= begin; l--) {
         const float* dp = block_gradient(a, &model->config, 1 + l / S);  // d partial[l] = d f_l
-        sublayer_backward(model, l, dp);
+        if (l % 2 == 0) { attention_sublayer_backward(model, l, dp); }
+        else { mlp_sublayer_backward(model, l, dp); }
         input_backward(model, l, a->dxn, a->dh);
     }
     return NULL;
@@ -928,16 +934,13 @@ void model_update(Model* model, float lr, float beta1, float beta2, float eps,
                        model->v_memory, lr, beta1, beta2, eps, weight_decay, t);
 }
 
-// AdamW on the part of [offset, end) of the flat buffer that lies in the shard [lo, hi)
-static void adamw_in_shard(Model* model, size_t offset, size_t end, size_t lo, size_t hi,
-                           const float* grads, float* m_shard, float* v_shard, float lr,
-                           float beta1, float beta2, float eps, float weight_decay, int t) {
-    size_t first = offset > lo ? offset : lo, last = end < hi ? end : hi;
-    if (first < last) {
-        model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
-                                 m_shard + (first - lo), v_shard + (first - lo), last - first,
-                                 lr, beta1, beta2, eps, weight_decay, t);
-    }
+// The part [*first, *last) of [offset, end) of the flat buffer that lies in the shard [lo, hi);
+// 0 when there is none
+static int in_shard(size_t offset, size_t end, size_t lo, size_t hi, size_t* first,
+                    size_t* last) {
+    *first = offset > lo ? offset : lo;
+    *last = end < hi ? end : hi;
+    return *first < *last;
 }
 
 void model_update_shard(Model* model, size_t lo, size_t hi, const float* grads, float* m_shard,
@@ -950,8 +953,13 @@ void model_update_shard(Model* model, size_t lo, size_t hi, const float* grads, 
         int decayed = PARAM_INFO[i].decayed;
         size_t end = offset;
         for (; i < N_PARAM_TENSORS && PARAM_INFO[i].decayed == decayed; i++) { end += model->param_sizes[i]; }
-        adamw_in_shard(model, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2, eps,
-                       decayed ? weight_decay : 0.0f, t);
+        size_t first, last;
+        if (in_shard(offset, end, lo, hi, &first, &last)) {
+            model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
+                                         m_shard + (first - lo), v_shard + (first - lo),
+                                         last - first, lr, beta1, beta2, eps,
+                                         decayed ? weight_decay : 0.0f, t);
+        }
         offset = end;
     }
 }
@@ -976,9 +984,10 @@ void model_update_shard_muon(Model* model, size_t lo, size_t hi, const float* gr
                              float weight_decay, int t, float muon_momentum) {
     size_t offset = 0;
     for (int i = 0; i < N_PARAM_TENSORS; i++) {
-        size_t end = offset + model->param_sizes[i], rows, cols;
+        size_t end = offset + model->param_sizes[i], rows, cols, first, last;
         if (muon_matrix_shape(&model->dims, i, &rows, &cols)) {
-            size_t size = rows * cols, first = end, count = 0;  // the layers inside the shard
+            size_t size = rows * cols, count = 0;  // the layers inside the shard
+            first = end;
             for (size_t start = offset; start < end; start += size) {
                 if (start + size <= lo || start >= hi) { continue; }  // another rank's matrix
                 if (start < lo || start + size > hi) {
@@ -993,17 +1002,19 @@ void model_update_shard_muon(Model* model, size_t lo, size_t hi, const float* gr
                                         m_shard + (first - lo), count, rows, cols, lr,
                                         muon_momentum, weight_decay);
             }
-        } else {
-            adamw_in_shard(model, offset, end, lo, hi, grads, m_shard, v_shard, lr, beta1, beta2,
-                           eps, PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
+        } else if (in_shard(offset, end, lo, hi, &first, &last)) {
+            model->kernels->adamw_update(model->params_memory + first, grads + (first - lo),
+                                         m_shard + (first - lo), v_shard + (first - lo),
+                                         last - first, lr, beta1, beta2, eps,
+                                         PARAM_INFO[i].decayed ? weight_decay : 0.0f, t);
         }
         offset = end;
     }
 }
 
 void model_muon_shard_bounds(const Model* model, int world, size_t* bounds) {
-    size_t n = model->num_params, p = (size_t)world, base = n / p, extra = n % p;
-    for (size_t r = 0; r <= p; r++) {
+    size_t n = model->num_params, ranks = (size_t)world, base = n / ranks, extra = n % ranks;
+    for (size_t r = 0; r <= ranks; r++) {
         size_t cut = r * base + (r < extra ? r : extra);  // the even split's
         size_t offset = 0, rows, cols;
         for (int i = 0; i < N_PARAM_TENSORS; i++) {
@@ -1020,11 +1031,11 @@ void model_muon_shard_bounds(const Model* model, int world, size_t* bounds) {
 }
 
 const float* model_depth_alpha(const Model* model, int l, size_t* n_sources, size_t* heads,
-                               size_t* rows) {
+                               size_t* tokens) {
     if (model->dims.S == 0 || l < 0 || l > (int)model->dims.n_sub) { return NULL; }
     *n_sources = model->acts.sub[l].n_sources;
     *heads = model->config.mixing ? 1 : model->dims.depth_heads;
-    *rows = model->config.mixing ? 1 : model->B * model->T;
+    *tokens = model->config.mixing ? 1 : model->B * model->T;
     return model->acts.sub[l].depth.alpha;
 }
 
@@ -1048,7 +1059,7 @@ const float* model_sublayer_output(const Model* model, int l) {
 // The CPU kernel table: the src/ layers, and host-memory helpers.
 
 static float* host_alloc_zeroed(size_t n) { return callocCheck(n, sizeof(float)); }
-static void host_release(void* p) { free(p); }
+static void host_release(void* memory) { free(memory); }
 // Zeroing and copying run on every thread in chunks of 64 KB: a step zeroes every gradient
 // buffer (the backwards accumulate), and a memset on one thread would keep the other core
 // waiting for a visible share of the step (docs/speed.md).

@@ -283,12 +283,18 @@ void model_backward(Model* model);
 // model_backward in its parts. The gradients that travel from sub-layer to sub-layer (the
 // carried ones: none, the residual stream's in a->dx0; mhc, the streams' in a->dstreams;
 // AttnRes, x0's and each block's, a->dx0 and the blocks' dpartial) add up in buffers that
-// model_zero_carried zeroes first (the blocks': this batch's rows of a->dpartial, one call); the head's backward adds the output's share;
+// model_zero_carried zeroes first (the blocks': this batch's N tokens' share of a->dpartial, one
+// call); the head's backward adds the output's share;
 // model_sublayers_backward runs l = end-1 .. begin and returns the buffer that then holds the
 // gradient of the range's input (none: h_begin's, in a->dx0; mhc: the streams entering
 // begin; AttnRes: NULL, the blocks' gradients are in their buffers); the embedding's backward
 // takes that (from sub-layer 0) into wte's gradient.
 void model_zero_carried(Model* model);
+// model_zero_carried's zeroing alone, the blocks' gradients left where they point: a pipeline's
+// chunk (src/pipeline.c), whose slot holds its microbatch's rows and whose cached blocks'
+// gradients point into another chunk's slot, zeroes its own buffers; dx0 is the one that holds
+// x0's gradient there (AttnRes: the slot's own, where a->dx0 may point elsewhere)
+void model_zero_carried_buffers(Model* model, float* dx0);
 void model_head_backward(Model* model);
 const float* model_sublayers_backward(Model* model, int begin, int end);
 void model_embedding_backward(Model* model, const float* dinput);
@@ -321,17 +327,17 @@ int muon_matrix_shape(const ModelDims* dims, int tensor, size_t* rows, size_t* c
 void model_muon_shard_bounds(const Model* model, int world, size_t* bounds);
 
 // What the last forward left, for diagnostics (CPU model): the depth-attention weights of
-// sub-layer l (l = 2L: the output aggregation; NULL in none mode), (rows, n_sources, heads)
+// sub-layer l (l = 2L: the output aggregation; NULL in none mode), (tokens, n_sources, heads)
 // with entry (n, i, k) at (n * n_sources + i) * heads + k: position n, source i in
-// gather_sources' order (with a window: x0, then the W most recent outputs), head k. rows is
+// gather_sources' order (with a window: x0, then the W most recent outputs), head k. tokens is
 // B*T, or 1 with --mixing (one weight per source, the same at every position); heads is K
 // (1 with --mixing). Sigmoid and DenseFormer weights are not normalised.
 // The input h_l (B*T, d) fed to sub-layer l (l = 2L: the final hidden state `out`, before
 // the final rmsnorm; in mhc mode the m streams after the last sub-layer, (B*T, m*d), which
-// the head normalises one by one); model_sublayer_input_width: its floats a row (d, or m*d
+// the head normalises one by one); model_sublayer_input_width: its floats a token (d, or m*d
 // at l = 2L in mhc). The output f_l (B*T, d) of sub-layer l < 2L.
 const float* model_depth_alpha(const Model* model, int l, size_t* n_sources, size_t* heads,
-                               size_t* rows);
+                               size_t* tokens);
 const float* model_sublayer_input(const Model* model, int l);
 size_t model_sublayer_input_width(const Model* model, int l);
 const float* model_sublayer_output(const Model* model, int l);

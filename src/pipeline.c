@@ -380,13 +380,10 @@ static void chunk_forward(Pipeline* p, const PipelineOp* op) {
     Model* model = &p->chunks[v];
     Slot* slot = bind(p, op);
     size_t N = p->rows * p->T, at = (size_t)m * N;
+    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->rows, p->T);
     // the gradients this microbatch will carry start at zero, in the slot's own buffers (dx0:
     // AttnRes's b_0, which bind may have pointed elsewhere; none's stream)
-    Activations* a = &slot->acts;
-    memset(k->S > 0 ? slot->dblock[0] : a->dx0, 0, N * p->d * sizeof(float));
-    if (a->dpartial != NULL) { memset(a->dpartial, 0, (size_t)((c + 1) * k->N_p) * N * p->d * sizeof(float)); }
-    if (a->dstreams != NULL) { memset(a->dstreams, 0, N * p->d * (size_t)p->config.streams * sizeof(float)); }
-    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->rows, p->T);
+    model_zero_carried_buffers(model, k->S > 0 ? slot->dblock[0] : model->acts.dx0);
     float *x[2 * p->config.n_layers + 2], *dx[2 * p->config.n_layers + 2];
     size_t width;
     if (c == 0) {
@@ -764,10 +761,10 @@ int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_le
     float* mine = mallocCheck((7 * n + 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) {
         const PipelineEvent* e = &p->events[i];
-        float row[7] = {(float)e->step, (float)e->stage, (float)e->chunk, (float)e->micro,
+        float fields[7] = {(float)e->step, (float)e->stage, (float)e->chunk, (float)e->micro,
                         e->kind == 'F' ? 0.0f : 1.0f, (float)(1000.0 * e->start),
                         (float)(1000.0 * e->end)};
-        memcpy(mine + 7 * i, row, sizeof(row));
+        memcpy(mine + 7 * i, fields, sizeof(fields));
     }
     int status = 0;
     if (p->replica == 0 && p->stage != 0) {
@@ -784,21 +781,21 @@ int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_le
         }
         if (f != NULL) { fprintf(f, "%s\n", PIPELINE_TRACE_HEADER); }
         for (int s = 0; s < p->P; s++) {
-            float* rows = mine;
+            float* events = mine;
             size_t count = n;
             if (s != 0) {
                 float got;
                 dist_recv(&p->stages, s, 1, &got, sizeof(got));
                 count = (size_t)got;
-                rows = mallocCheck((7 * count + 1) * sizeof(float));
-                dist_recv(&p->stages, s, 2, rows, 7 * count * sizeof(float));
+                events = mallocCheck((7 * count + 1) * sizeof(float));
+                dist_recv(&p->stages, s, 2, events, 7 * count * sizeof(float));
             }
             for (size_t i = 0; f != NULL && i < count; i++) {
-                const float* r = rows + 7 * i;
+                const float* r = events + 7 * i;
                 fprintf(f, "%d,%d,%d,%d,%c,%.3f,%.3f\n", (int)r[0], (int)r[1], (int)r[2],
                         (int)r[3], r[4] == 0.0f ? 'F' : 'B', (double)r[5], (double)r[6]);
             }
-            if (rows != mine) { free(rows); }
+            if (events != mine) { free(events); }
         }
         if (f != NULL && (fclose(f) != 0 || rename(tmp, path) != 0)) {
             snprintf(err, err_len, "--pipeline-trace: cannot write %s", path);

@@ -57,6 +57,8 @@ typedef struct Pipeline Pipeline;
 // This process's stage of the pipeline: its V chunks' parameters (copied from `whole`, which
 // every process builds and loads alike) and AdamW moments, activation slots for rows x T
 // microbatches, and the groups of world (dist_split). optimizer: OPTIMIZER_ADAMW or _MUON.
+// Each chunk trains with a Trainer of its own (trainer.h); train.c calls pipeline_step,
+// pipeline_loss_and_norm, pipeline_clip and pipeline_update in place of the trainer's step.
 Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, int M,
                           int cache, size_t rows, size_t T, int optimizer, float muon_momentum);
 void pipeline_free(Pipeline* p);

@@ -18,7 +18,7 @@
 #define FAIL(...) do { snprintf(err, err_len, __VA_ARGS__); return -1; } while (0)
 
 // ---- names and shapes ------------------------------------------------------------------
-// Each kind's name; %zu is the row (layer i, depth attention l, or sub-layer l for hc.*)
+// Each kind's name; %zu is the slice (layer i, depth attention l, or sub-layer l for hc.*)
 static const char* const NAME_FORMAT[N_PARAM_TENSORS] = {
     [PARAM_wte] = "wte.weight",
     [PARAM_attn_norm] = "layers.%zu.attn_norm.weight",
@@ -43,8 +43,8 @@ static const char* const NAME_FORMAT[N_PARAM_TENSORS] = {
     [PARAM_lm_head] = "lm_head.weight",
 };
 
-// The shape of one row of kind (one layer's wq, one depth attention's query); returns its rank
-static int row_shape(const ModelDims* d, int kind, size_t shape[2]) {
+// The shape of one slice of kind (one layer's wq, one depth attention's query); returns its rank
+static int slice_shape(const ModelDims* d, int kind, size_t shape[2]) {
     size_t streams_width = d->streams * d->d;  // m*d: mHC-lite's streams side by side
     switch (kind) {
         case PARAM_wte: case PARAM_lm_head: shape[0] = d->V; shape[1] = d->d; return 2;
@@ -63,15 +63,15 @@ static int row_shape(const ModelDims* d, int kind, size_t shape[2]) {
     }
 }
 
-int safetensors_tensor(const ModelConfig* c, int kind, size_t row, char* name, size_t name_len,
-                       size_t shape[2], size_t* rows) {
+int safetensors_tensor(const ModelConfig* c, int kind, size_t slice, char* name, size_t name_len,
+                       size_t shape[2], size_t* slices) {
     ModelDims dims = model_dims(c);
     size_t sizes[N_PARAM_TENSORS];
     param_sizes(c, sizes);
-    int rank = row_shape(&dims, kind, shape);
-    size_t row_floats = rank == 2 ? shape[0] * shape[1] : shape[0];
-    *rows = sizes[kind] == 0 ? 0 : sizes[kind] / row_floats;
-    snprintf(name, name_len, NAME_FORMAT[kind], row);
+    int rank = slice_shape(&dims, kind, shape);
+    size_t slice_floats = rank == 2 ? shape[0] * shape[1] : shape[0];
+    *slices = sizes[kind] == 0 ? 0 : sizes[kind] / slice_floats;
+    snprintf(name, name_len, NAME_FORMAT[kind], slice);
     return rank;
 }
 
@@ -140,11 +140,11 @@ unsigned char* safetensors_encode(const ModelConfig* c, const float* params, siz
     text_add(&json, "}");
     size_t offset = 0;  // bytes, from the start of the data
     for (int kind = 0; kind < N_PARAM_TENSORS; kind++) {
-        size_t shape[2], rows = 1;
+        size_t shape[2], slices = 1;
         char name[64];
-        for (size_t row = 0; row < rows; row++) {
-            int rank = safetensors_tensor(c, kind, row, name, sizeof(name), shape, &rows);
-            if (rows == 0) { break; }
+        for (size_t slice = 0; slice < slices; slice++) {
+            int rank = safetensors_tensor(c, kind, slice, name, sizeof(name), shape, &slices);
+            if (slices == 0) { break; }
             size_t bytes = shape[0] * (rank == 2 ? shape[1] : 1) * sizeof(float);
             text_add(&json, ",\"%s\":{\"dtype\":\"F32\",\"shape\":[%zu", name, shape[0]);
             if (rank == 2) { text_add(&json, ",%zu", shape[1]); }
@@ -154,13 +154,13 @@ unsigned char* safetensors_encode(const ModelConfig* c, const float* params, siz
     }
     text_add(&json, "}");
     while ((8 + json.len) % 8 != 0) { text_add(&json, " "); }
-    size_t P = offset / sizeof(float);
+    size_t n_params = offset / sizeof(float);
     *len = 8 + json.len + offset;
     unsigned char* out = mallocCheck(*len);
     store_le(out, json.len, 8);
     memcpy(out + 8, json.text, json.len);
     unsigned char* data = out + 8 + json.len;
-    for (size_t i = 0; i < P; i++) {  // float32 little-endian
+    for (size_t i = 0; i < n_params; i++) {  // float32 little-endian
         uint32_t bits;
         memcpy(&bits, &params[i], sizeof(bits));
         store_le(data + 4 * i, bits, 4);
@@ -500,11 +500,11 @@ static Expected* expected_tensors(const ModelConfig* c, size_t* count) {
     Expected* list = mallocCheck(capacity * sizeof(Expected));
     size_t offset = 0;
     for (int kind = 0; kind < N_PARAM_TENSORS; kind++) {
-        size_t rows = 1;
-        for (size_t row = 0; row < rows; row++) {
+        size_t slices = 1;
+        for (size_t slice = 0; slice < slices; slice++) {
             Expected e = {0};
-            e.rank = safetensors_tensor(c, kind, row, e.name, sizeof(e.name), e.shape, &rows);
-            if (rows == 0) { break; }
+            e.rank = safetensors_tensor(c, kind, slice, e.name, sizeof(e.name), e.shape, &slices);
+            if (slices == 0) { break; }
             e.floats = e.shape[0] * (e.rank == 2 ? e.shape[1] : 1);
             e.offset = offset;
             offset += e.floats;
@@ -732,16 +732,16 @@ int safetensors_decode(const unsigned char* bytes, size_t len, ModelConfig* conf
     if (status == 0) { status = read_metadata(&j, metadata, config, err, err_len); }
     if (status == 0) {
         size_t sizes[N_PARAM_TENSORS];
-        size_t P = param_sizes(config, sizes);
+        size_t n_params = param_sizes(config, sizes);
         uint64_t data_len = len - 8 - header_len;
         // the tensors must fill the data, checked below; a file too short for them is refused
         // before the parameters are allocated
-        if (data_len < (uint64_t)P * sizeof(float)) {
+        if (data_len < (uint64_t)n_params * sizeof(float)) {
             snprintf(err, err_len, "data of %llu bytes, too short for the %zu parameters of its "
-                     "config (%zu bytes)", (unsigned long long)data_len, P, P * sizeof(float));
+                     "config (%zu bytes)", (unsigned long long)data_len, n_params, n_params * sizeof(float));
             status = -1;
         } else {
-            *params = mallocCheck(P * sizeof(float));
+            *params = mallocCheck(n_params * sizeof(float));
             status = read_tensors(&j, config, bytes + 8 + header_len, data_len, *params, err,
                                   err_len);
         }

@@ -7,8 +7,8 @@
 //   "__metadata__": {"format":"attnres.c","format_version":"1", then every ModelConfig
 //                    field by its C name, in struct order, as a decimal string}
 //   one entry a tensor, in the flat buffer's order (PARAMETER_TENSORS, absent kinds left out,
-//   rows ascending within a kind): "NAME":{"dtype":"F32","shape":[..],"data_offsets":[B,E]}
-// Names and shapes, PyTorch's [out, in] layout (i a layer, l a depth-attention row 0 .. 2L
+//   slices ascending within a kind): "NAME":{"dtype":"F32","shape":[..],"data_offsets":[B,E]}
+// Names and shapes, PyTorch's [out, in] layout (i a layer, l a depth-attention slice 0 .. 2L
 // (2L: the output aggregation), or for hc.* a sub-layer 0 .. 2L-1):
 //   wte.weight [V,d]; layers.{i}.attn_norm.weight [d]; layers.{i}.attn.wq.weight [H*hs,d],
 //   .wk and .wv [G*hs,d], .wo [d,H*hs]; layers.{i}.mlp_norm.weight [d];
@@ -34,11 +34,11 @@ extern "C" {
 // before anything is allocated for it.
 #define SAFETENSORS_MAX_HEADER 100000000ull
 
-// The name of row `row` of parameter tensor `kind` (ParamIndex) into name (64 bytes are
+// The name of slice `slice` of parameter tensor `kind` (ParamIndex) into name (64 bytes are
 // enough), its shape into shape[] (at most 2 dimensions) and its rank returned: 1 or 2.
-// *rows: how many such tensors the kind has in config c (0: absent).
-int safetensors_tensor(const ModelConfig* c, int kind, size_t row, char* name, size_t name_len,
-                       size_t shape[2], size_t* rows);
+// *slices: how many such tensors the kind has in config c (0: absent).
+int safetensors_tensor(const ModelConfig* c, int kind, size_t slice, char* name, size_t name_len,
+                       size_t shape[2], size_t* slices);
 
 // The whole file for config c and its flat parameters (param_sizes(c) floats, canonical
 // order): malloc'd, *len bytes.

@@ -39,12 +39,12 @@ static int check_sample_flags(const Options* o, char* err, size_t err_len) {
     return 0;
 }
 
-// "3,1,4" -> p->prompt (malloc'd), each in [0, V)
-static int parse_token_list(Prompt* p, const char* list, int V, char* err, size_t err_len) {
+// "3,1,4" -> prompt->prompt (malloc'd), each in [0, V)
+static int parse_token_list(Prompt* prompt, const char* list, int V, char* err, size_t err_len) {
     size_t n = 1;
     for (const char* c = list; *c; c++) { n += *c == ','; }
-    p->prompt = mallocCheck(n * sizeof(int));
-    p->n_prompt = n;
+    prompt->prompt = mallocCheck(n * sizeof(int));
+    prompt->n_prompt = n;
     const char* s = list;
     for (size_t i = 0; i < n; i++) {
         char* end = NULL;
@@ -53,7 +53,7 @@ static int parse_token_list(Prompt* p, const char* list, int V, char* err, size_
         if (end == s || errno != 0 || v < 0 || v >= V || (*end != ',' && *end != '\0')) {
             FAIL("--prompt-tokens '%s': expected token ids in [0, %d) separated by commas", list, V);
         }
-        p->prompt[i] = (int)v;
+        prompt->prompt[i] = (int)v;
         s = end + 1;
     }
     return 0;
@@ -61,7 +61,7 @@ static int parse_token_list(Prompt* p, const char* list, int V, char* err, size_
 
 // the first held-out example of the task the flags describe: its prompt and separator, and
 // its answer
-static int task_prompt(Prompt* p, const Options* o, int V, char* err, size_t err_len) {
+static int task_prompt(Prompt* prompt, const Options* o, int V, char* err, size_t err_len) {
     Dataset ds;
     if (dataset_init_task(&ds, o->task, o->length, o->symbols, (size_t)o->eval_examples,
                           o->seed, err, err_len) != 0) { return -1; }
@@ -71,34 +71,38 @@ static int task_prompt(Prompt* p, const Options* o, int V, char* err, size_t err
              V, o->task, o->symbols, ds.vocab_size);
     }
     size_t T = (size_t)ds.seq_len;
-    p->n_prompt = (size_t)ds.answer_start + 1;  // the prompt and the separator
-    p->n_expected = (size_t)ds.answer_len;
-    p->prompt = mallocCheck(T * sizeof(int));
+    prompt->n_prompt = (size_t)ds.answer_start + 1;  // the prompt and the separator
+    prompt->n_expected = (size_t)ds.answer_len;
+    prompt->prompt = mallocCheck(T * sizeof(int));
     int* y = mallocCheck(T * sizeof(int));
-    dataset_eval_batch(&ds, p->prompt, y, 1, 0);
-    p->expected = mallocCheck(p->n_expected * sizeof(int));
-    memcpy(p->expected, y + ds.answer_start, p->n_expected * sizeof(int));
+    dataset_eval_batch(&ds, prompt->prompt, y, 1, 0);
+    prompt->expected = mallocCheck(prompt->n_expected * sizeof(int));
+    memcpy(prompt->expected, y + ds.answer_start, prompt->n_expected * sizeof(int));
     free(y);
     dataset_free(&ds);
     return 0;
 }
 
-static int make_prompt(Prompt* p, const Options* o, int V, int is_text, char* err,
+static int make_prompt(Prompt* prompt, const Options* o, int V, int is_text, char* err,
                        size_t err_len) {
-    *p = (Prompt){NULL, 0, NULL, 0};
+    *prompt = (Prompt){NULL, 0, NULL, 0};
     if (o->prompt != NULL) {
         if (!is_text) {
             FAIL("--prompt needs a text model (V = 256), this one has V = %d: use --prompt-tokens", V);
         }
-        p->n_prompt = strlen(o->prompt);
-        if (p->n_prompt == 0) { FAIL("--prompt is empty"); }
-        p->prompt = mallocCheck(p->n_prompt * sizeof(int));
-        for (size_t i = 0; i < p->n_prompt; i++) { p->prompt[i] = (unsigned char)o->prompt[i]; }
+        prompt->n_prompt = strlen(o->prompt);
+        if (prompt->n_prompt == 0) { FAIL("--prompt is empty"); }
+        prompt->prompt = mallocCheck(prompt->n_prompt * sizeof(int));
+        for (size_t i = 0; i < prompt->n_prompt; i++) {
+            prompt->prompt[i] = (unsigned char)o->prompt[i];
+        }
         return 0;
     }
-    if (o->prompt_tokens != NULL) { return parse_token_list(p, o->prompt_tokens, V, err, err_len); }
+    if (o->prompt_tokens != NULL) {
+        return parse_token_list(prompt, o->prompt_tokens, V, err, err_len);
+    }
     if (is_text) { FAIL("--sample with a text model needs --prompt \"text\" or --prompt-tokens"); }
-    return task_prompt(p, o, V, err, err_len);
+    return task_prompt(prompt, o, V, err, err_len);
 }
 
 // a text model's bytes, printed as they are drawn (decoder_generate's TokenCallback)
@@ -110,10 +114,10 @@ static void print_byte(void* context, const int* tokens, size_t B) {
 }
 
 // tasks: the three token lists, one per line
-static void print_task_sample(const Prompt* p, const int* generated, size_t n_new) {
+static void print_task_sample(const Prompt* prompt, const int* generated, size_t n_new) {
     const char* labels[] = {"prompt:   ", "generated:", "expected: "};
-    const int* rows[] = {p->prompt, generated, p->expected};
-    size_t lengths[] = {p->n_prompt, n_new, p->n_expected};
+    const int* rows[] = {prompt->prompt, generated, prompt->expected};
+    size_t lengths[] = {prompt->n_prompt, n_new, prompt->n_expected};
     for (int r = 0; r < 3 && rows[r] != NULL; r++) {
         printf("%s", labels[r]);
         for (size_t i = 0; i < lengths[r]; i++) { printf(" %d", rows[r][i]); }
@@ -187,24 +191,24 @@ int sample_main(const Options* flags, char* err, size_t err_len) {
         return -1;
     }
     int V = config.vocab_size, is_text = V == 256;
-    Prompt p;
-    if (make_prompt(&p, o, V, is_text, err, err_len) != 0) {
-        free(p.prompt);
+    Prompt prompt;
+    if (make_prompt(&prompt, o, V, is_text, err, err_len) != 0) {
+        free(prompt.prompt);
         return -1;
     }
     size_t n_new = o->sample_tokens > 0 ? (size_t)o->sample_tokens
                                         : (is_text ? 256 : (size_t)o->length);
-    size_t positions = p.n_prompt + n_new - 1;  // the decoder holds at most the trained T
+    size_t positions = prompt.n_prompt + n_new - 1;  // the decoder holds at most the trained T
     size_t max_T = context > 0 && context < positions ? context : positions;
     // the model's buffers hold the longest prefill: the prompt, or a window of max_T once the
     // context slides (a version 1 checkpoint, whose T is not known, never slides)
-    size_t prefill = max_T < positions ? max_T : p.n_prompt;
+    size_t prefill = max_T < positions ? max_T : prompt.n_prompt;
     Model model;
     model_build(&model, &config, 1, prefill);
     if (checkpoint_load(&model, o->checkpoint, &step, err, err_len) != 0) {
         model_free(&model);
-        free(p.prompt);
-        free(p.expected);
+        free(prompt.prompt);
+        free(prompt.expected);
         return -1;
     }
     Decoder dec;
@@ -212,15 +216,15 @@ int sample_main(const Options* flags, char* err, size_t err_len) {
     int* generated = mallocCheck(n_new * sizeof(int));
     uint64_t rng = o->seed;
     if (is_text) {  // the prompt, then each byte as it comes
-        for (size_t i = 0; i < p.n_prompt; i++) { putchar(p.prompt[i]); }
+        for (size_t i = 0; i < prompt.n_prompt; i++) { putchar(prompt.prompt[i]); }
         fflush(stdout);
     }
-    decoder_generate(&dec, 1, p.prompt, p.n_prompt, generated, n_new, o->temperature, o->top_k,
-                     &rng, is_text ? print_byte : NULL, NULL);
+    decoder_generate(&dec, 1, prompt.prompt, prompt.n_prompt, generated, n_new, o->temperature,
+                     o->top_k, &rng, is_text ? print_byte : NULL, NULL);
     if (is_text) { putchar('\n'); }
-    else { print_task_sample(&p, generated, n_new); }
-    free(p.prompt);
-    free(p.expected);
+    else { print_task_sample(&prompt, generated, n_new); }
+    free(prompt.prompt);
+    free(prompt.expected);
     free(generated);
     decoder_free(&dec);
     model_free(&model);

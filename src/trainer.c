@@ -51,22 +51,7 @@ void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int o
     host->m_memory = host->v_memory = NULL;
 }
 
-void trainer_init_pipeline(Trainer* t, Model* host, Dist* dist, const Options* o, size_t rows,
-                           size_t T) {
-    memset(t, 0, sizeof(*t));
-    t->host = host;
-    t->dist = dist;
-    t->optimizer = o->optimizer_kind;
-    t->pipeline = pipeline_create(host, dist, o->pipeline, o->virtual_stages, o->microbatches,
-                                  o->pipeline_cached, rows, T, o->optimizer_kind, o->muon_momentum);
-}
-
-void trainer_pipeline_step(Trainer* t, const int* x, const int* y, size_t n_targets) {
-    pipeline_step(t->pipeline, x, y, n_targets);
-}
-
 void trainer_free(Trainer* t) {
-    pipeline_free(t->pipeline);
     free(t->grad_shard);
     free(t->m_shard);
     free(t->v_shard);
@@ -74,23 +59,34 @@ void trainer_free(Trainer* t) {
     free(t->shard_bounds);
 }
 
-// The rows' loss is their share of the global mean (their sum over the global count
-// n_targets), so the gradients summed over the microbatches and the ranks are the global
-// batch's; the rows' losses add into loss_sum, in double, for trainer_loss_and_norm.
+// The model's forward in its parts (model_forward_rows'), the whole range of sub-layers. The
+// rows' loss is their share of the global mean (their sum over the global count n_targets),
+// so the gradients summed over the microbatches and the ranks are the global batch's; the
+// rows' losses add into loss_sum, in double, for trainer_loss_and_norm.
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
-    model_forward_rows(t->host, x, y, n_targets, B, T);
-    t->loss_sum += t->host->kernels->sum(t->host->acts.losses, B * T);
+    Model* model = t->host;
+    model_set_batch(model, x, y, n_targets, B, T);
+    model_embedding_forward(model);
+    model_sublayers_forward(model, 0, (int)model->dims.n_sub);
+    model_head_forward(model);
+    t->loss_sum += model->kernels->sum(model->acts.losses, B * T);
 }
 
 void trainer_zero_grad(Trainer* t) { model_zero_grad(t->host); }
 
-void trainer_backward(Trainer* t) { model_backward(t->host); }
+// The model's backward in its parts (model_backward's), the whole range of sub-layers
+void trainer_backward(Trainer* t) {
+    Model* model = t->host;
+    model_zero_carried(model);
+    model_head_backward(model);
+    const float* dinput = model_sublayers_backward(model, 0, (int)model->dims.n_sub);
+    model_embedding_backward(model, dinput);
+}
 
 // Sharded: the gradients summed over the ranks (reduce-scatter: this rank's shard of the sum),
 // the loss and the squared norm added over the ranks
 float trainer_loss_and_norm(Trainer* t, float* norm) {
-    if (t->pipeline != NULL) { return pipeline_loss_and_norm(t->pipeline, t->host, norm); }
     Model* host = t->host;
     double local_loss = t->loss_sum;
     t->loss_sum = 0.0;  // for the next step's forwards
@@ -108,7 +104,7 @@ float trainer_loss_and_norm(Trainer* t, float* norm) {
 }
 
 // The gradient this rank updates from: its shard of the sum over the ranks, or (unsharded)
-// the whole flat buffer [0, P)
+// the whole flat buffer [0, num_params)
 static float* update_gradient(Trainer* t, size_t* lo, size_t* hi) {
     *lo = t->sharded ? t->lo : 0;
     *hi = t->sharded ? t->hi : t->host->num_params;
@@ -116,10 +112,6 @@ static float* update_gradient(Trainer* t, size_t* lo, size_t* hi) {
 }
 
 void trainer_clip(Trainer* t, float norm, float max_norm) {
-    if (t->pipeline != NULL) {
-        pipeline_clip(t->pipeline, norm, max_norm);
-        return;
-    }
     if (!(max_norm > 0.0f && norm > max_norm)) { return; }
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);
@@ -131,10 +123,6 @@ void trainer_clip(Trainer* t, float norm, float max_norm) {
 // whole flat buffer, and model_update_shard over it is model_update.
 void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
                     float weight_decay, int adam_t) {
-    if (t->pipeline != NULL) {
-        pipeline_update(t->pipeline, lr, beta1, beta2, eps, weight_decay, adam_t);
-        return;
-    }
     Model* host = t->host;
     size_t lo, hi;
     float* g = update_gradient(t, &lo, &hi);
@@ -152,9 +140,7 @@ void trainer_update(Trainer* t, float lr, float beta1, float beta2, float eps,
     t->comm_seconds += now_seconds() - start;
 }
 
-// (the pipeline: the parameters too, as the host model does not train)
 void trainer_gather_moments(Trainer* t) {
-    if (t->pipeline != NULL) { pipeline_gather(t->pipeline, t->host); }
     if (!t->sharded) { return; }
     Model* h = t->host;
     if (t->dist->rank == 0) {

@@ -7,8 +7,8 @@
 //   trainer_clip -> trainer_update
 // With --microbatches M (the CPU builds), the forward and the backward run M times, each on
 // B/M of the rows, the gradients adding up (zeroed after the first forward only). With
-// --pipeline P (./train_mpi), trainer_pipeline_step takes the place of the first three:
-// every microbatch's forward and backward through the stages (src/pipeline.c).
+// --pipeline P (./train_mpi), train.c calls src/pipeline.c's step (pipeline.h) instead, whose
+// stages train their chunks with a Trainer each: a Trainer knows nothing of the pipeline.
 // Two files implement this header, function for function: src/trainer.c on the CPU and
 // cuda/trainer.cu on the GPU; a program links one of them (Makefile). One process or several
 // is chosen when linking too, by the distributed layer (distributed.h): one process is a
@@ -28,15 +28,14 @@
 #include <stddef.h>
 #include "distributed.h"
 #include "model.h"
-#include "options.h"
-#include "pipeline.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct {
-    Model* host;
+    Model* host;        // the Model in host memory: the one that trains in the CPU builds, the
+                        // copy of the device twin's parameters in the GPU builds
     void* device;       // the GPU builds: the ModelCuda that trains; NULL in ./train
     Dist* dist;         // with Muon's shards, its shard_bounds are this trainer's
     // Data parallel: ZeRO-1, with several processes; and on the GPU whenever MPI started the
@@ -54,7 +53,6 @@ typedef struct {
     float muon_momentum;  // Muon's mu
     size_t* shard_bounds; // Muon with several ranks: the shards, cut between its matrices
     float clip_norm, clip_max_norm;  // ./train_cuda: trainer_clip's, for trainer_update
-    Pipeline* pipeline;   // --pipeline (./train_mpi): this process's stage; NULL without
 } Trainer;
 
 // 1 in the GPU builds (./train_cuda, ./train_cuda_mpi), 0 in the CPU ones
@@ -72,15 +70,6 @@ void trainer_close_device(void);
 void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int optimizer,
                   float muon_momentum);
 void trainer_free(Trainer* t);
-// --pipeline P (src/pipeline.c; the CPU build with MPI): this process trains its stage's
-// chunks on rows x T microbatches, each with a Trainer of its own, and the step's gradients
-// come from trainer_pipeline_step; trainer_loss_and_norm, trainer_clip, trainer_update and
-// trainer_gather_moments then work on the stage (host: every process's whole model, loaded
-// alike; rank 0 keeps it for evaluation and checkpoints). The GPU builds refuse a pipeline.
-void trainer_init_pipeline(Trainer* t, Model* host, Dist* dist, const Options* o, size_t rows,
-                           size_t T);
-void trainer_pipeline_step(Trainer* t, const int* x, const int* y, size_t n_targets);
-
 // The step. x, y (B,T) are this rank's rows of the global batch (or of one microbatch of
 // it), which has n_targets targets; trainer_loss_and_norm returns the global batch's loss
 // and its gradient norm in *norm (over every microbatch and every rank: the gradients are

@@ -628,6 +628,21 @@ TEST_CASE("--microbatches: M parts' gradients and losses add up to the whole bat
             grads[run].assign(scoped.m.grads_memory, scoped.m.grads_memory + scoped.m.num_params);
             trainer_free(&t);
         }
+        // one part through the trainer, which calls the model's parts itself, is model_forward
+        // and model_backward bit for bit
+        {
+            ScopedModel scoped(c, B, T);
+            randomise_params(scoped.m, 4100);
+            float whole = model_forward(&scoped.m, batch.tokens.data(), batch.targets.data(), B, T);
+            model_zero_grad(&scoped.m);
+            model_backward(&scoped.m);
+            size_t differ = 0;
+            for (size_t i = 0; i < grads[0].size(); i++) {
+                differ += scoped.m.grads_memory[i] != grads[0][i];
+            }
+            CHECK(whole == loss[0]);
+            CHECK(differ == 0);
+        }
         double largest = 0.0;
         for (float g : grads[0]) largest = std::max(largest, (double)std::fabs(g));
         REQUIRE(largest > 0.0);

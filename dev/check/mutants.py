@@ -70,8 +70,9 @@ TESTS = {
     "rmsnorm.c": ["rmsnorm*", ACCUMULATES],
     "rope.c": ["rope*", ACCUMULATES],
     "swiglu.c": ["swiglu*", ACCUMULATES],
-    # trainer_backward only calls model_backward: without it the loss stays where it starts
-    "trainer.c": ["training lowers the loss*"],
+    # trainer_backward calls model_backward's parts: without them the loss stays where it
+    # starts, or the step's gradients are not model_backward's
+    "trainer.c": ["training lowers the loss*", "--microbatches: M parts*"],
     # the schedule, the bytes and the shares; then the pipelines themselves (SHELL_TESTS)
     "pipeline.c": ["pipeline_*", "the bytes that travel*", "a chunk holds its share*"],
 }
@@ -82,7 +83,7 @@ EXTRA_TARGETS = {
     "pipeline.c": {"first_travelling", "last_received", "pipeline_floats_into", "bind",
                    "travelling", "send_buffers", "receive", "chunk_forward", "place_in_whole",
                    "gather_whole", "pipeline_loss_and_norm", "pipeline_step"},
-    "model.c": {"model_zero_carried"},
+    "model.c": {"model_zero_carried", "model_zero_carried_buffers"},
     # the forward's online softmax: each key tile's part and its merge into the running one
     "attention.c": {"attention_forward", "attention_query_online", "tile_part"},
 }
