@@ -137,9 +137,9 @@ double pipeline_simulate(int P, int V, int M, double* bubble) {
 //   2      0      4, 5        b_3    b_0 .. b_2  b_2       chunk 0's for b_0, b_1; its own for b_2
 //   3      1      6, 7, head  b_4    b_0 .. b_3  b_3       chunk 1's for b_0 .. b_2; its own for b_3
 // Backward: chunk 3 sends db_3 back; chunk 2 adds it to its db_3, runs, and sends db_2;
-// chunk 1 adds that to its db_2, which holds chunk 3's piece already, runs, and sends db_0,
-// db_1; chunk 0 adds them to its own, which hold chunk 2's pieces. Without the cache every
-// chunk receives b_0 .. b_{c*N_p} and sends all their gradients back.
+// chunk 1 adds that to its db_2, which holds chunk 3's piece already, runs, and sends db_0
+// (model.c's dx0), db_1; chunk 0 adds them to its own, which hold chunk 2's pieces. Without
+// the cache every chunk receives b_0 .. b_{c*N_p} and sends all their gradients back.
 
 typedef struct {
     int C, U, S, N_p;  // chunks, sub-layers a chunk, block size (0: none or mhc), blocks a chunk
