@@ -32,7 +32,7 @@ gpu-check:  ## on a GPU: build with nvcc; GPU tests, sanitizers, speed [OUT= BUD
 carry:  ## doctest and OpenMPI into .carry/, for a GPU machine without them [AB=commit]
 	@dev/infra/carry.sh $(AB)
 
-# the agreement tests on a real GPU: tests/cuda_test_{layers,model,graph}.cpp compiled by nvcc
+# the agreement tests on a real GPU: tests/cuda_test_{layers,depth,model,graph}.cpp compiled by nvcc
 # (-x cu: against cuda_runtime.h instead of the emulator) with the CUDA and CPU objects.
 # doctest comes from the system, or from .carry/ (make carry) on a machine without it.
 CARRY_INCLUDE = $(if $(wildcard .carry/doctest/doctest.h),-I.carry)
@@ -40,7 +40,7 @@ build/gpu/%.o: tests/%.cpp $(CUDA_DEPS) tests/gradcheck.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -Itests $(CARRY_INCLUDE) -Xcompiler -fopenmp -x cu -c $< -o $@
 
-build/test_cuda_gpu: build/gpu/cuda_test_layers.o build/gpu/cuda_test_model.o build/gpu/cuda_test_graph.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
+build/test_cuda_gpu: build/gpu/cuda_test_layers.o build/gpu/cuda_test_depth.o build/gpu/cuda_test_model.o build/gpu/cuda_test_graph.o build/gpu/cuda_test_main.o $(CUDA_OBJ) $(OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
 # the GPU benchmarks (dev/bench/): the step per mode, and the matmul, the depth attention and
