@@ -101,8 +101,8 @@ bench-sizes: build/bench_sizes  ## ms/step, GFLOP/s, share of the matmul rate as
 	@SIZES="$(SIZES)" TORCH_BLAS="$(TORCH_BLAS)" dev/bench/bench_sizes.sh
 
 # `make bench-context`: the bench model's step as the context grows, T = 128 .. 4096 (1024
-# tokens a step, then B = 1: T tokens), ms/step, ms a token and the memory each side
-# allocates, PyTorch beside (dev/bench/bench_sizes.sh, ROUNDS=3 unless given); then the
+# tokens a step, then B = 1: T tokens), ms/step, ms a token and memory (what attnres.c's
+# model allocates, PyTorch's peak resident), PyTorch beside (dev/bench/bench_sizes.sh, ROUNDS=3 unless given); then the
 # attention alone, materialised against flash-style (make bench-attention)
 .PHONY: bench-context
 bench-context: build/bench_sizes build/bench_attention_cpu  ## the step and its memory as T grows to 4096, PyTorch beside; the attention alone

@@ -1,5 +1,6 @@
-// cuda_test_layers.cpp — every CUDA kernel of cuda/, forward and backward, against its CPU
-// twin in src/ on random inputs. Built by g++ with tests/cuda_emu.h (no GPU needed): every
+// cuda_test_layers.cpp — every CUDA kernel of cuda/ but the depth attention's
+// (cuda_test_depth.cpp), forward and backward, against its CPU twin in src/ on random inputs.
+// Built by g++ with tests/cuda_emu.h (no GPU needed; nvcc builds it for build/test_cuda_gpu): every
 // CUDA computation runs twice, with the emulator's threads resumed in forward and in reverse
 // order, and the two results must agree bit for bit (a race, or an order-dependent sum, shows)
 // before the forward-order result is compared with the CPU.
@@ -13,7 +14,7 @@
 //   kernel            atol   rtol   why
 //   embedding         0      0      a copy; the backward adds the rows of a token in order
 //   rmsnorm           1e-5   1e-5   one reduction over C per row (N for the weight)
-//   linear            1e-5   1e-5   dot products of up to 80 terms, tiled in another order
+//   linear            1e-5   1e-5   up to 600 terms (a GPU's: 1024, at 1e-4), tiled in another order
 //   rope              1e-5   1e-5   float angle and sincospif against a double-angle table
 //   attention         1e-5   1e-5   scores over hs, softmax over T, sums over T and heads
 //   swiglu            1e-6   1e-5   elementwise, expf

@@ -16,7 +16,7 @@
 // step (the matmuls' work grows with d and L alone, the causal attention's with T too); past
 // it (T = 2048, 4096: `make bench-context`) B = 1, T tokens a step. Each mode's line ends with
 // the memory its model allocates (parameters, gradients, AdamW moments, activations). The modes take
-// turns round by round (bench.c's time_rounds), each line the median. The matmul rate is
+// turns round by round (bench_util.h's time_rounds), each line the median. The matmul rate is
 // linear_forward's on the MLP's product (B*T x d)(d x F), best of the rounds, as bench.c
 // measures it; GFLOP/s counts what bench_pytorch.py's step_flops counts (the matmuls and the
 // attention products, 3x the forward's; the depth attention, norms and AdamW not at all), so
