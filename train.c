@@ -231,7 +231,7 @@ typedef struct {
     Options o;
     Dataset ds;
     Model model;          // on the host: evaluation, decoding, diagnostics, checkpoints
-    Decoder decoder;      // rank 0: the evaluation's greedy decoding (decoder_rows x T)
+    Decoder decoder;      // rank 0: the evaluation's greedy decoding (decoder_sequences x T)
     Trainer trainer;      // where the training step runs (the host model, or its GPU twin)
     Pipeline* pipeline;   // --pipeline: this process's stage, which trains in the trainer's
                           // place (pipeline.c); NULL without
@@ -307,7 +307,7 @@ static void check_resumed_run(Run* r) {
 
 // The sequences the evaluation decodes at once: tasks, an evaluation batch of prompts; text,
 // the one sample it prints
-static size_t decoder_rows(const Run* r, size_t eval_B) {
+static size_t decoder_sequences(const Run* r, size_t eval_B) {
     return r->ds.kind == TASK_TEXT ? 1 : eval_B;
 }
 
@@ -318,7 +318,7 @@ static void build_model(Run* r) {
     r->B = (size_t)o->batch;
     r->T = (size_t)r->ds.seq_len;
     size_t eval_B = r->B;  // evaluation runs in batches of the training batch's rows
-    if (run_memory_check(&o->model, eval_B, r->T, decoder_rows(r, eval_B), &dist,
+    if (run_memory_check(&o->model, eval_B, r->T, decoder_sequences(r, eval_B), &dist,
                          dataset_bytes(&r->ds), &r->memory_bytes, &r->activation_bytes, err,
                          sizeof(err)) != 0) {
         die("%s", err);
@@ -349,7 +349,7 @@ static void build_model(Run* r) {
     r->x = mallocCheck(eval_B * r->T * sizeof(int));
     r->y = mallocCheck(eval_B * r->T * sizeof(int));
     r->work = mallocCheck(eval_B * r->T * sizeof(int));
-    if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, decoder_rows(r, eval_B), r->T); }
+    if (dist.rank == 0) { decoder_build(&r->decoder, &r->model, decoder_sequences(r, eval_B), r->T); }
     if (o->pipeline > 1) {  // each process trains its stage's chunks; rank 0 keeps the whole
                             // model for evaluation and checkpoints, the others release theirs
         int replicas = dist.world / o->pipeline;
@@ -724,7 +724,7 @@ int main(int argc, char** argv) {
     // B/D/M rows: the gradients add up, zeroed once
     int replicas = dist.world / r.o.pipeline, replica = dist.rank / r.o.pipeline;
     size_t rows = r.B / (size_t)replicas, first = (size_t)replica * rows * r.T;
-    size_t micro_rows = rows / (size_t)r.o.microbatches;
+    size_t micro_sequences = rows / (size_t)r.o.microbatches;
     for (int step = r.start_step; step < r.end_step; step++) {
         int done = step + 1;  // AdamW's step t, from 1
         double step_start = now_seconds();
@@ -736,8 +736,8 @@ int main(int argc, char** argv) {
             loss = pipeline_loss_and_norm(r.pipeline, &r.model, &norm);
         } else {
             for (int micro = 0; micro < r.o.microbatches; micro++) {
-                size_t at = first + (size_t)micro * micro_rows * r.T;
-                trainer_forward(&r.trainer, r.x + at, r.y + at, micro_rows, r.T, n_targets);
+                size_t at = first + (size_t)micro * micro_sequences * r.T;
+                trainer_forward(&r.trainer, r.x + at, r.y + at, micro_sequences, r.T, n_targets);
                 if (micro == 0) { trainer_zero_grad(&r.trainer); }
                 trainer_backward(&r.trainer);
             }

@@ -108,7 +108,7 @@ __device__ __forceinline__ void load_group_chunk(float v[DEPTH_COLS][SOURCE_CHUN
 
 // Two sums over one row's columns for every source i: first[i] = sum_c x_c V_ic, where x is
 // the row `x_row` (N,C) or, when x_row is NULL, V_i itself (sum_c V_ic^2); and second[i] =
-// sum_c q_c g_c V_ic (load_key_weights; query_rows (N,C) the query's row parts, or NULL).
+// sum_c q_c g_c V_ic (load_key_weights; token_query (N,C) the query's per-token part, or NULL).
 // Each of the row's threads sums its columns, each warp sums its lanes (warp_sum), and
 // lane 0 of the row's warp `warp` writes warp_first[warp][i] and
 // warp_second[warp][i]; the caller, after a barrier, adds the ROW_WARPS warps' sums in order
@@ -116,10 +116,10 @@ __device__ __forceinline__ void load_group_chunk(float v[DEPTH_COLS][SOURCE_CHUN
 __device__ __forceinline__ void row_source_sums(
     float (*warp_first)[DEPTH_ATTENTION_MAX_SOURCES],
     float (*warp_second)[DEPTH_ATTENTION_MAX_SOURCES], const float* x_row,
-    const SourceList& sources, const float* query, const float* query_rows,
+    const SourceList& sources, const float* query, const float* token_query,
     const float* norm_weight, size_t n_sources, size_t row, size_t C, unsigned int t) {
     unsigned int warp = t / WARP_SIZE, lane = t % WARP_SIZE;
-    const float* query_row = query_rows != NULL ? query_rows + row * C : NULL;
+    const float* query_row = token_query != NULL ? token_query + row * C : NULL;
     for (size_t first = 0; first < n_sources; first += SOURCE_CHUNK) {
         float sum_first[SOURCE_CHUNK], sum_second[SOURCE_CHUNK];
 #pragma unroll

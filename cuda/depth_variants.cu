@@ -3,7 +3,7 @@
 // attnres_input_forward_cuda and its backward, the model's one call for any AttnRes operator.
 //
 // The attention, per row (position) n and head k (channels c of group k, Ck = C / heads):
-//   q      = w + u_n                (u_n = query_rows[n] with --depth-query input, else 0)
+//   q      = w + u_n                (u_n = token_query[n] with --depth-query input, else 0)
 //   r_i    = (mean_{c in k}(V_i^2) + eps)^(-1/2)   (key norm on)   or 1 (--key-norm off)
 //   s_i    = sum_{c in k} q_c g_c V_ic r_i          (g = 1 when the key norm is off)
 //   alpha  = softmax_i(s)   or   alpha_i = sigmoid(s_i) (--depth-score sigmoid: no normaliser)
@@ -17,7 +17,7 @@
 // With one head, and in the mixings, the layers run this file's first two kernels,
 // depth_attention_switched_forward_kernel and depth_attention_switched_backward_rows_kernel:
 // depth_attention.cu's two fast kernels with the switches added (DepthSwitches, DepthSaved's
-// query_rows, a NULL key-norm gain), built from the same row steps (depth_rows.cuh), so they
+// token_query, a NULL key-norm gain), built from the same row steps (depth_rows.cuh), so they
 // take the same block shape and loads, fuse the RMSNorm each way, and compute what those do
 // when every switch is off. The mixings' coefficients get their gradient from
 // depth_mixing_coefficients_kernel. The kernels after them take more heads: a block of
@@ -48,7 +48,7 @@ struct VariantOutputs {
     float* gain_parts;     // (parts, C) dg's q acc, where q differs from row to row
     float* dweight_parts;  // (parts, C) the fused norm's gain: dxn h rstd
     float* mixing_parts;   // (parts, n_sources) the mixings: dweight_i = sum_n dalpha_ni
-    float* dquery_rows;    // (N, C) the query's row part: dq_n = g acc_n, +=
+    float* dtoken_query;   // (N, C) the query's per-token part: dq_n = g acc_n, +=
     float* dscore;         // (N, n_sources, heads) more heads: dalpha, then ds
     float* key_dot;        // (N, n_sources, heads) more heads: (q * g) . V_i
 };
@@ -59,7 +59,7 @@ static_assert(sizeof(VariantOutputs) == 7 * sizeof(float*), "VariantOutputs has 
 // Mirrors src/depth_variants.c:depth_attention_variant_forward with one head, and
 // src/depth_variants.c:depth_mixing_forward, each with the norm after it; it is
 // depth_attention.cu's depth_attention_forward_kernel (the steps there) with the switches:
-// without the key norm (params.norm NULL) rstd_i = 1 and g = 1; with saved.query_rows the
+// without the key norm (params.norm NULL) rstd_i = 1 and g = 1; with saved.token_query the
 // query is w + u_n; with switches.sigmoid alpha_i = sigmoid(s_i); in the mixings
 // (switches.mixing) alpha = saved.alpha, the n_sources weights, for every row, no scores, and
 // saved.alpha and saved.key_rstd are not written.
@@ -79,10 +79,10 @@ depth_attention_switched_forward_kernel(float* xn, float* h_rstd, float* h, Dept
     size_t row = (size_t)blockIdx.x * DEPTH_ROWS + r;
     bool live = row < N;  // the last block's rows past N only take part in the barriers
     bool scored = !switches.mixing;  // the same for the whole grid
-    const float* query_rows = saved.query_rows;
+    const float* token_query = saved.token_query;
     // 1. per source, sum V^2 and (w * g) . V
     if (live && scored)
-        row_source_sums(warp_sq[r], warp_dot[r], NULL, sources, params.query, query_rows,
+        row_source_sums(warp_sq[r], warp_dot[r], NULL, sources, params.query, token_query,
                         params.norm, n_sources, row, C, t);
     __syncthreads();
     // 2. the scores, thread i of the row for source i
@@ -122,8 +122,8 @@ depth_attention_switched_forward_kernel(float* xn, float* h_rstd, float* h, Dept
 // src/depth_variants.c:depth_mixing_backward, each with the norm's backward before it; it is
 // depth_attention.cu's depth_attention_backward_rows_kernel (its steps and formulas there)
 // with the switches, as in the forward: without the key norm rstd_i = 1, g = 1 and no
-// correction term; sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i); with a row part of the
-// query (q = w + u_n), dq_n = g acc_n per row into outputs.dquery_rows (+=) and dg =
+// correction term; sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i); with a per-token part of the
+// query (q = w + u_n), dq_n = g acc_n per row into outputs.dtoken_query (+=) and dg =
 // sum_n q_n acc_n, the block's part in outputs.gain_parts; the mixings: no key path (ds = 0,
 // acc = 0), and the block's part of dweight_i = sum_n dalpha_ni in outputs.mixing_parts. The
 // block's parts of acc and of the norm's gain go to outputs.acc_parts and
@@ -139,7 +139,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
                                               size_t C, int distinct, DepthSwitches switches) {
     const float* query = params.query;            // NULL in the mixings
     const float* norm_weight = params.norm;       // NULL: no key norm
-    const float* query_rows = saved.query_rows;   // NULL: no row part
+    const float* token_query = saved.token_query;   // NULL: no per-token part
     const float* weights = switches.mixing ? saved.alpha : NULL;  // the mixings' weights
     const bool key_norm = norm_weight != NULL;
     // a chunk of gradients read before any is written (distinct), except at 4 columns a
@@ -164,7 +164,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
         row_rmsnorm_backward(dy, dxn, h, h_rstd, weight, row_dot, live, row, C, r, t);
     // 1. per source, dh . V_i and (w * g) . V_i
     if (live)
-        row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, query_rows, norm_weight,
+        row_source_sums(warp_dy[r], warp_wg[r], dy, sources, query, token_query, norm_weight,
                         n_sources, row, C, t);
     __syncthreads();
     // 2. the scores' backward: dalpha first, then every thread of the row sums
@@ -205,7 +205,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
     __syncthreads();
     // 3. the sources' gradients, a column group and a chunk of sources at a time: read the
     //    values and gradients of them all, then write the gradients; then the block's part of
-    //    acc (and of dg with the query's row part), its rows in order
+    //    acc (and of dg with the query's per-token part), its rows in order
     for (size_t first_c = 0; first_c < C; first_c += GROUP_STRIDE) {
         size_t group = first_c + t;  // this thread's columns: group + k ROW_THREADS
         float acc[DEPTH_COLS];
@@ -213,7 +213,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
         for (int k = 0; k < DEPTH_COLS; k++) acc[k] = 0.0f;
         if (live) {
             float wg[DEPTH_COLS], dy_c[DEPTH_COLS];
-            load_key_weights(wg, query, query_rows != NULL ? query_rows + row * C : NULL,
+            load_key_weights(wg, query, token_query != NULL ? token_query + row * C : NULL,
                              norm_weight, group, C);
             load_columns(dy_c, dy, group, C);
             // add_source_gradients' loop, written out: through the helper ptxas gives this
@@ -252,7 +252,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
         }
         __syncthreads();
         // the block's parts, its rows in order: acc, the norm gain's terms and, with the
-        // query's row part, dg's q_n acc_n (q from each row's u_n)
+        // query's per-token part, dg's q_n acc_n (q from each row's u_n)
         if (r == 0) {
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++) {
@@ -263,7 +263,7 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
                     float gain_sum = 0.0f;
                     for (int p = 0; p < DEPTH_ROWS && blockIdx.x * DEPTH_ROWS + p < N; p++) {
                         size_t at = (blockIdx.x * DEPTH_ROWS + p) * C + c;
-                        gain_sum += (query[c] + query_rows[at]) * row_acc[p][k][t];
+                        gain_sum += (query[c] + token_query[at]) * row_acc[p][k][t];
                     }
                     outputs.gain_parts[blockIdx.x * C + c] = gain_sum;
                 }
@@ -271,13 +271,13 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
                     outputs.dweight_parts[blockIdx.x * C + c] = block_rows_sum(row_dweight, k, t);
             }
         }
-        // with the query's row part: dq_n = g acc_n into the row's dquery_rows
-        if (query_rows != NULL && live) {
+        // with the query's per-token part: dq_n = g acc_n into the row's dtoken_query
+        if (token_query != NULL && live) {
 #pragma unroll
             for (int k = 0; k < DEPTH_COLS; k++) {
                 size_t c = group + k * ROW_THREADS;
                 if (c >= C) break;
-                outputs.dquery_rows[row * C + c] +=
+                outputs.dtoken_query[row * C + c] +=
                     (norm_weight != NULL ? norm_weight[c] : 1.0f) * row_acc[r][k][t];
             }
         }
@@ -371,7 +371,7 @@ static void depth_attention_switched_forward_cuda(float* xn, float* rstd, float*
 // Every backward with one head, and the mixings': the rows kernel (given dxn, the norm's
 // backward first, into scratch.dh; without, scratch.dh is read as h's gradient), then the
 // column sums (or, in the mixings, the coefficients' gradient into grads.mix and, given
-// dweight, the column sums for it alone). grads and scratch.dquery_rows as the layers have
+// dweight, the column sums for it alone). grads and scratch.dtoken_query as the layers have
 // them (NULL: none). The workspace holds acc_parts (N / DEPTH_ROWS, C), then gain_parts and
 // dweight_parts as many, then mixing_parts (N / DEPTH_ROWS, n_sources).
 static void depth_attention_switched_backward_cuda(float* const* dsources, DepthParams grads,
@@ -384,11 +384,11 @@ static void depth_attention_switched_backward_cuda(float* const* dsources, Depth
     size_t parts = ceil_div(N, DEPTH_ROWS);
     float* acc_parts = cuda_workspace(one_head_workspace_floats(n_sources, N, C));
     float* gain_parts =
-        saved.query_rows != NULL && grads.norm != NULL ? acc_parts + parts * C : NULL;
+        saved.token_query != NULL && grads.norm != NULL ? acc_parts + parts * C : NULL;
     float* dweight_parts = dxn != NULL && dweight != NULL ? acc_parts + 2 * parts * C : NULL;
     float* mixing_parts = switches.mixing ? acc_parts + 3 * parts * C : NULL;
     VariantOutputs outputs = {acc_parts, gain_parts, dweight_parts, mixing_parts,
-                              scratch.dquery_rows, NULL, NULL};
+                              scratch.dtoken_query, NULL, NULL};
     launch_kernel(depth_attention_switched_backward_rows_kernel, (unsigned int)parts, DEPTH_BLOCK,
                   grad_list(dsources, n_sources), outputs, scratch.dh, dxn, h, rstd, weight,
                   saved, source_list(sources, n_sources), params, n_sources, N, C,
@@ -421,14 +421,14 @@ __device__ __forceinline__ unsigned int head_lanes(size_t Ck) {
 // lane of the warp must call it together (the shuffles take the whole warp).
 __device__ __forceinline__ void head_dots(float& dot_x, float& dot_query, const float* x,
                                           const float* v, const float* query,
-                                          const float* query_rows, const float* norm_weight,
+                                          const float* token_query, const float* norm_weight,
                                           size_t row, size_t C, size_t k, size_t Ck,
                                           unsigned int lanes) {
     unsigned int place = threadIdx.x % lanes;
     dot_x = 0.0f;
     dot_query = 0.0f;
     for (size_t c = k * Ck + place; c < (k + 1) * Ck; c += lanes) {
-        float q = query[c] + (query_rows != NULL ? query_rows[row * C + c] : 0.0f);
+        float q = query[c] + (token_query != NULL ? token_query[row * C + c] : 0.0f);
         dot_x += x[c] * v[c];
         dot_query += (norm_weight != NULL ? q * norm_weight[c] : q) * v[c];
     }
@@ -461,7 +461,7 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* h_rstd,
                                                        DepthSwitches switches) {
     // the names of the formulas above
     float *alpha = saved.alpha, *key_rstd = saved.key_rstd;
-    const float *query = params.query, *query_rows = saved.query_rows;
+    const float *query = params.query, *token_query = saved.token_query;
     const float* norm_weight = params.norm;
     size_t heads = switches.heads;
     int sigmoid = switches.sigmoid;
@@ -479,7 +479,7 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* h_rstd,
         size_t i = pair / heads, k = pair % heads;
         const float* v = sources.source[i] + row * C;
         float sum_sq, dot;
-        head_dots(sum_sq, dot, v, v, query, query_rows, norm_weight, row, C, k, Ck, lanes);
+        head_dots(sum_sq, dot, v, v, query, token_query, norm_weight, row, C, k, Ck, lanes);
         float r = norm_weight != NULL ? 1.0f / sqrtf(sum_sq / (float)Ck + RMSNORM_EPS) : 1.0f;
         if (lane % lanes == 0 && first + lane / lanes < S * heads) {
             key_rstd[row * S * heads + pair] = r;
@@ -524,8 +524,8 @@ __global__ void depth_attention_variant_forward_kernel(float* xn, float* h_rstd,
 //   softmax: ds_i = alpha_i (dalpha_i - sum_j alpha_j dalpha_j);  sigmoid: ds_i = dalpha_i alpha_i (1 - alpha_i)
 //   dV_i += alpha_i dh + ds_i r_i (q * g) - ds_i r_i^3 ((q * g) . V_i) / Ck * V_i
 //     (key norm off: r = 1, g = 1, no last term)
-//   with acc_c = sum_i ds_i r_i V_ic: dq_c = g_c acc_c (into dquery_rows, when the query has a
-//   row part, and summed over rows into dquery), dg_c = q_c acc_c (summed over rows)
+//   with acc_c = sum_i ds_i r_i V_ic: dq_c = g_c acc_c (into dtoken_query, when the query has a
+//   per-token part, and summed over rows into dquery), dg_c = q_c acc_c (summed over rows)
 // One block per row; outputs (VariantOutputs, a part a row): dscore and key_dot hold dalpha,
 // then ds, and (q * g) . V_i; acc_parts and gain_parts the row's acc and dg = q acc, which
 // the caller sums over the rows (dq = g acc). With dxn not NULL the kernel first takes dxn
@@ -541,11 +541,11 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
                                                         size_t n_sources, size_t C, int distinct,
                                                         DepthSwitches switches) {
     // the names of the formulas above
-    float *dquery_rows = outputs.dquery_rows, *row_acc = outputs.acc_parts;
+    float *dtoken_query = outputs.dtoken_query, *row_acc = outputs.acc_parts;
     float *row_gain = outputs.gain_parts, *row_dweight = outputs.dweight_parts;
     float *dscore = outputs.dscore, *key_dot = outputs.key_dot;
     const float *alpha = saved.alpha, *key_rstd = saved.key_rstd;
-    const float *query = params.query, *query_rows = saved.query_rows;
+    const float *query = params.query, *token_query = saved.token_query;
     const float* norm_weight = params.norm;
     size_t heads = switches.heads;
     int sigmoid = switches.sigmoid;
@@ -581,7 +581,7 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
         size_t pair = first + lane / lanes < S * heads ? first + lane / lanes : 0;
         size_t i = pair / heads, k = pair % heads;
         float dot_dout, dot_query;
-        head_dots(dot_dout, dot_query, d, sources.source[i] + row * C, query, query_rows,
+        head_dots(dot_dout, dot_query, d, sources.source[i] + row * C, query, token_query,
                   norm_weight, row, C, k, Ck, lanes);
         if (lane % lanes == 0 && first + lane / lanes < S * heads) {
             ds[pair] = dot_dout;
@@ -602,7 +602,7 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
     // 3. the sources' gradients and the row's dq, dg, one thread per column
     for (size_t c = threadIdx.x; c < C; c += blockDim.x) {
         size_t k = c / Ck, index = row * C + c;
-        float q = query[c] + (query_rows != NULL ? query_rows[index] : 0.0f);
+        float q = query[c] + (token_query != NULL ? token_query[index] : 0.0f);
         float g = norm_weight != NULL ? norm_weight[c] : 1.0f;
         float dy = d[c], acc = 0.0f;
         for (size_t first_i = 0; first_i < S; first_i += SOURCE_CHUNK) {
@@ -635,7 +635,7 @@ __global__ void depth_attention_variant_backward_kernel(GradList dsources, Varia
                 }
             }
         }
-        if (dquery_rows != NULL) dquery_rows[row * C + c] += g * acc;
+        if (dtoken_query != NULL) dtoken_query[row * C + c] += g * acc;
         row_acc[row * C + c] = acc;
         row_gain[row * C + c] = q * acc;
     }
@@ -692,7 +692,7 @@ static void depth_attention_variant_rmsnorm_backward(float* const* dsources, Dep
     float* row_acc = key_dot + scores;
     float* row_gain = row_acc + N * C;
     float* row_dweight = dxn != NULL && dweight != NULL ? row_gain + N * C : NULL;
-    VariantOutputs outputs = {row_acc, row_gain, row_dweight, NULL, scratch.dquery_rows, dscore,
+    VariantOutputs outputs = {row_acc, row_gain, row_dweight, NULL, scratch.dtoken_query, dscore,
                               key_dot};
     launch_kernel(depth_attention_variant_backward_kernel, (unsigned int)N, VARIANT_BLOCK,
                   grad_list(dsources, n_sources), outputs, scratch.dh, dxn, h, rstd, weight,
@@ -706,27 +706,27 @@ static void depth_attention_variant_rmsnorm_backward(float* const* dsources, Dep
 // what a layer takes as const is only read)
 void depth_attention_variant_forward_cuda(float* h, float* alpha, float* key_rstd,
                                           const float* const* sources, const float* query,
-                                          const float* query_rows, const float* norm_weight,
+                                          const float* token_query, const float* norm_weight,
                                           size_t n_sources, size_t N, size_t C, size_t heads,
                                           int sigmoid) {
-    DepthSaved saved = {alpha, key_rstd, NULL, NULL, const_cast<float*>(query_rows)};
+    DepthSaved saved = {alpha, key_rstd, NULL, NULL, const_cast<float*>(token_query)};
     DepthParams params = {const_cast<float*>(query), const_cast<float*>(norm_weight), NULL, NULL};
     depth_attention_variant_rmsnorm_forward(NULL, NULL, h, saved, sources, params, NULL,
                                             n_sources, N, C, DepthSwitches{heads, sigmoid, 0});
 }
 
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dquery_rows, float* dnorm_weight,
+                                           float* dtoken_query, float* dnorm_weight,
                                            const float* dh, const float* alpha,
                                            const float* key_rstd, const float* const* sources,
-                                           const float* query, const float* query_rows,
+                                           const float* query, const float* token_query,
                                            const float* norm_weight, size_t n_sources, size_t N,
                                            size_t C, size_t heads, int sigmoid) {
     DepthSaved saved = {const_cast<float*>(alpha), const_cast<float*>(key_rstd), NULL, NULL,
-                        const_cast<float*>(query_rows)};
+                        const_cast<float*>(token_query)};
     DepthParams params = {const_cast<float*>(query), const_cast<float*>(norm_weight), NULL, NULL};
     DepthParams grads = {dquery, dnorm_weight, NULL, NULL};
-    DepthScratch scratch = {const_cast<float*>(dh), dquery_rows, NULL};
+    DepthScratch scratch = {const_cast<float*>(dh), dtoken_query, NULL};
     depth_attention_variant_rmsnorm_backward(dsources, grads, NULL, scratch, NULL, NULL, NULL,
                                              NULL, saved, sources, params, n_sources, N, C,
                                              DepthSwitches{heads, sigmoid, 0});
@@ -800,11 +800,11 @@ void attnres_input_forward_cuda(float* xn, float* rstd, float* h, DepthSaved sav
                                      switches);
         return;
     }
-    if (params.qproj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+    if (params.qproj != NULL) {  // --depth-query input: token_query = U rmsnorm(V_last), no gain
         rmsnorm_forward_cuda(saved.last_xn, saved.last_rstd, sources[n_sources - 1], NULL, N, C);
-        linear_forward_cuda(saved.query_rows, saved.last_xn, params.qproj, N, C, C);
+        linear_forward_cuda(saved.token_query, saved.last_xn, params.qproj, N, C, C);
     } else {
-        saved.query_rows = NULL;  // no row part of the query
+        saved.token_query = NULL;  // no per-token part of the query
     }
     depth_attention_variant_rmsnorm_forward(xn, rstd, h, saved, sources, params, weight,
                                             n_sources, N, C, switches);
@@ -828,17 +828,17 @@ void attnres_input_backward_cuda(float* const* dsources, DepthParams grads, floa
     }
     int input_query = params.qproj != NULL;
     if (input_query) {
-        zero(scratch.dquery_rows, N * C);
+        zero(scratch.dtoken_query, N * C);
     } else {
-        saved.query_rows = NULL;  // no row part of the query, nor its gradient
-        scratch.dquery_rows = NULL;
+        saved.token_query = NULL;  // no per-token part of the query, nor its gradient
+        scratch.dtoken_query = NULL;
     }
     depth_attention_variant_rmsnorm_backward(dsources, grads, dweight, scratch, dxn, h, rstd,
                                              weight, saved, sources, params, n_sources, N, C,
                                              switches);
     if (input_query) {
         zero(scratch.dlast_xn, N * C);
-        linear_backward_cuda(scratch.dlast_xn, grads.qproj, scratch.dquery_rows, saved.last_xn,
+        linear_backward_cuda(scratch.dlast_xn, grads.qproj, scratch.dtoken_query, saved.last_xn,
                              params.qproj, N, C, C);
         rmsnorm_backward_cuda(dsources[n_sources - 1], NULL, scratch.dlast_xn,
                               sources[n_sources - 1], NULL, saved.last_rstd, N, C);

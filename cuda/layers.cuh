@@ -124,18 +124,18 @@ size_t depth_attention_workspace_floats_cuda(size_t n_sources, size_t N, size_t 
 
 // ---- depth_variants.cu -------------------------------------------------------------------
 // SPEC's variants, as layers.h's depth_variants.c functions: sources and dsources as for the
-// depth attention above; query_rows and dquery_rows (N,C), norm_weight and dnorm_weight (C)
-// may be NULL (no row part of the query, no key norm); alpha and key_rstd (N,n_sources,heads).
+// depth attention above; token_query and dtoken_query (N,C), norm_weight and dnorm_weight (C)
+// may be NULL (no per-token part of the query, no key norm); alpha and key_rstd (N,n_sources,heads).
 void depth_attention_variant_forward_cuda(float* h, float* alpha, float* key_rstd,
                                           const float* const* sources, const float* query,
-                                          const float* query_rows, const float* norm_weight,
+                                          const float* token_query, const float* norm_weight,
                                           size_t n_sources, size_t N, size_t C, size_t heads,
                                           int sigmoid);
 void depth_attention_variant_backward_cuda(float* const* dsources, float* dquery,
-                                           float* dquery_rows, float* dnorm_weight,
+                                           float* dtoken_query, float* dnorm_weight,
                                            const float* dh, const float* alpha,
                                            const float* key_rstd, const float* const* sources,
-                                           const float* query, const float* query_rows,
+                                           const float* query, const float* token_query,
                                            const float* norm_weight, size_t n_sources, size_t N,
                                            size_t C, size_t heads, int sigmoid);
 // The mixings: weights (n_sources, device) = softmax(coefficients) when normalise, else the

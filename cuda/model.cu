@@ -224,11 +224,11 @@ static void check_step_batch(ModelCuda* m, const int* targets, size_t B, size_t 
     if (B > m->model.max_B || T > m->model.max_T) model_forward_counted(&m->model, NULL, NULL, 0, B, T);
 }
 
-void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
-                             size_t n_targets, size_t B, size_t T) {
+void model_forward_losses_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                               size_t n_targets, size_t B, size_t T) {
     check_step_batch(m, targets, B, T);
     upload_batch(m, tokens, targets, B * T);
-    model_forward_rows(&m->model, m->tokens, m->targets, n_targets, B, T);
+    model_forward_losses(&m->model, m->tokens, m->targets, n_targets, B, T);
 }
 
 // The step's one read-back, in two halves. Queued: the squared sums' partials of `x` (n
@@ -268,7 +268,7 @@ void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const in
                                        size_t n_targets, size_t B, size_t T, const Dist* d,
                                        float* grad_shard, size_t lo, size_t hi,
                                        double* loss_sum, double* shard_sum_sq) {
-    model_forward_rows_cuda(m, tokens, targets, n_targets, B, T);
+    model_forward_losses_cuda(m, tokens, targets, n_targets, B, T);
     model_zero_grad(&m->model);
     model_backward(&m->model);
     model_loss_and_shard_norm_cuda(m, d, grad_shard, lo, hi, loss_sum, shard_sum_sq);
@@ -286,7 +286,7 @@ void model_use_graph_cuda(ModelCuda* m, int on) { m->graph = on; }
 void model_step_forward_cuda(ModelCuda* m, const int* tokens, const int* targets,
                              size_t n_targets, size_t B, size_t T) {
     if (!m->graph) {
-        model_forward_rows_cuda(m, tokens, targets, n_targets, B, T);
+        model_forward_losses_cuda(m, tokens, targets, n_targets, B, T);
         return;
     }
     check_step_batch(m, targets, B, T);
@@ -299,7 +299,7 @@ void model_step_forward_cuda(ModelCuda* m, const int* tokens, const int* targets
     m->step_tokens = tokens;
     m->step_targets = targets;
     cuda_graph_begin(&m->step_graph);
-    model_forward_rows(&m->model, m->tokens, m->targets, n_targets, B, T);  // on the device copies
+    model_forward_losses(&m->model, m->tokens, m->targets, n_targets, B, T);  // on the device copies
 }
 
 void model_step_backward_cuda(ModelCuda* m) {

@@ -86,13 +86,13 @@ typedef struct {
 } ModelUpdate;
 void model_update_step_cuda(ModelCuda* m, const ModelUpdate* u);
 // The step of one process of several (data parallel, ZeRO-1; never captured):
-// model_forward_rows_cuda uploads the batch and queues the forward (n_targets: every
+// model_forward_losses_cuda uploads the batch and queues the forward (n_targets: every
 // process's targets); model_zero_grad_cuda and model_backward_cuda follow it; then ONE
 // read-back: the gradients summed over the processes with this one's shard [lo, hi) of the
 // sum in grad_shard (device, distributed.cuh), the rows' loss sum and the shard's squared
 // sum, for the caller to add over the processes (model_loss_and_shard_norm_cuda).
-void model_forward_rows_cuda(ModelCuda* m, const int* tokens, const int* targets,
-                             size_t n_targets, size_t B, size_t T);
+void model_forward_losses_cuda(ModelCuda* m, const int* tokens, const int* targets,
+                               size_t n_targets, size_t B, size_t T);
 void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
                                     size_t hi, double* loss_sum, double* shard_sum_sq);
 // A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the

@@ -94,7 +94,7 @@ void trainer_free(Trainer* t) {
 // before trainer_backward launches it.
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
-    if (t->sharded) model_forward_rows_cuda(device(t), x, y, n_targets, B, T);
+    if (t->sharded) model_forward_losses_cuda(device(t), x, y, n_targets, B, T);
     else model_step_forward_cuda(device(t), x, y, n_targets, B, T);
 }
 

@@ -180,7 +180,7 @@ int dataset_init_task(Dataset* ds, const char* task_name, int length, int n_symb
 
 // x, y are (seq_len,): x = example[0..2L), y[t] = example[t+1] for t >= L, else -1,
 // where example = prompt (L), separator 0, answer (L). The answer is written into y first.
-static void task_train_row(const Dataset* ds, int* x, int* y, uint64_t stream) {
+static void task_train_sequence(const Dataset* ds, int* x, int* y, uint64_t stream) {
     int length = ds->length;
     draw_fresh_prompt(ds, &stream, x);
     write_answer(ds->kind, x, length, y + length);
@@ -189,7 +189,7 @@ static void task_train_row(const Dataset* ds, int* x, int* y, uint64_t stream) {
     for (int t = 0; t < length; t++) { y[t] = -1; }
 }
 
-static void task_eval_row(const Dataset* ds, int* x, int* y, size_t e) {
+static void task_eval_sequence(const Dataset* ds, int* x, int* y, size_t e) {
     int length = ds->length;
     const int* example = ds->eval_examples + e * (2 * (size_t)length + 1);
     for (int t = 0; t < 2 * length; t++) {
@@ -284,7 +284,7 @@ int dataset_init_text(Dataset* ds, const char* path, int seq_len, size_t max_byt
 }
 
 // x, y are (T,): x = text[start, start+T), y = text[start+1, start+T+1)
-static void text_row(const Dataset* ds, int* x, int* y, size_t start) {
+static void text_sequence(const Dataset* ds, int* x, int* y, size_t start) {
     const unsigned char* window = ds->text + start;
     for (int t = 0; t < ds->seq_len; t++) {
         x[t] = window[t];
@@ -301,16 +301,16 @@ void dataset_train_batch(const Dataset* ds, int* x, int* y, size_t B, uint64_t s
         uint64_t stream = row_stream(ds->seed, step, b);
         if (ds->kind == TASK_TEXT) {
             size_t n_starts = ds->n_train - T;  // windows of T+1 bytes inside the train split
-            text_row(ds, x + b * T, y + b * T, (size_t)(rng_next(&stream) % n_starts));
+            text_sequence(ds, x + b * T, y + b * T, (size_t)(rng_next(&stream) % n_starts));
         } else {
-            task_train_row(ds, x + b * T, y + b * T, stream);
+            task_train_sequence(ds, x + b * T, y + b * T, stream);
         }
     }
 }
 
 // text: row i is the window starting at n_train + i*T, so the x rows tile the val split
 // and so do the y rows (each val byte after the first is a target exactly once)
-size_t dataset_eval_rows(const Dataset* ds) {
+size_t dataset_eval_sequences(const Dataset* ds) {
     if (ds->kind == TASK_TEXT) {
         return (ds->n_text - ds->n_train - 1) / (size_t)ds->seq_len;
     }
@@ -318,13 +318,13 @@ size_t dataset_eval_rows(const Dataset* ds) {
 }
 
 void dataset_eval_batch(const Dataset* ds, int* x, int* y, size_t B, size_t first) {
-    size_t T = (size_t)ds->seq_len, n_rows = dataset_eval_rows(ds);
+    size_t T = (size_t)ds->seq_len, n_rows = dataset_eval_sequences(ds);
     for (size_t b = 0; b < B; b++) {
         size_t row = (first + b) % n_rows;
         if (ds->kind == TASK_TEXT) {
-            text_row(ds, x + b * T, y + b * T, ds->n_train + row * T);
+            text_sequence(ds, x + b * T, y + b * T, ds->n_train + row * T);
         } else {
-            task_eval_row(ds, x + b * T, y + b * T, row);
+            task_eval_sequence(ds, x + b * T, y + b * T, row);
         }
     }
 }

@@ -57,7 +57,7 @@ size_t dataset_bytes(const Dataset* ds);
 // x, y are (B, seq_len). Deterministic in (seed, step): resuming at a step replays it.
 void dataset_train_batch(const Dataset* ds, int* x, int* y, size_t B, uint64_t step);
 // Number of evaluation rows (tasks: n_eval; text: non-overlapping windows of the val split).
-size_t dataset_eval_rows(const Dataset* ds);
+size_t dataset_eval_sequences(const Dataset* ds);
 // Evaluation rows [first, first+B) (wrapping round at the end), same layout as training.
 void dataset_eval_batch(const Dataset* ds, int* x, int* y, size_t B, size_t first);
 

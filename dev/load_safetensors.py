@@ -268,7 +268,7 @@ class TaskData:
                 return prompt
 
     def train_row(self, step, row):
-        """task_train_row: x = prompt, 0, answer[:-1]; y = -1 on the prompt, then the answer."""
+        """task_train_sequence: x = prompt, 0, answer[:-1]; y = -1 on the prompt, then the answer."""
         prompt = self.fresh_prompt(Stream(row_stream(self.seed, step, row)))
         answer = task_answer(self.task, prompt)
         return prompt + [0] + answer[:-1], [-1] * self.length + answer

@@ -6,7 +6,7 @@
 // sub-layer's input, which picks the operator (the default one included) and norms its output.
 //
 // The attention, per row (position) n and head k (channels c of group k, Ck = C / heads):
-//   q      = w + u_n                (u_n = query_rows[n] with --depth-query input, else 0)
+//   q      = w + u_n                (u_n = token_query[n] with --depth-query input, else 0)
 //   r_i    = (mean_{c in k}(V_i^2) + eps)^(-1/2)   (key norm on)   or 1 (--key-norm off)
 //   s_i    = sum_{c in k} q_c g_c V_ic r_i          (g = 1 when the key norm is off)
 //   alpha  = softmax_i(s)   or   alpha_i = sigmoid(s_i) (--depth-score sigmoid: no normaliser)
@@ -48,12 +48,12 @@ static void softmax_in_place(float* a, size_t n, size_t stride) {
 // The tile's rows first .. end-1, and each row's query: qg (row n at (n - first) * C) =
 // q * g, the vector a key is dotted with (g = 1 without the key norm), and, when q is not
 // NULL (the backward's dg needs it), q = w + u_n
-static void tile_queries(float* qg, float* q, const float* query, const float* query_rows,
+static void tile_queries(float* qg, float* q, const float* query, const float* token_query,
                          const float* norm_weight, size_t first, size_t end, size_t C) {
     for (size_t n = first; n < end; n++) {
         float* qgn = qg + (n - first) * C;
         for (size_t c = 0; c < C; c++) {
-            float qc = query[c] + (query_rows != NULL ? query_rows[n * C + c] : 0.0f);
+            float qc = query[c] + (token_query != NULL ? token_query[n * C + c] : 0.0f);
             qgn[c] = norm_weight != NULL ? qc * norm_weight[c] : qc;
             if (q != NULL) { q[(n - first) * C + c] = qc; }
         }
@@ -68,7 +68,7 @@ static size_t tile_end(size_t tile, size_t N) {
 // alpha and key_rstd are (N, n_sources, heads): entry (n, i, k) at (n * n_sources + i) * heads + k
 void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
                                      const float* const* sources, const float* query,
-                                     const float* query_rows, const float* norm_weight,
+                                     const float* token_query, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C, size_t heads,
                                      int sigmoid) {
     size_t Ck = C / heads, S = n_sources;
@@ -79,7 +79,7 @@ void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
         #pragma omp for
         for (size_t tile = 0; tile < n_tiles; tile++) {
             size_t first = tile * VARIANT_TILE, end = tile_end(tile, N);
-            tile_queries(qg, NULL, query, query_rows, norm_weight, first, end, C);
+            tile_queries(qg, NULL, query, token_query, norm_weight, first, end, C);
             // 1. the scores s_ik = (q * g) . V_i * r_i over each head's channels, one source
             //    at a time, kept in alpha until the weights
             for (size_t i = 0; i < S; i++) {
@@ -130,12 +130,12 @@ void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
 //   key path, key norm on (rmsnorm.c's backward, with sum_c (q g)_c V_c = s_i / r_i):
 //       dV_i += ds_i r_i (q * g) - ds_i r_i^3 ((q * g) . V_i) / Ck * V_i
 //     key norm off (r = 1, g = 1): dV_i += ds_i q
-//   dq += ds_i r_i g * V_i (per row into dquery_rows when the query has a row part; summed
+//   dq += ds_i r_i g * V_i (per row into dtoken_query when the query has a per-token part; summed
 //   over rows into dquery);  dg += ds_i r_i q * V_i
-void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
+void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dtoken_query,
                                       float* dnorm_weight, const float* dh, const float* alpha,
                                       const float* key_rstd, const float* const* sources,
-                                      const float* query, const float* query_rows,
+                                      const float* query, const float* token_query,
                                       const float* norm_weight, size_t n_sources, size_t N,
                                       size_t C, size_t heads, int sigmoid) {
     size_t Ck = C / heads, S = n_sources;
@@ -150,7 +150,7 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
         #pragma omp for
         for (size_t tile = 0; tile < n_tiles; tile++) {
             size_t first = tile * VARIANT_TILE, end = tile_end(tile, N);
-            tile_queries(qg, q, query, query_rows, norm_weight, first, end, C);
+            tile_queries(qg, q, query, token_query, norm_weight, first, end, C);
             // 1. dalpha_i = dh . V_i and (q * g) . V_i per head, one source at a time
             for (size_t i = 0; i < S; i++) {
                 for (size_t n = first; n < end; n++) {
@@ -195,7 +195,7 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
                 }
             }
             // 4. the query's gradient (and the gain's), row by row into the tile's partials
-            //    (and into the row's own, with a row part)
+            //    (and into the row's own, with a per-token part)
             float* pq = partials + 2 * tile * C;
             float* pg = pq + C;
             for (size_t n = first; n < end; n++) {
@@ -215,8 +215,8 @@ void depth_attention_variant_backward(float* const* dsources, float* dquery, flo
                         } else {
                             for (size_t c = 0; c < Ck; c++) { pq[c0 + c] += key_scale * v[c]; }
                         }
-                        if (dquery_rows != NULL) {
-                            float* dr = dquery_rows + n * C + c0;
+                        if (dtoken_query != NULL) {
+                            float* dr = dtoken_query + n * C + c0;
                             const float* g = norm_weight != NULL ? norm_weight + c0 : NULL;
                             for (size_t c = 0; c < Ck; c++) {
                                 dr[c] += g != NULL ? key_scale * g[c] * v[c] : key_scale * v[c];
@@ -323,14 +323,14 @@ void attnres_input_forward(float* xn, float* rstd, float* h, DepthSaved saved,
         depth_mixing_forward(h, saved.alpha, sources, params.mix, n_sources, N, C,
                              switches.mixing == 1);
     } else {
-        const float* query_rows = NULL;
-        if (params.qproj != NULL) {  // --depth-query input: query_rows = U rmsnorm(V_last), no gain
+        const float* token_query = NULL;
+        if (params.qproj != NULL) {  // --depth-query input: token_query = U rmsnorm(V_last), no gain
             rmsnorm_forward(saved.last_xn, saved.last_rstd, sources[n_sources - 1], NULL, N, C);
-            linear_forward(saved.query_rows, saved.last_xn, params.qproj, N, C, C);
-            query_rows = saved.query_rows;
+            linear_forward(saved.token_query, saved.last_xn, params.qproj, N, C, C);
+            token_query = saved.token_query;
         }
         depth_attention_variant_forward(h, saved.alpha, saved.key_rstd, sources, params.query,
-                                        query_rows, params.norm, n_sources, N, C, switches.heads,
+                                        token_query, params.norm, n_sources, N, C, switches.heads,
                                         switches.sigmoid);
     }
     if (xn != NULL) { rmsnorm_forward(xn, rstd, h, weight, N, C); }
@@ -338,7 +338,7 @@ void attnres_input_forward(float* xn, float* rstd, float* h, DepthSaved saved,
 
 // forward was: h = DA(sources), xn = rmsnorm(h; weight). dh = rmsnorm's input gradient, then
 // the operator's backward from dh into the sources' gradients (with --depth-query input, on
-// through query_rows = last_xn U^T and last_xn = rmsnorm(V_last) into V_last's gradient)
+// through token_query = last_xn U^T and last_xn = rmsnorm(V_last) into V_last's gradient)
 void attnres_input_backward(float* const* dsources, DepthParams grads, float* dweight,
                             DepthScratch scratch, const float* dxn, const float* h,
                             const float* rstd, DepthSaved saved, const float* const* sources,
@@ -358,15 +358,15 @@ void attnres_input_backward(float* const* dsources, DepthParams grads, float* dw
         return;
     }
     int input_query = params.qproj != NULL;
-    if (input_query) { zero(scratch.dquery_rows, N * C); }
+    if (input_query) { zero(scratch.dtoken_query, N * C); }
     depth_attention_variant_backward(dsources, grads.query,
-                                     input_query ? scratch.dquery_rows : NULL, grads.norm, dh,
+                                     input_query ? scratch.dtoken_query : NULL, grads.norm, dh,
                                      saved.alpha, saved.key_rstd, sources, params.query,
-                                     input_query ? saved.query_rows : NULL, params.norm,
+                                     input_query ? saved.token_query : NULL, params.norm,
                                      n_sources, N, C, switches.heads, switches.sigmoid);
     if (input_query) {
         zero(scratch.dlast_xn, N * C);
-        linear_backward(scratch.dlast_xn, grads.qproj, scratch.dquery_rows, saved.last_xn,
+        linear_backward(scratch.dlast_xn, grads.qproj, scratch.dtoken_query, saved.last_xn,
                         params.qproj, N, C, C);
         rmsnorm_backward(dsources[n_sources - 1], NULL, scratch.dlast_xn, sources[n_sources - 1],
                          NULL, saved.last_rstd, N, C);

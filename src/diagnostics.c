@@ -71,7 +71,7 @@ static int make_dirs(const char* dir) {
 // Keeps the header and the rows of dir/name whose step (the first column) is at most
 // last_step: a resumed run replays the steps after its checkpoint, whose rows an interrupted
 // run may have written already. Rewritten through name.tmp and a rename. 0, or -1.
-static int drop_rows_after(const char* path, int last_step) {
+static int drop_lines_after(const char* path, int last_step) {
     if (!replaceable_by_rename(path)) { return 0; }  // a device or a pipe: no rows to keep
     FILE* in = fopen(path, "r");
     if (in == NULL) { return errno == ENOENT ? 0 : -1; }
@@ -96,7 +96,7 @@ static int flush_csv(FILE* f) { return fflush(f) == 0 && !ferror(f) ? 0 : -1; }
 static FILE* open_csv(const char* dir, const char* name, const char* header, int resume_step) {
     char path[4096];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
-    if (resume_step >= 0 && drop_rows_after(path, resume_step) != 0) { return NULL; }
+    if (resume_step >= 0 && drop_lines_after(path, resume_step) != 0) { return NULL; }
     FILE* f = fopen(path, resume_step >= 0 ? "a" : "w");
     if (f == NULL) { return NULL; }
     if (ftell(f) == 0) { fprintf(f, "%s\n", header); }

@@ -38,7 +38,7 @@ static size_t greedy_exact_matches(Decoder* dec, const Dataset* ds, const int* x
 EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o, int* x,
                            int* y, int* work) {
     size_t T = (size_t)ds->seq_len, V = (size_t)ds->vocab_size;
-    size_t rows = dataset_eval_rows(ds);
+    size_t rows = dataset_eval_sequences(ds);
     if (rows > (size_t)o->eval_examples) { rows = (size_t)o->eval_examples; }
     double loss_sum = 0.0;
     size_t scored = 0, correct = 0, matches = 0;
@@ -65,9 +65,9 @@ EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o,
 
 void measure_eval_alpha(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
                                Diagnostics* dg) {
-    size_t rows = dataset_eval_rows(ds);
+    size_t rows = dataset_eval_sequences(ds);
     if (rows > (size_t)o->eval_examples) { rows = (size_t)o->eval_examples; }
-    if (rows > EVAL_ALPHA_ROWS) { rows = EVAL_ALPHA_ROWS; }
+    if (rows > EVAL_ALPHA_SEQUENCES) { rows = EVAL_ALPHA_SEQUENCES; }
     diagnostics_alpha_begin(dg);
     for (size_t first = 0; first < rows; first += m->max_B) {
         size_t b = rows - first < m->max_B ? rows - first : m->max_B;

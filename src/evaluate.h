@@ -21,9 +21,9 @@ typedef struct {
 // summed in double in the rows' order: the same bits whatever the batch.
 EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o, int* x, int* y,
                     int* work);
-// The rows whose depth-attention weights the diagnostics and the final heatmap average
-#define EVAL_ALPHA_ROWS 64
-// Depth-attention weights averaged over the tokens of the first min(EVAL_ALPHA_ROWS,
+// The sequences whose depth-attention weights the diagnostics and the final heatmap average
+#define EVAL_ALPHA_SEQUENCES 64
+// Depth-attention weights averaged over the tokens of the first min(EVAL_ALPHA_SEQUENCES,
 // --eval-examples, the held-out rows) rows, in batches of m->max_B, into dg
 void measure_eval_alpha(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
                         Diagnostics* dg);

@@ -8,7 +8,10 @@
 //   - where that would be more than a dozen, the arguments that belong together travel as one
 //     named struct (the depth attention's parameters, saved values and switches; mHC-lite's
 //     parameters), passed by value; switches come after the sizes;
-//   - all tensors are float32, row-major; N is the number of rows (positions, N = B*T);
+//   - all tensors are float32, row-major; a *row* is always a row of such a matrix: of the
+//     batch's tokens (B,T) one sequence, of an activation (N,C) one position (N = B*T
+//     rows), of a weight [OUT, IN] one output's weights, of a residual tensor (n_res, d)
+//     one depth attention's vector;
 //   - a linear map with weight W of shape [OUT, IN] computes y = x W^T (no biases);
 //   - backward functions ACCUMULATE (+=) into every gradient they write, so a tensor that
 //     feeds several consumers (AttnRes sends each source to many sub-layers, as value and
@@ -117,7 +120,7 @@ typedef struct {
     float* key_rstd;    // (N,n_sources,heads) the key norm's r_i
     float* last_xn;     // (N,C) rmsnorm(V_last), no gain          (--depth-query input)
     float* last_rstd;   // (N) that norm's rstd                    (--depth-query input)
-    float* query_rows;  // (N,C) last_xn U^T, the query's row part (--depth-query input)
+    float* token_query; // (N,C) last_xn U^T, the query's per-token part (--depth-query input)
 } DepthSaved;
 // SPEC's switches that are not a parameter's presence (those are: norm NULL is --key-norm
 // off, qproj not NULL is --depth-query input). heads 1 and the rest 0: the default operator.
@@ -129,7 +132,7 @@ typedef struct {
 // The backward's scratch, overwritten.
 typedef struct {
     float* dh;           // (N,C) h's gradient
-    float* dquery_rows;  // (N,C) query_rows' gradient (--depth-query input)
+    float* dtoken_query; // (N,C) token_query's gradient (--depth-query input)
     float* dlast_xn;     // (N,C) last_xn's gradient (--depth-query input)
 } DepthScratch;
 
@@ -184,21 +187,21 @@ void depth_attention_rmsnorm_backward(float* const* dsources, DepthParams grads,
 // ---- depth_variants.c --------------------------------------------------------------------
 // SPEC's variants of the depth attention. The attention with every switch: `heads` groups of
 // C/heads channels (1: one head), each with its own scores; sigmoid (1) or softmax (0)
-// weights; norm_weight NULL turns the key norm off (r = 1, no gain); query_rows (N,C), when
-// not NULL, adds a per-row part to the query w (C): q_n = w + query_rows[n].
+// weights; norm_weight NULL turns the key norm off (r = 1, no gain); token_query (N,C), when
+// not NULL, adds a per-token part to the query w (C): q_n = w + token_query[n].
 // alpha and key_rstd are (N, n_sources, heads). heads = 1, softmax, a norm weight and no
-// query_rows compute what depth_attention_forward does.
+// token_query compute what depth_attention_forward does.
 void depth_attention_variant_forward(float* h, float* alpha, float* key_rstd,
                                      const float* const* sources, const float* query,
-                                     const float* query_rows, const float* norm_weight,
+                                     const float* token_query, const float* norm_weight,
                                      size_t n_sources, size_t N, size_t C, size_t heads,
                                      int sigmoid);
-// dsources[i] (N,C), dquery (C), dquery_rows (N,C; NULL when query_rows is) and dnorm_weight
+// dsources[i] (N,C), dquery (C), dtoken_query (N,C; NULL when token_query is) and dnorm_weight
 // (C; NULL when norm_weight is) +=.
-void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dquery_rows,
+void depth_attention_variant_backward(float* const* dsources, float* dquery, float* dtoken_query,
                                       float* dnorm_weight, const float* dh, const float* alpha,
                                       const float* key_rstd, const float* const* sources,
-                                      const float* query, const float* query_rows,
+                                      const float* query, const float* token_query,
                                       const float* norm_weight, size_t n_sources, size_t N,
                                       size_t C, size_t heads, int sigmoid);
 // The mixings: h (N,C) = sum_i weight_i V_i with one weight per source for every row:
@@ -220,8 +223,8 @@ void depth_mixing_backward(float* const* dsources, float* dcoefficients, const f
 //     decoder's), the variant below with every switch off, which is the default operator bit
 //     for bit;
 //   else depth_attention_variant_forward; with params.qproj U (C,C) (--depth-query input) the
-//     query's row part first: saved.last_xn (N,C) = rmsnorm(sources[n-1]) without a gain,
-//     saved.last_rstd (N), saved.query_rows (N,C) = last_xn U^T.
+//     query's per-token part first: saved.last_xn (N,C) = rmsnorm(sources[n-1]) without a gain,
+//     saved.last_rstd (N), saved.token_query (N,C) = last_xn U^T.
 // A saved buffer the config does not use is NULL (DepthSaved's comments).
 void attnres_input_forward(float* xn, float* rstd, float* h, DepthSaved saved,
                            const float* const* sources, DepthParams params, const float* weight,

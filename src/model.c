@@ -375,7 +375,7 @@ static size_t point_range(Activations* a, const ModelConfig* c, size_t B, size_t
         s->depth.key_rstd   = take(&at, here * N * s->n_sources * z.depth_heads);
         s->depth.last_xn    = take(&at, here * (z.n_qproj_rows > 0) * N * d);
         s->depth.last_rstd  = take(&at, here * (z.n_qproj_rows > 0) * N);
-        s->depth.query_rows = take(&at, here * (z.n_qproj_rows > 0) * N * d);
+        s->depth.token_query = take(&at, here * (z.n_qproj_rows > 0) * N * d);
         // mhc: the streams entering l (slot 2L: after the last sub-layer); the final norm's
         // rstd is one a stream
         s->streams  = take(&at, (here || l == end) * N * z.streams * d);
@@ -414,7 +414,7 @@ static size_t point_range(Activations* a, const ModelConfig* c, size_t B, size_t
         size_t n = attnres && l < end && (l + 1) % z.S == 0 ? (l + 1) / z.S : 0;  // l ends block n
         a->sub[l].dpartial = n > 0 && a->dpartial != NULL ? a->dpartial + (n - 1) * N * d : NULL;
     }
-    a->dquery_rows = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dtoken_query = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
     a->dstreams = take(&at, b * N * z.streams * d);
     a->dstreams_before = take(&at, b * N * z.streams * d);
@@ -715,7 +715,7 @@ static void input_backward(Model* model, int l, const float* dxn, float* dh) {
     size_t n = gather_sources(a, c, N, l, src, dsrc);
     DepthParams params = model_depth_params(model, &model->params, (size_t)l);
     DepthParams g = model_depth_params(model, &model->grads, (size_t)l);
-    DepthScratch scratch = {dh, a->dquery_rows, a->dlast_xn};
+    DepthScratch scratch = {dh, a->dtoken_query, a->dlast_xn};
     kernels->attnres_input_backward(dsrc, g, norm.dweight, scratch, dxn, norm.h, norm.rstd,
                                     a->sub[l].depth, src, params, norm.weight, n, N, d,
                                     depth_switches(model));
@@ -730,7 +730,7 @@ float model_forward(Model* model, const int* tokens, const int* targets, size_t 
 
 float model_forward_counted(Model* model, const int* tokens, const int* targets, size_t n_targets,
                             size_t B, size_t T) {
-    model_forward_rows(model, tokens, targets, n_targets, B, T);
+    model_forward_losses(model, tokens, targets, n_targets, B, T);
     if (targets == NULL) {
         model->loss = -1.0f;
         return model->loss;
@@ -743,8 +743,8 @@ float model_set_loss(Model* model, double sum) {
     return model->loss;
 }
 
-void model_forward_rows(Model* model, const int* tokens, const int* targets, size_t n_targets,
-                        size_t B, size_t T) {
+void model_forward_losses(Model* model, const int* tokens, const int* targets, size_t n_targets,
+                          size_t B, size_t T) {
     model_set_batch(model, tokens, targets, n_targets, B, T);
     model_embedding_forward(model);
     model_sublayers_forward(model, 0, (int)model->dims.n_sub);

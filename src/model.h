@@ -165,7 +165,7 @@ typedef struct {
                       // slice of Activations' dpartial; model.c: block_gradient)  [AttnRes]
     DepthSaved depth; // what the depth attention saves (layers.h): alpha and key_rstd
                       // (N,n_sources,K), with --depth-query input last_xn, last_rstd and
-                      // query_rows                                        [AttnRes]
+                      // token_query                                        [AttnRes]
     // mHC-lite: h is u = sum_s a_pre[s] X_s. Slot 2L holds the streams after the last
     // sub-layer, hc_z = rmsnorm(X_s; final_norm) stream by stream and hc_rstd (N*m)
     float* streams;   // (N,m*d) the streams X_l entering sub-layer l       [mhc]
@@ -191,7 +191,7 @@ typedef struct {
     float *dq, *dk, *dv, *dq_pre, *dk_pre, *dy, *dgate, *dup, *dact;
     float* dpartial;  // (2L/S, N, d) db_1 .. db_{2L/S}: the partial sums' gradients, one a
                       // block (model.c: block_gradient)                                  [AttnRes]
-    float *dquery_rows, *dlast_xn;  // (N,d) each       [--depth-query input]
+    float *dtoken_query, *dlast_xn;  // (N,d) each       [--depth-query input]
     // mhc: the streams' gradients (two buffers, the streams after and before a sub-layer),
     // dhc_z (N,m*d), dhc_e (N,E) and dhc_mix (N,n_mix) scratch
     float *dstreams, *dstreams_before, *dhc_z, *dhc_e, *dhc_mix;
@@ -260,12 +260,12 @@ float model_forward_counted(Model* model, const int* tokens, const int* targets,
                             size_t B, size_t T);
 // model_forward_counted in two halves, for a caller that reads the rows' losses back later,
 // together with other numbers (./train_cuda's step: with the gradient's norm, once):
-// model_forward_rows leaves every row's loss in m->acts.losses (nothing is read back), and
+// model_forward_losses leaves every row's loss in m->acts.losses (nothing is read back), and
 // model_set_loss(m, sum) sets and returns m->loss from their sum (in double, in row order).
-void model_forward_rows(Model* model, const int* tokens, const int* targets, size_t n_targets,
-                        size_t B, size_t T);
+void model_forward_losses(Model* model, const int* tokens, const int* targets, size_t n_targets,
+                          size_t B, size_t T);
 float model_set_loss(Model* model, double sum);
-// model_forward_rows in its parts, which a pipeline's chunk (src/pipeline.c) calls for its
+// model_forward_losses in its parts, which a pipeline's chunk (src/pipeline.c) calls for its
 // range alone, in this order: model_set_batch (checks and keeps the batch), the embedding
 // (x0, and h_0 or the streams), the sub-layers [begin, end), the head (the output's input,
 // logits, rows' losses).

@@ -115,7 +115,7 @@ size_t available_memory(void) {
     return kib * 1024;
 }
 
-int run_memory_check(const ModelConfig* c, size_t B, size_t T, size_t decoder_rows,
+int run_memory_check(const ModelConfig* c, size_t B, size_t T, size_t decoder_sequences,
                      const Dist* dist, size_t data_bytes, size_t* bytes,
                      size_t* activation_bytes, char* err, size_t err_len) {
     size_t sizes[N_PARAM_TENSORS];
@@ -126,7 +126,7 @@ int run_memory_check(const ModelConfig* c, size_t B, size_t T, size_t decoder_ro
     free(sizing.sub);
     size_t world = (size_t)dist->world, shard = (params + world - 1) / world;
     size_t state = world == 1 ? 4 * params : 2 * params + 3 * shard;
-    size_t decoder = dist->rank == 0 ? decoder_floats(c, decoder_rows, T) : 0;
+    size_t decoder = dist->rank == 0 ? decoder_floats(c, decoder_sequences, T) : 0;
     *bytes = (state + activations + decoder) * sizeof(float) + 3 * B * T * sizeof(int) +
              data_bytes;
     *activation_bytes = activations * sizeof(float);

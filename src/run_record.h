@@ -24,11 +24,11 @@ size_t available_memory(void);
 // per parameter; with several processes the moments and summed gradients of this process's
 // shard alone), the activations of B x T tokens (the training batch, which the evaluation's
 // batches share: the size table of model.h, point_activations), rank 0's evaluation decoder
-// (decoder_rows sequences), the batch buffers, and the data (data_bytes, allocated before).
+// (decoder_sequences of them), the batch buffers, and the data (data_bytes, allocated before).
 // Into *bytes, and the activations alone into *activation_bytes; -1 with one line in err
 // when the whole is more than the memory available: the run would swap for minutes (or be
 // killed) rather than train.
-int run_memory_check(const ModelConfig* c, size_t B, size_t T, size_t decoder_rows,
+int run_memory_check(const ModelConfig* c, size_t B, size_t T, size_t decoder_sequences,
                      const Dist* dist, size_t data_bytes, size_t* bytes,
                      size_t* activation_bytes, char* err, size_t err_len);
 

@@ -59,7 +59,7 @@ void trainer_free(Trainer* t) {
     free(t->shard_bounds);
 }
 
-// The model's forward in its parts (model_forward_rows'), the whole range of sub-layers. The
+// The model's forward in its parts (model_forward_losses'), the whole range of sub-layers. The
 // rows' loss is their share of the global mean (their sum over the global count n_targets),
 // so the gradients summed over the microbatches and the ranks are the global batch's; the
 // rows' losses add into loss_sum, in double, for trainer_loss_and_norm.

@@ -426,9 +426,9 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         Rng rng(11);
         DepthSources ds(N, C, uses, rng);
         size_t n = ds.n(), NSK = N * n * heads;
-        Floats query = rng.uniform_vector(C, -1, 1), query_rows = rng.uniform_vector(N * C, -0.7f, 0.7f);
+        Floats query = rng.uniform_vector(C, -1, 1), token_query = rng.uniform_vector(N * C, -0.7f, 0.7f);
         Floats norm_weight = rng.uniform_vector(C, 0.5, 1.5), dout = rng.uniform_vector(N * C, -1, 1);
-        Floats dquery0 = rng.uniform_vector(C, -1, 1), dquery_rows0 = rng.uniform_vector(N * C, -1, 1);
+        Floats dquery0 = rng.uniform_vector(C, -1, 1), dtoken_query0 = rng.uniform_vector(N * C, -1, 1);
         Floats dnorm_weight0 = rng.uniform_vector(C, -1, 1);
         // what out, alpha and key_rstd hold before: overwritten
         Floats stale_out = rng.uniform_vector(N * C, -1, 1), stale_alpha = rng.uniform_vector(NSK, -1, 1);
@@ -451,9 +451,9 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
                                              sigmoid);
         };
         Floats out(N * C), alpha(NSK), key_rstd(NSK);
-        Floats dquery = dquery0, dquery_rows = dquery_rows0, dnorm_weight = dnorm_weight0;
+        Floats dquery = dquery0, dtoken_query = dtoken_query0, dnorm_weight = dnorm_weight0;
         DepthSources::Lists host = ds.host_lists();
-        on_cpu(host, query_rows, dout, out, alpha, key_rstd, dquery, dquery_rows, dnorm_weight);
+        on_cpu(host, token_query, dout, out, alpha, key_rstd, dquery, dtoken_query, dnorm_weight);
 
         Outputs cuda = run_cuda([&] {
             Device d;
@@ -461,8 +461,8 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
             float *d_out = d.upload(stale_out), *d_alpha = d.upload(stale_alpha);
             float* d_key_rstd = d.upload(stale_alpha);
             float *d_query = d.upload(query), *d_dquery = d.upload(dquery0);
-            float* d_rows = rows ? d.upload(query_rows) : nullptr;
-            float* d_drows = rows ? d.upload(dquery_rows0) : nullptr;
+            float* d_rows = rows ? d.upload(token_query) : nullptr;
+            float* d_drows = rows ? d.upload(dtoken_query0) : nullptr;
             float* d_gain = key_norm ? d.upload(norm_weight) : nullptr;
             float* d_dgain = key_norm ? d.upload(dnorm_weight0) : nullptr;
             depth_attention_variant_forward_cuda(d_out, d_alpha, d_key_rstd, dev.src.data(),
@@ -474,7 +474,7 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
             Outputs result{{"out", download(d_out, N * C)}, {"alpha", download(d_alpha, NSK)},
                            {"key_rstd", download(d_key_rstd, NSK)},
                            {"dquery", download(d_dquery, C)},
-                           {"dquery_rows", rows ? download(d_drows, N * C) : dquery_rows0},
+                           {"dtoken_query", rows ? download(d_drows, N * C) : dtoken_query0},
                            {"dnorm_weight", key_norm ? download(d_dgain, C) : dnorm_weight0}};
             add_source_gradients(result, dev.device_dtensors, N * C);
             return result;
@@ -489,8 +489,8 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
         Tolerance reduction_tol = tol;
         if (N >= 1024) {
             Floats out2(N * C), alpha2(NSK), rstd2(NSK);
-            Floats dquery2 = dquery0, drows2 = dquery_rows0, dnorm_weight2 = dnorm_weight0;
-            on_cpu(ds.reversed(N, C).host_lists(), reverse_rows(query_rows, N, C),
+            Floats dquery2 = dquery0, drows2 = dtoken_query0, dnorm_weight2 = dnorm_weight0;
+            on_cpu(ds.reversed(N, C).host_lists(), reverse_rows(token_query, N, C),
                    reverse_rows(dout, N, C), out2, alpha2, rstd2, dquery2, drows2, dnorm_weight2);
             double spread = std::max(largest_difference(dquery2, dquery),
                                      largest_difference(dnorm_weight2, dnorm_weight));
@@ -498,13 +498,13 @@ TEST_CASE("depth attention variants on the GPU match the CPU, every combination 
             reduction_tol = sum_tolerance(tol, spread);
         }
         check(cuda[3], dquery, reduction_tol);
-        check(cuda[4], dquery_rows, tol);
+        check(cuda[4], dtoken_query, tol);
         check(cuda[5], dnorm_weight, reduction_tol);
         check_source_gradients(cuda, 6, host.dtensors, tol);
         if (n == 1 && !sigmoid) {  // one softmax weight, exactly 1: no gradient to the query, gain
             compare_exact("alpha, one source", cuda[1].values.data(), Floats(NSK, 1.0f).data(), NSK);
             compare_exact("dquery, one source", cuda[3].values.data(), dquery0.data(), C);
-            compare_exact("dquery_rows, one source", cuda[4].values.data(), dquery_rows0.data(), N * C);
+            compare_exact("dtoken_query, one source", cuda[4].values.data(), dtoken_query0.data(), N * C);
             compare_exact("dnorm_weight, one source", cuda[5].values.data(), dnorm_weight0.data(), C);
         }
     }

@@ -19,7 +19,7 @@
 //   attention         1e-5   1e-5   scores over hs, softmax over T, sums over T and heads
 //   swiglu            1e-6   1e-5   elementwise, expf
 //   depth attention   1e-5   1e-5   reductions over C per source and over N for dw, dg
-//   depth variants    1e-5   1e-5   the same per head, and for the query's row part
+//   depth variants    1e-5   1e-5   the same per head, and for the query's per-token part
 //   depth mixing      1e-5   1e-5   sums over sources; over N*C for the coefficients
 //   mHC-lite          1e-5   1e-5   dots over d, the stream norm over m*d, the projection;
 //                     1e-5   1e-4   the parameters' gradients, sums over the N rows

@@ -49,7 +49,7 @@ static Floats download(const float* device, size_t n) {
 }
 
 // Random parameters of every kind: matrices O(1/sqrt(d)), gains around 1, pseudo-queries O(1).
-// The query projection U of --depth-query input is half the other matrices: its row part of
+// The query projection U of --depth-query input is half the other matrices: its per-token part of
 // the query (RMS ~0.5 at d = 16) then varies the depth attention from position to position,
 // where at 0.4 the queries (w + U rmsnorm(V), RMS ~1.1) made softmaxes so nearly one-hot that
 // moving every parameter by 2^-23 moved the CPU's own gradients by up to 1.1x grad_tol

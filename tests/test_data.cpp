@@ -223,7 +223,7 @@ TEST_CASE("eval batches wrap round at the end of the held-out set") {
     Dataset ds;
     char err[256] = "";
     REQUIRE(dataset_init_task(&ds, "copy", 5, 9, 10, 3, err, sizeof err) == 0);
-    CHECK(dataset_eval_rows(&ds) == 10);
+    CHECK(dataset_eval_sequences(&ds) == 10);
     Batch all = eval_batch(ds, 10, 0), wrapped = eval_batch(ds, 4, 8);
     size_t T = (size_t)ds.seq_len;
     for (size_t b = 0; b < 4; b++) {
@@ -276,8 +276,8 @@ TEST_CASE("text rows are windows of the train split and eval rows tile the val s
     }
     CHECK(starts.size() > 300);  // 400 draws of 884 starts: windows really are random
 
-    REQUIRE(dataset_eval_rows(&ds) == (100 - 1) / T);
-    size_t n_rows = dataset_eval_rows(&ds);
+    REQUIRE(dataset_eval_sequences(&ds) == (100 - 1) / T);
+    size_t n_rows = dataset_eval_sequences(&ds);
     Batch eval = eval_batch(ds, n_rows + 1, 0);
     for (size_t row = 0; row <= n_rows; row++) {
         size_t start = 900 + (row % n_rows) * T;
@@ -342,7 +342,7 @@ TEST_CASE("bad text files fail with a one-line reason naming the path") {
     CHECK(fails_with(init(short_file, 8), ds, err, "too short"));
     CHECK(fails_with(init(short_file, 0), ds, err, "seq_len 0"));
     CHECK(init(dir.write("enough.txt", std::string(90, 'a')), 8) == 0);  // val split 9 = 9
-    CHECK(dataset_eval_rows(&ds) == 1);
+    CHECK(dataset_eval_sequences(&ds) == 1);
     dataset_free(&ds);
     // at most max_bytes: a larger file is refused by its size
     std::string kilobyte = dir.write("kilobyte.txt", std::string(1000, 'a'));

@@ -41,10 +41,10 @@ const Tolerance ACCUMULATE_TOL = {1e-5, 1e-6};
 // The switches of one case.
 struct Switches {
     size_t heads;
-    int sigmoid, key_norm, query_rows;
+    int sigmoid, key_norm, token_query;
     std::string name() const {
         return std::string(sigmoid ? "sigmoid" : "softmax") + (key_norm ? "" : ", no key norm") +
-               (query_rows ? ", input-dependent query" : "") + ", " + std::to_string(heads) +
+               (token_query ? ", input-dependent query" : "") + ", " + std::to_string(heads) +
                " head(s)";
     }
 };
@@ -65,7 +65,7 @@ struct VariantCase {
     Switches sw;
     std::vector<size_t> uses;
     std::vector<Vec> tensors, dtensors;
-    Vec query, query_rows, norm_weight;
+    Vec query, token_query, norm_weight;
     std::vector<const float*> sources;
     std::vector<float*> dsources;
 
@@ -81,7 +81,7 @@ struct VariantCase {
             dtensors.push_back(Vec(N * C, 0.0f));
         }
         query = rng.uniform_vector(C, -1, 1);
-        query_rows = rng.uniform_vector(N * C, -0.7f, 0.7f);
+        token_query = rng.uniform_vector(N * C, -0.7f, 0.7f);
         norm_weight = rng.signed_vector(C, 0.5f, 1.5f);
         for (size_t i : uses) {
             sources.push_back(tensors[i].data());
@@ -89,17 +89,17 @@ struct VariantCase {
         }
     }
     size_t n() const { return uses.size(); }
-    const float* rows() const { return sw.query_rows ? query_rows.data() : nullptr; }
+    const float* rows() const { return sw.token_query ? token_query.data() : nullptr; }
     const float* gain() const { return sw.key_norm ? norm_weight.data() : nullptr; }
     void forward(Vec& out, Vec& alpha, Vec& key_rstd) const {
         depth_attention_variant_forward(out.data(), alpha.data(), key_rstd.data(), sources.data(),
                                         query.data(), rows(), gain(), n(), N, C, sw.heads,
                                         sw.sigmoid);
     }
-    void backward(Vec& dquery, Vec& dquery_rows, Vec& dnorm_weight, const Vec& dout,
+    void backward(Vec& dquery, Vec& dtoken_query, Vec& dnorm_weight, const Vec& dout,
                   const Vec& alpha, const Vec& key_rstd) const {
         depth_attention_variant_backward(dsources.data(), dquery.data(),
-                                         sw.query_rows ? dquery_rows.data() : nullptr,
+                                         sw.token_query ? dtoken_query.data() : nullptr,
                                          sw.key_norm ? dnorm_weight.data() : nullptr, dout.data(),
                                          alpha.data(), key_rstd.data(), sources.data(),
                                          query.data(), rows(), gain(), n(), N, C, sw.heads,
@@ -123,7 +123,7 @@ void variant_reference(std::vector<double>& out, std::vector<double>& alpha, con
                 double r = vc.sw.key_norm ? 1.0 / std::sqrt(ms / Ck + (double)RMSNORM_EPS) : 1.0;
                 for (size_t c = 0; c < Ck; c++) {
                     size_t cc = k * Ck + c;
-                    double q = (double)vc.query[cc] + (vc.sw.query_rows ? vc.query_rows[n * C + cc] : 0.0);
+                    double q = (double)vc.query[cc] + (vc.sw.token_query ? vc.token_query[n * C + cc] : 0.0);
                     double g = vc.sw.key_norm ? vc.norm_weight[cc] : 1.0;
                     s += q * g * v[c] * r;
                 }
@@ -178,9 +178,9 @@ TEST_CASE("variant depth attention backward matches finite differences, every co
         size_t n = vc.n();
         Vec R = rng.uniform_vector(N * C, -1, 1), out(N * C), alpha(N * n * sw.heads),
             key_rstd(N * n * sw.heads);
-        Vec dquery(C, 0.0f), dquery_rows(N * C, 0.0f), dnorm_weight(C, 0.0f);
+        Vec dquery(C, 0.0f), dtoken_query(N * C, 0.0f), dnorm_weight(C, 0.0f);
         vc.forward(out, alpha, key_rstd);
-        vc.backward(dquery, dquery_rows, dnorm_weight, R, alpha, key_rstd);
+        vc.backward(dquery, dtoken_query, dnorm_weight, R, alpha, key_rstd);
         auto loss = [&] {
             vc.forward(out, alpha, key_rstd);
             return weighted_sum(R.data(), out.data(), N * C);
@@ -189,8 +189,8 @@ TEST_CASE("variant depth attention backward matches finite differences, every co
             check_gradient("source tensor " + std::to_string(i), vc.tensors[i].data(),
                            vc.dtensors[i].data(), N * C, loss, VARIANT_STEP, VARIANT_GRAD_TOL);
         check_gradient("query", vc.query.data(), dquery.data(), C, loss, VARIANT_STEP, VARIANT_GRAD_TOL);
-        if (sw.query_rows)
-            check_gradient("query_rows", vc.query_rows.data(), dquery_rows.data(), N * C, loss,
+        if (sw.token_query)
+            check_gradient("token_query", vc.token_query.data(), dtoken_query.data(), N * C, loss,
                            VARIANT_STEP, VARIANT_GRAD_TOL);
         if (sw.key_norm)
             check_gradient("norm_weight", vc.norm_weight.data(), dnorm_weight.data(), C, loss,
@@ -229,7 +229,7 @@ TEST_CASE("variant depth attention backward adds into its gradients") {
         for (size_t i = 0; i < vc.dtensors.size(); i++)
             expect_sum("dsource " + std::to_string(i), vc.dtensors[i], start[i], once[i]);
         expect_sum("dquery", dq, dq_start, dq0);
-        if (sw.query_rows) expect_sum("dquery_rows", dr, dr_start, dr0);
+        if (sw.token_query) expect_sum("dtoken_query", dr, dr_start, dr0);
         if (sw.key_norm) expect_sum("dnorm_weight", dg, dg_start, dg0);
     }
 }

@@ -439,7 +439,7 @@ static void check_depth_attention(Table* table, Tensors* t) {
 typedef struct {
     float *out, *alpha, *key_rstd;
     const float* const* sources;
-    const float *query, *query_rows, *norm_weight, *R;
+    const float *query, *token_query, *norm_weight, *R;
     size_t n_sources, N, C, heads;
     int sigmoid;
 } VariantCase;
@@ -447,7 +447,7 @@ typedef struct {
 static double depth_variant_loss(void* ctx) {
     VariantCase* s = ctx;
     depth_attention_variant_forward(s->out, s->alpha, s->key_rstd, s->sources, s->query,
-                                    s->query_rows, s->norm_weight, s->n_sources, s->N, s->C,
+                                    s->token_query, s->norm_weight, s->n_sources, s->N, s->C,
                                     s->heads, s->sigmoid);
     return weighted_sum(s->R, s->out, s->N * s->C);
 }
@@ -491,23 +491,23 @@ static void variant_case(Table* table, Tensors* t, size_t heads, int sigmoid, in
     float *tensors[3], *dtensors[3], *dsources[4];
     const float* sources[4];
     variant_sources(t, tensors, dtensors, sources, dsources, N, C);
-    float *query = uniform(t, C, -1, 1), *query_rows = uniform(t, N * C, -0.7f, 0.7f);
+    float *query = uniform(t, C, -1, 1), *token_query = uniform(t, N * C, -0.7f, 0.7f);
     float* norm_weight = signed_uniform(t, C, 0.5f, 1.5f);
     VariantCase s = {zeros(t, N * C), zeros(t, N * n * heads), zeros(t, N * n * heads), sources,
-                     query, rows ? query_rows : NULL, key_norm ? norm_weight : NULL,
+                     query, rows ? token_query : NULL, key_norm ? norm_weight : NULL,
                      uniform(t, N * C, -1, 1), n, N, C, heads, sigmoid};
-    float *dquery = zeros(t, C), *dquery_rows = zeros(t, N * C), *dnorm_weight = zeros(t, C);
+    float *dquery = zeros(t, C), *dtoken_query = zeros(t, N * C), *dnorm_weight = zeros(t, C);
     depth_variant_loss(&s);
-    depth_attention_variant_backward(dsources, dquery, rows ? dquery_rows : NULL,
+    depth_attention_variant_backward(dsources, dquery, rows ? dtoken_query : NULL,
                                      key_norm ? dnorm_weight : NULL, s.R, s.alpha, s.key_rstd,
-                                     sources, query, s.query_rows, s.norm_weight, n, N, C, heads,
+                                     sources, query, s.token_query, s.norm_weight, n, N, C, heads,
                                      sigmoid);
     Case c = {"depth_variants", "", DEPTH_STEP, VARIANT_TOL, {depth_variant_loss, &s}};
     snprintf(c.shape, sizeof c.shape, "%s K=%zu%s%s", sigmoid ? "sigmoid" : "softmax", heads,
              key_norm ? "" : " no-norm", rows ? " q-rows" : "");
     for (size_t i = 0; i < 3; i++) { check_tensor(table, &c, SOURCE_NAMES[i], tensors[i], dtensors[i], N * C); }
     check_tensor(table, &c, "query", query, dquery, C);
-    if (rows) { check_tensor(table, &c, "query_rows", query_rows, dquery_rows, N * C); }
+    if (rows) { check_tensor(table, &c, "token_query", token_query, dtoken_query, N * C); }
     if (key_norm) { check_tensor(table, &c, "norm_weight", norm_weight, dnorm_weight, C); }
 }
 
