@@ -67,7 +67,8 @@ check:  ## what CI runs: make test's suites and all the rest (sanitizers, MPI, e
 	@$(MAKE) --no-print-directory -j2 $(CHECK_BINS)
 	@DEPTH_SHAPES="$(DEPTH_SHAPES)" ASAN_SHAPE=$(ASAN_SHAPE) tests/run_all.sh check
 
-# `make test-one NAME="a test case name"`: build what the case needs and run exactly that
+# `make test-one NAME="a test case name"`: install what is missing, build the suite with the
+# programs its cases run (a shell check: what its group needs), and run exactly that
 # doctest case or shell check, commas and all (tests/test_one.sh); exit 2 when nothing has
 # that name. `make test-one LIST=1` lists every name. NAME and LIST are data: they reach the
 # script unexpanded ($(value)), through its environment, never through make's expansion or
