@@ -330,17 +330,18 @@ static void reserve_muon(const Model* model) {
 
 void model_update_step_cuda(ModelCuda* m, const ModelUpdate* u) {
     Model* model = &m->model;
-    size_t P = model->num_params;
+    size_t n_params = model->num_params;
     int clipped = u->max_norm > 0.0f && u->norm > u->max_norm;
     auto queue = [&] {
-        if (clipped) clip_gradients_cuda(model->grads_memory, P, u->norm, u->max_norm);
+        if (clipped) clip_gradients_cuda(model->grads_memory, n_params, u->norm, u->max_norm);
         if (u->muon) {
-            model_update_shard_muon(model, 0, P, model->grads_memory, model->m_memory,
+            model_update_shard_muon(model, 0, n_params, model->grads_memory, model->m_memory,
                                     model->v_memory, u->lr, u->beta1, u->beta2, u->eps,
                                     u->weight_decay, u->t, u->muon_momentum);
         } else {
-            model_update_shard(model, 0, P, model->grads_memory, model->m_memory, model->v_memory,
-                               u->lr, u->beta1, u->beta2, u->eps, u->weight_decay, u->t);
+            model_update_shard(model, 0, n_params, model->grads_memory, model->m_memory,
+                               model->v_memory, u->lr, u->beta1, u->beta2, u->eps,
+                               u->weight_decay, u->t);
         }
     };
     if (!m->graph) {

@@ -41,7 +41,7 @@ mpi_matches_one_process() {
         mpi_same_losses "$dir/p2b" "$dir/p2" 0
 }
 
-# interrupted at step 25 on P processes, resumed on P' to step 50: the losses of steps
+# interrupted at step 25 on W processes, resumed on W' to step 50: the losses of steps
 # 26..50 are those of an uninterrupted run on one process (further flags: for every run)
 mpi_resume_across() {
     local from=$1 to=$2 dir=$TEST_DIR

@@ -472,13 +472,13 @@ TEST_CASE("a checkpoint with one NaN in an optimiser moment is refused by --resu
         Args first = {"--steps", "4", "--eval-every", "2", "--stop-after", "2", "--checkpoint", good,
                       "--optimizer", optimizer};
         check_success(run_train(dir, tiny(first)));
-        // one NaN in the first moments (after the P parameters) at wq's first element, a
+        // one NaN in the first moments (after the n_params parameters) at wq's first element, a
         // matrix that Muon keeps its momentum for
         std::string bytes = read_text(good);
-        size_t header = 256 * sizeof(int), P = (bytes.size() - header) / (3 * sizeof(float));
+        size_t header = 256 * sizeof(int), n_params = (bytes.size() - header) / (3 * sizeof(float));
         size_t wte = 7 * 16, attn_norm = 16;  // V x d, then L x d
         const float nan_value = NAN;
-        std::memcpy(&bytes[header + (P + wte + attn_norm) * sizeof(float)], &nan_value, sizeof nan_value);
+        std::memcpy(&bytes[header + (n_params + wte + attn_norm) * sizeof(float)], &nan_value, sizeof nan_value);
         write_text(bad, bytes);
         Args resume = {"--steps", "4", "--eval-every", "2", "--checkpoint", bad, "--resume",
                        "--optimizer", optimizer};
