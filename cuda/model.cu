@@ -35,11 +35,11 @@ static void copy_cuda(float* dst, const float* src, size_t n) {
     cuda_memcpy_async(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice);
 }
 static float* alloc_zeroed_cuda(size_t n) {
-    float* p = cuda_malloc_floats(n);
-    zero_cuda(p, n);
-    return p;
+    float* ptr = cuda_malloc_floats(n);
+    zero_cuda(ptr, n);
+    return ptr;
 }
-static void release_cuda(void* p) { cudaCheck(cudaFree(p)); }
+static void release_cuda(void* ptr) { cudaCheck(cudaFree(ptr)); }
 // the sum of x (device) in double, in index order, on the host (synchronises)
 static double sum_cuda(const float* x, size_t n) {
     float* host = (float*)mallocCheck(n * sizeof(float));

@@ -57,13 +57,13 @@ void diagnostics_free(Diagnostics* dg) {
 static int make_dirs(const char* dir) {
     char path[4096];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) { return -1; }
-    for (char* p = path + 1; ; p++) {
-        if (*p == '/' || *p == '\0') {
-            char end = *p;
-            *p = '\0';
+    for (char* at = path + 1; ; at++) {
+        if (*at == '/' || *at == '\0') {
+            char end = *at;
+            *at = '\0';
             if (mkdir(path, 0755) != 0 && errno != EEXIST) { return -1; }
             if (end == '\0') { return 0; }
-            *p = end;
+            *at = end;
         }
     }
 }

@@ -4,9 +4,9 @@
 #include "evaluate.h"
 #include "util.h"
 
-static size_t argmax(const float* p, size_t n) {
+static size_t argmax(const float* x, size_t n) {
     size_t best = 0;
-    for (size_t i = 1; i < n; i++) { if (p[i] > p[best]) { best = i; } }
+    for (size_t i = 1; i < n; i++) { if (x[i] > x[best]) { best = i; } }
     return best;
 }
 

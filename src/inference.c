@@ -14,8 +14,8 @@
 //              attention variants, the mixings); the input-dependent query has none and runs
 //              the sequential definition (inference.h says why)
 //     mhc    : h_l = u_l = sum_s a_pre[s] X_s from the position's m streams
-//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none), the partial sum p += f_l (AttnRes), or
-//           the streams mixed and f_l added (mhc)
+//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none), the partial sum partial += f_l
+//           (AttnRes), or the streams mixed and f_l added (mhc)
 //   out = h_{2L} (none) or DA_out(b_0 .. b_{n_blocks}); logits = rmsnorm(out) lm_head^T
 //   (mhc: logits = (sum_s rmsnorm(X_s)) lm_head^T)
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and

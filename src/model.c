@@ -9,8 +9,8 @@
 //          X_t <- sum_s H_res[s][t] X_s + a_post[t] f_l (mhc.c); the head reads
 //          sum_s rmsnorm(X_s)
 //   none : h_0 = x0, h_{l+1} = h_l + f_l(h_l), out = h_{2L}
-//   block: h_l = DA_l(b_0 .. b_{l/S}[, p]) over b_0 = x0, the completed blocks and the partial
-//          sum p of l's block; out = DA_out(b_0 .. b_{n_blocks})
+//   block: h_l = DA_l(b_0 .. b_{l/S}[, partial]) over b_0 = x0, the completed blocks and the
+//          partial sum of l's block; out = DA_out(b_0 .. b_{n_blocks})
 //   full : block with S = 1 (every sub-layer output is its own block)
 // Which buffers those are, forward and backward, with a worked example: the comment above
 // count_sources.
