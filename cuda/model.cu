@@ -232,7 +232,7 @@ void model_forward_losses_cuda(ModelCuda* m, const int* tokens, const int* targe
 }
 
 // The step's one read-back, in two halves. Queued: the squared sums' partials of `x` (n
-// floats), then the rows' losses (N) and those partials copied into page-locked memory.
+// floats), then the positions' losses (N) and those partials copied into page-locked memory.
 static void queue_read_back(ModelCuda* m, size_t N, const float* x, size_t n) {
     float* partial = cuda_workspace(NORM_PARTIALS);
     squared_sum_partials_cuda(partial, x, n);
@@ -240,7 +240,7 @@ static void queue_read_back(ModelCuda* m, size_t N, const float* x, size_t n) {
     cuda_memcpy_async(m->readback + N, partial, NORM_PARTIALS * sizeof(float),
                       cudaMemcpyDeviceToHost);
 }
-// Then one wait for both: returns the losses' sum (double, row order) and *sum_sq, x's
+// Then one wait for both: returns the losses' sum (double, position order) and *sum_sq, x's
 // squared sum.
 static double wait_read_back(ModelCuda* m, size_t N, double* sum_sq) {
     cudaCheck(cudaStreamSynchronize(cuda_stream));

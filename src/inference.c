@@ -1,9 +1,9 @@
 // inference.c — the incremental decoder (see inference.h for what is cached and why) and
 // token sampling.
 //
-// A step runs one new position t of B sequences through the model of model.c, with B rows in
-// every layer function, and the same residual bookkeeping (model.h: gather_sources,
-// residual_update) on the model's activation buffers:
+// A step runs one new position t of B sequences through the model of model.c, one position
+// per sequence (N = B rows) in every layer function, and the same residual bookkeeping
+// (model.h: gather_sources, residual_update) on the model's activation buffers:
 //   x0 = wte[token]
 //   for each sub-layer l:
 //     none   : h_l is the residual stream (h_0 = x0)
@@ -21,7 +21,7 @@
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and
 // attends over positions 0 .. t of it, in the arithmetic order of attention.c.
 // A prefill feeds positions 0 .. n-1 at once: model_forward over them (matmuls over all the
-// positions, where a step multiplies one row per sequence), whose k and v rows fill the caches.
+// positions, where a step multiplies one position per sequence), whose k and v fill the caches.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     }
     memset(dec, 0, sizeof(*dec));
     dec->model = model;
-    dec->max_B = dec->B = max_B;  // every buffer for max_B rows
+    dec->max_B = dec->B = max_B;  // every buffer for one position of max_B sequences
     dec->max_T = max_T;
     float** slots[DECODER_BUFFERS];
     size_t sizes[DECODER_BUFFERS];

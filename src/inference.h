@@ -9,8 +9,8 @@
 //     reads another position's blocks. So no block of an earlier position is ever needed
 //     again, and "the depth sources cached per position" are those of the position being
 //     decoded: while a step walks the sub-layers it keeps, in the decoder's own activation
-//     buffers (Decoder.acts: the model's layout, point_activations, for B rows of one
-//     position), b_0 = x0 and the partial sum after every
+//     buffers (Decoder.acts: the model's layout, point_activations, for one position of
+//     B sequences), b_0 = x0 and the partial sum after every
 //     sub-layer, whose last one in each block is that block's b_n: b_0, the completed blocks
 //     and the running partial sum of the current block are what each depth attention
 //     reads. The next step overwrites them. Everything from earlier positions that a step
@@ -23,7 +23,7 @@
 // is w_l + U_l rmsnorm(V_last), and V_last of a sub-layer that is not first in its block is
 // the block's partial sum, which exists only once the sub-layers before it have run: phase 1
 // cannot score that query. What it could share without the query, each block's key rstd, is
-// one square root per block and row against the 2 d multiply-adds per block that need the
+// one square root per block and sequence against the 2 d multiply-adds per block that need the
 // query, so with this variant every depth attention runs at its sub-layer's own turn by the
 // sequential definition (depth_attention_variant_forward over gather_sources' list), as
 // model_forward does.
@@ -107,7 +107,7 @@ typedef struct {
     float* k_cache;        // (L, B, max_T, G*hs) keys after RoPE
     float* v_cache;        // (L, B, max_T, G*hs) values
     Activations acts;      // the current position, in the model's layout (point_activations)
-    float* acts_memory;    // for max_B rows (x 1), without the backward's; logits: acts.logits
+    float* acts_memory;    // one position of max_B sequences (no backward); logits: acts.logits
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
     float* phase_max;      // (S, B, K) phase 1: max scores per head ((S) with --mixing)
     float* phase_sumexp;   // (S, B, K) phase 1: sums of exponentials, likewise
@@ -130,7 +130,7 @@ void decoder_reset(Decoder* dec, size_t B);
 void decoder_step(Decoder* dec, const int* tokens, float* logits);
 // Resets and feeds positions 0 .. n-1 of the dec->B sequences tokens (B, n), 1 <= n <= max_T,
 // in one model_forward over them (matmuls over all B x n positions at once, where n steps
-// would multiply one row per sequence at a time): the caches then hold their k and v, as n
+// would multiply one position per sequence at a time): the caches then hold their k and v, as n
 // steps would leave them (to float rounding), and logits (B,V) are those of position n-1.
 void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits);
 // Called with the B tokens just drawn, one per sequence, as soon as they are drawn (./train

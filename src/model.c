@@ -269,7 +269,7 @@ void model_init_params(Model* model, uint64_t seed) {
 //   L1.mlp        3   x0, b_1, partial[2] (= f_2)   dx0, db_1, db_2                  db_2
 //   output        4   x0, b_1, b_2                  dx0, db_1, db_2                  -
 // Backward order: output, then l = 3, 2, 1, 0, each sub-layer first reading f_l's gradient,
-// then adding its depth attention's into the buffers on its row; dx0 ends in the embedding.
+// then adding its depth attention's into the buffers on its line; dx0 ends in the embedding.
 
 size_t count_sources(const ModelConfig* c, int l) {
     int S = c->block_size, W = c->depth_window;

@@ -35,7 +35,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--F", "0"}, {"F", "positive"}},
         {{"--batch", "0"}, {"--batch", "positive"}},
         {{"--microbatches", "0"}, {"--microbatches", "positive"}},
-        {{"--microbatches", "3"}, {"--microbatches 3 does not divide 32 rows (--batch 32 over 1 process)"}},
+        {{"--microbatches", "3"}, {"--microbatches 3 does not divide 32 sequences (--batch 32 over 1 process)"}},
         // the pipeline: MPI's (tests/mpi_tests.sh tries the rest under mpirun)
         {{"--pipeline", "2", "--microbatches", "2"}, {"--pipeline needs MPI: mpirun -np P*D ./train_mpi --pipeline P ..."}},
         {{"--pipeline", "0"}, {"--pipeline must be positive"}},

@@ -237,7 +237,7 @@ TEST_CASE("--export writes a new file or replaces an earlier export, and refuses
 //       --init rand --seed 31 --mode block --block-size 2 --V 9 --d 16 --L 2 --H 4 --G 2 --F 32
 // kTorchFirstLoss is PyTorch's loss (float64, reference.forward) of that model on the batch
 // ./train draws at step 1 with the data flags below, which load_safetensors.py draws as
-// data/dataset.c does (splitmix64 row streams, the held-out prompts avoided):
+// data/dataset.c does (splitmix64 sequence streams, the held-out prompts avoided):
 //   /usr/bin/python3 dev/load_safetensors.py loss tests/data/torch_block_s2_rand.safetensors
 //       --task reverse --length 4 --symbols 8 --eval-examples 50 --batch 8 --seed 7
 // Each command on one line regenerates them (needs Debian's python3-torch; this test does

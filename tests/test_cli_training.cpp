@@ -543,7 +543,7 @@ TEST_CASE("a run that needs more memory than the machine has is refused before i
     TempDir dir;
     std::string text = dir.file("long.txt");
     write_text(text, std::string(250000, 'a'));
-    // 4096 rows of 4096 tokens: their logits and probabilities alone (256 floats each) are
+    // 4096 sequences of 4096 tokens: their logits and probabilities alone (256 floats each) are
     // 32 GiB, more than the 24 GiB machine this suite runs on has
     check_error(run_train(dir, tiny({"--task", "text", "--text", text, "--seq-len", "4096",
                                      "--batch", "4096"})),
