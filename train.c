@@ -79,9 +79,9 @@ static int flag_table(Options* o, Flag* flags) {
         {"--text", OPT_STRING, &o->text_path, "text file for --task text (bytes, V = 256)"},
         {"--length", OPT_INT, &o->length, "tasks: symbols per prompt (T = 2 * length)"},
         {"--symbols", OPT_INT, &o->symbols, "tasks: distinct symbols (V = symbols + 1)"},
-        {"--eval-examples", OPT_INT, &o->eval_examples, "held-out examples (tasks) / max eval rows (text)"},
+        {"--eval-examples", OPT_INT, &o->eval_examples, "held-out examples (tasks) / max eval sequences (text)"},
         {"--batch", OPT_INT, &o->batch, "batch size B"},
-        {"--microbatches", OPT_INT, &o->microbatches, "the step in M parts of B/M rows, gradients summed"},
+        {"--microbatches", OPT_INT, &o->microbatches, "the step in M parts of B/M sequences, gradients summed"},
         {"--pipeline", OPT_INT, &o->pipeline, "./train_mpi: P pipeline stages (mpirun -np P*D; 1: none)"},
         {"--virtual", OPT_INT, &o->virtual_stages, "--pipeline: V chunks a stage (interleaved 1F1B)"},
         {"--pipeline-cache", OPT_STRING, &o->pipeline_cache, "--pipeline: on | off (AttnRes's blocks cached across stages)"},
@@ -317,7 +317,7 @@ static void build_model(Run* r) {
     char err[ERROR_MAX];
     r->B = (size_t)o->batch;
     r->T = (size_t)r->ds.seq_len;
-    size_t eval_B = r->B;  // evaluation runs in batches of the training batch's rows
+    size_t eval_B = r->B;  // evaluation runs in batches of the training batch's sequences
     if (run_memory_check(&o->model, eval_B, r->T, decoder_sequences(r, eval_B), &dist,
                          dataset_bytes(&r->ds), &r->memory_bytes, &r->activation_bytes, err,
                          sizeof(err)) != 0) {
@@ -402,7 +402,7 @@ static void print_header(const Run* r) {
                "rank 0 keeps for evaluation; each stage's is printed at the end)\n", o->pipeline,
                dist.world / o->pipeline, dist.world / o->pipeline == 1 ? "" : "s");
     } else if (dist.world > 1) {
-        printf("data parallel: %d processes, %d rows of each batch apiece; ZeRO-1: each keeps "
+        printf("data parallel: %d processes, %d sequences of each batch apiece; ZeRO-1: each keeps "
                "the AdamW moments of 1/%d of the parameters (memory above is per process)\n",
                dist.world, o->batch / dist.world, dist.world);
     }
@@ -634,19 +634,20 @@ static void check_processes(const Options* o, int argc, char** argv) {
             die("%s", err);
         }
     }
-    int replicas = dist.world / o->pipeline;  // data parallel: each takes B/replicas rows
+    int replicas = dist.world / o->pipeline;  // data parallel: each takes B/replicas sequences
     if (o->batch % replicas != 0) {
         die("--batch %d does not divide among %d processes (each takes an equal share of "
             "every batch)", o->batch, replicas);
     }
-    int rows = o->batch / replicas;
-    if (rows % o->microbatches != 0 && o->pipeline > 1) {
-        die("--microbatches %d does not divide %d rows (--batch %d over %d replica%s of %d stages)",
-            o->microbatches, rows, o->batch, replicas, replicas == 1 ? "" : "s", o->pipeline);
+    int sequences = o->batch / replicas;
+    if (sequences % o->microbatches != 0 && o->pipeline > 1) {
+        die("--microbatches %d does not divide %d sequences (--batch %d over %d replica%s of %d "
+            "stages)", o->microbatches, sequences, o->batch, replicas, replicas == 1 ? "" : "s",
+            o->pipeline);
     }
-    if (rows % o->microbatches != 0) {
-        die("--microbatches %d does not divide %d rows (--batch %d over %d process%s)",
-            o->microbatches, rows, o->batch, replicas, replicas == 1 ? "" : "es");
+    if (sequences % o->microbatches != 0) {
+        die("--microbatches %d does not divide %d sequences (--batch %d over %d process%s)",
+            o->microbatches, sequences, o->batch, replicas, replicas == 1 ? "" : "es");
     }
     if (o->microbatches > 1 && trainer_on_gpu()) {
         die("--microbatches runs in the CPU builds (./train, ./train_mpi): the GPU's step "
@@ -719,12 +720,12 @@ int main(int argc, char** argv) {
         r.last = evaluate(&r.model, &r.decoder, &r.ds, &r.o, r.x, r.y, r.work);
         if (r.o.init_from != NULL && r.o.checkpoint != NULL) { save_imported(&r); }
     }
-    // every rank draws the same global batch and trains on its replica's B/D rows of it (D =
-    // world/P replicas; without a pipeline every process is one), in --microbatches parts of
-    // B/D/M rows: the gradients add up, zeroed once
+    // every rank draws the same global batch and trains on its replica's B/D sequences of it
+    // (D = world/P replicas; without a pipeline every process is one), in --microbatches parts
+    // of B/D/M sequences: the gradients add up, zeroed once
     int replicas = dist.world / r.o.pipeline, replica = dist.rank / r.o.pipeline;
-    size_t rows = r.B / (size_t)replicas, first = (size_t)replica * rows * r.T;
-    size_t micro_sequences = rows / (size_t)r.o.microbatches;
+    size_t sequences = r.B / (size_t)replicas, first = (size_t)replica * sequences * r.T;
+    size_t micro_sequences = sequences / (size_t)r.o.microbatches;
     for (int step = r.start_step; step < r.end_step; step++) {
         int done = step + 1;  // AdamW's step t, from 1
         double step_start = now_seconds();

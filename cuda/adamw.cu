@@ -5,7 +5,8 @@
 #include "layers.cuh"
 
 // m = beta1 m + (1-beta1) g, v = beta2 v + (1-beta2) g^2,
-// p -= lr (m/(1-beta1^t) / (sqrt(v/(1-beta2^t)) + eps) + weight_decay p); one thread per parameter.
+// param -= lr (m/(1-beta1^t) / (sqrt(v/(1-beta2^t)) + eps) + weight_decay param); one thread per
+// parameter.
 // The bias corrections 1-beta^t are computed once on the host.
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
                              float lr, float beta1, float beta2, float beta1_correction,

@@ -196,48 +196,51 @@ __device__ void load_tile(Tile tile, const float* x, size_t b, size_t t0, size_t
     __syncthreads();
 }
 
-// Two tiles at once, their 8 loads in flight together: a_tile from a (rows a_t0.., head
-// a_head of a_heads), x_tile from x (rows x_t0.., head x_head of x_heads), the same chunk c
-__device__ void load_two_tiles(Tile a_tile, const float* a, size_t a_t0, size_t a_head,
-                               size_t a_heads, Tile x_tile, const float* x, size_t x_t0,
-                               size_t x_head, size_t x_heads, size_t b, size_t T, size_t c,
+// Two tiles at once, their 8 loads in flight together: lhs_tile from lhs (rows lhs_t0.., head
+// lhs_head of lhs_heads), rhs_tile from rhs (rows rhs_t0.., head rhs_head of rhs_heads), the
+// same chunk c
+__device__ void load_two_tiles(Tile lhs_tile, const float* lhs, size_t lhs_t0, size_t lhs_head,
+                               size_t lhs_heads, Tile rhs_tile, const float* rhs, size_t rhs_t0,
+                               size_t rhs_head, size_t rhs_heads, size_t b, size_t T, size_t c,
                                size_t hs) {
-    float a_share[TILE_SHARE], x_share[TILE_SHARE];
-    fetch_tile(a_share, a, b, a_t0, T, a_head, a_heads, c, hs);
-    fetch_tile(x_share, x, b, x_t0, T, x_head, x_heads, c, hs);
+    float lhs_share[TILE_SHARE], rhs_share[TILE_SHARE];
+    fetch_tile(lhs_share, lhs, b, lhs_t0, T, lhs_head, lhs_heads, c, hs);
+    fetch_tile(rhs_share, rhs, b, rhs_t0, T, rhs_head, rhs_heads, c, hs);
     __syncthreads();
-    store_tile(a_tile, a_share);
-    store_tile(x_tile, x_share);
+    store_tile(lhs_tile, lhs_share);
+    store_tile(rhs_tile, rhs_share);
     __syncthreads();
 }
 
-// dots[r] = a_t . x_t2 over all hs, for the warp's rows t = a_t0 + ATT_ROWS * warp + r of
-// a (head a_head of a_heads) and the lane's key t2 = x_t0 + lane of x (head x_head of
-// x_heads); each dot product sums its dims in order, in one float. Rows or keys past T give 0.
-__device__ void tile_dots(float dots[ATT_ROWS], Tile a_tile, Tile x_tile, const float* a,
-                          size_t a_t0, size_t a_head, size_t a_heads, const float* x, size_t x_t0,
-                          size_t x_head, size_t x_heads, size_t b, size_t T, size_t hs) {
+// dots[r] = lhs_t . rhs_t2 over all hs, for the warp's rows t = lhs_t0 + ATT_ROWS * warp + r
+// of lhs (head lhs_head of lhs_heads) and the lane's key t2 = rhs_t0 + lane of rhs (head
+// rhs_head of rhs_heads); each dot product sums its dims in order, in one float. Rows or keys
+// past T give 0.
+__device__ void tile_dots(float dots[ATT_ROWS], Tile lhs_tile, Tile rhs_tile, const float* lhs,
+                          size_t lhs_t0, size_t lhs_head, size_t lhs_heads, const float* rhs,
+                          size_t rhs_t0, size_t rhs_head, size_t rhs_heads, size_t b, size_t T,
+                          size_t hs) {
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     for (int r = 0; r < ATT_ROWS; r++) dots[r] = 0.0f;
     for (size_t c = 0; c < hs; c += ATT_TILE) {
-        load_two_tiles(a_tile, a, a_t0, a_head, a_heads, x_tile, x, x_t0, x_head, x_heads, b, T,
-                       c, hs);
+        load_two_tiles(lhs_tile, lhs, lhs_t0, lhs_head, lhs_heads, rhs_tile, rhs, rhs_t0,
+                       rhs_head, rhs_heads, b, T, c, hs);
         for (int r = 0; r < ATT_ROWS; r++) {
-            const float* a_row = a_tile[warp * ATT_ROWS + r];
-            for (int i = 0; i < ATT_TILE; i++) dots[r] += a_row[i] * x_tile[lane][i];
+            const float* lhs_row = lhs_tile[warp * ATT_ROWS + r];
+            for (int i = 0; i < ATT_TILE; i++) dots[r] += lhs_row[i] * rhs_tile[lane][i];
         }
     }
 }
 
 // out_t = the softmax-weighted sum over t2 <= t of v_t2, lse_t = log sum e^{s}. Block (query
 // tile, h, b), 8 warps of 4 query rows. Per key tile: the scaled scores (lane j: key k0 + j),
-// the tile's part per row (its max m2 over the warp, p = e^{s - m2} into p_tile, l2 their
+// the tile's part per row (its max m2 over the warp, a = e^{s - m2} into a_tile, l2 their
 // sum), merged into the row's (m, l); then, a chunk of 32 dims at a time (lane i: dim c + i),
-// o = scale1 o + scale2 (P V) in out's row. At the end out /= l and lse = m + log l.
+// o = scale1 o + scale2 (A V) in out's row. At the end out /= l and lse = m + log l.
 __global__ void attention_forward_kernel(float* out, float* lse, const float* q, const float* k,
                                          const float* v, size_t B, size_t T, size_t H, size_t G,
                                          size_t hs) {
-    __shared__ Tile q_tile, kv_tile, p_tile;
+    __shared__ Tile q_tile, kv_tile, a_tile;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     size_t b = blockIdx.z, h = blockIdx.y, g = h / (H / G);
     size_t t0 = (size_t)blockIdx.x * ATT_TILE, row0 = t0 + warp * ATT_ROWS;
@@ -259,18 +262,18 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
             bool seen = t < T && t2 <= t;
             float s = seen ? score[r] * scale : -INFINITY;
             float m2 = warp_max(s);  // -inf: no key of the tile is seen (or t >= T)
-            float p = seen ? expf(s - m2) : 0.0f;
-            float l2 = warp_sum(p);
-            p_tile[warp * ATT_ROWS + r][lane] = p;
+            float a = seen ? expf(s - m2) : 0.0f;
+            float l2 = warp_sum(a);
+            a_tile[warp * ATT_ROWS + r][lane] = a;
             merge_factors(&m[r], &l[r], m2, l2, &scale1[r], &scale2[r]);
         }
         for (size_t c = 0; c < hs; c += ATT_TILE) {
-            load_tile(kv_tile, v, b, k0, T, g, G, c, hs);  // its barrier also publishes p_tile
+            load_tile(kv_tile, v, b, k0, T, g, G, c, hs);  // its barrier also publishes a_tile
             for (int r = 0; r < ATT_ROWS; r++) {
                 size_t t = row0 + r;
-                const float* p_row = p_tile[warp * ATT_ROWS + r];
+                const float* a_row = a_tile[warp * ATT_ROWS + r];
                 float o2 = 0.0f;
-                for (int j = 0; j < ATT_TILE; j++) o2 += p_row[j] * kv_tile[j][lane];
+                for (int j = 0; j < ATT_TILE; j++) o2 += a_row[j] * kv_tile[j][lane];
                 if (t < T && c + lane < hs) {
                     float* o = out + (b * T + t) * H * hs + h * hs + c + lane;
                     // the first tile starts the sum: out's old contents are never read
@@ -287,36 +290,36 @@ __global__ void attention_forward_kernel(float* out, float* lse, const float* q,
     }
 }
 
-// The backward, from the forward's s = q_t . k_t2 * scale, p = softmax(s), out_t = sum p v:
-//   p = e^{s - lse_t} (recomputed),  dp_t2 = dout_t . v_t2,  D_t = dout_t . out_t,
-//   ds_t2 = scale * p (dp_t2 - D_t)
-//   dq_t += sum_t2 ds_t2 k_t2,  dk_t2 += sum_t ds_t2 q_t,  dv_t2 += sum_t p_t2 dout_t
-// (ds already carries the score's scale). Neither p nor ds is stored: the two kernels below
+// The backward, from the forward's s = q_t . k_t2 * scale, a = softmax(s), out_t = sum a v:
+//   a = e^{s - lse_t} (recomputed),  da_t2 = dout_t . v_t2,  D_t = dout_t . out_t,
+//   ds_t2 = scale * a (da_t2 - D_t)
+//   dq_t += sum_t2 ds_t2 k_t2,  dk_t2 += sum_t ds_t2 q_t,  dv_t2 += sum_t a_t2 dout_t
+// (ds already carries the score's scale). Neither a nor ds is stored: the two kernels below
 // each recompute the tiles of them they need.
 
-// p and ds for the warp's row t = row0 + r and the lane's key t2 of one tile, from the
-// tile's scores s and dp; 0 above the diagonal and past T
-__device__ void score_gradient(float* p, float* ds, const float* s, const float* dp,
+// a and ds for the warp's row t = row0 + r and the lane's key t2 of one tile, from the
+// tile's scores s and da; 0 above the diagonal and past T
+__device__ void score_gradient(float* a, float* ds, const float* s, const float* da,
                                const float* D, const float* lse, size_t r, size_t row0,
                                size_t t2, size_t T, size_t bh, float scale) {
     size_t t = row0 + r;
     if (t >= T || t2 > t) {
-        *p = *ds = 0.0f;
+        *a = *ds = 0.0f;
         return;
     }
-    *p = expf(s[r] * scale - lse[bh * T + t]);
-    *ds = scale * *p * (dp[r] - D[r]);
+    *a = expf(s[r] * scale - lse[bh * T + t]);
+    *ds = scale * *a * (da[r] - D[r]);
 }
 
 // dq, and D_t into D_rows (B,H,T) for the key kernel. Block (query tile, h, b), 8 warps of 4
-// query rows: D first (lanes over the dims), then per key tile the scores and dp, ds into
+// query rows: D first (lanes over the dims), then per key tile the scores and da, ds into
 // ds_tile, and dq_t += sum over the tile's keys of ds k_t2, a chunk of dims at a time (lane: dim).
 __global__ void attention_backward_query_kernel(float* dq, float* D_rows, const float* dout,
                                                 const float* out, const float* lse,
                                                 const float* q, const float* k, const float* v,
                                                 size_t B, size_t T, size_t H, size_t G,
                                                 size_t hs) {
-    __shared__ Tile a_tile, kv_tile, ds_tile;
+    __shared__ Tile lhs_tile, kv_tile, ds_tile;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     size_t b = blockIdx.z, h = blockIdx.y, g = h / (H / G), bh = b * H + h;
     size_t t0 = (size_t)blockIdx.x * ATT_TILE, row0 = t0 + warp * ATT_ROWS;
@@ -338,14 +341,14 @@ __global__ void attention_backward_query_kernel(float* dq, float* D_rows, const 
         if (lane == 0 && t < T) D_rows[bh * T + t] = D[r];
     }
 
-    // 2. per key tile: s and dp (lane: key), ds into ds_tile, then dq (lane: dim)
+    // 2. per key tile: s and da (lane: key), ds into ds_tile, then dq (lane: dim)
     for (size_t k0 = 0; k0 < end; k0 += ATT_TILE) {
-        float s[ATT_ROWS], dp[ATT_ROWS];
-        tile_dots(s, a_tile, kv_tile, q, t0, h, H, k, k0, g, G, b, T, hs);
-        tile_dots(dp, a_tile, kv_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
+        float s[ATT_ROWS], da[ATT_ROWS];
+        tile_dots(s, lhs_tile, kv_tile, q, t0, h, H, k, k0, g, G, b, T, hs);
+        tile_dots(da, lhs_tile, kv_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
         for (int r = 0; r < ATT_ROWS; r++) {
-            float p;
-            score_gradient(&p, &ds_tile[warp * ATT_ROWS + r][lane], s, dp, D, lse, r, row0,
+            float a;
+            score_gradient(&a, &ds_tile[warp * ATT_ROWS + r][lane], s, da, D, lse, r, row0,
                            k0 + lane, T, bh, scale);
         }
         for (size_t c = 0; c < hs; c += ATT_TILE) {
@@ -362,7 +365,7 @@ __global__ void attention_backward_query_kernel(float* dq, float* D_rows, const 
 }
 
 // dk and dv. Block (key tile, g, b): over the query heads h of group g and the query tiles
-// that see the block's keys, p and ds for (32 queries) x (32 keys) are recomputed into shared
+// that see the block's keys, a and ds for (32 queries) x (32 keys) are recomputed into shared
 // memory (warps: queries, lanes: keys), then each warp sums them into its 4 keys' dk and dv, a
 // chunk of dims at a time (lane: dim), in a fixed order: heads, then query tiles.
 __global__ void attention_backward_key_value_kernel(float* dk, float* dv, const float* D_rows,
@@ -370,7 +373,7 @@ __global__ void attention_backward_key_value_kernel(float* dk, float* dv, const 
                                                     const float* q, const float* k,
                                                     const float* v, size_t B, size_t T, size_t H,
                                                     size_t G, size_t hs) {
-    __shared__ Tile a_tile, x_tile, ds_tile, p_tile;
+    __shared__ Tile lhs_tile, rhs_tile, ds_tile, a_tile;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     size_t b = blockIdx.z, g = blockIdx.y, k0 = (size_t)blockIdx.x * ATT_TILE;
     size_t heads_per_group = H / G;
@@ -381,25 +384,25 @@ __global__ void attention_backward_key_value_kernel(float* dk, float* dv, const 
         size_t bh = b * H + h;
         for (size_t t0 = k0; t0 < T; t0 += ATT_TILE) {  // query tiles at and below the keys'
             size_t row0 = t0 + warp * ATT_ROWS;
-            float s[ATT_ROWS], dp[ATT_ROWS], D[ATT_ROWS];
-            tile_dots(s, a_tile, x_tile, q, t0, h, H, k, k0, g, G, b, T, hs);
-            tile_dots(dp, a_tile, x_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
+            float s[ATT_ROWS], da[ATT_ROWS], D[ATT_ROWS];
+            tile_dots(s, lhs_tile, rhs_tile, q, t0, h, H, k, k0, g, G, b, T, hs);
+            tile_dots(da, lhs_tile, rhs_tile, dout, t0, h, H, v, k0, g, G, b, T, hs);
             for (int r = 0; r < ATT_ROWS; r++) {
                 size_t t = row0 + r;
                 D[r] = t < T ? D_rows[bh * T + t] : 0.0f;
-                score_gradient(&p_tile[warp * ATT_ROWS + r][lane],
-                               &ds_tile[warp * ATT_ROWS + r][lane], s, dp, D, lse, r, row0,
+                score_gradient(&a_tile[warp * ATT_ROWS + r][lane],
+                               &ds_tile[warp * ATT_ROWS + r][lane], s, da, D, lse, r, row0,
                                k0 + lane, T, bh, scale);
             }
             for (size_t c = 0; c < hs; c += ATT_TILE) {
-                // its barriers also publish ds_tile and p_tile
-                load_two_tiles(a_tile, q, t0, h, H, x_tile, dout, t0, h, H, b, T, c, hs);
+                // its barriers also publish ds_tile and a_tile
+                load_two_tiles(lhs_tile, q, t0, h, H, rhs_tile, dout, t0, h, H, b, T, c, hs);
                 for (int r = 0; r < ATT_ROWS; r++) {
                     size_t key = warp * ATT_ROWS + r;
                     float dk_sum = 0.0f, dv_sum = 0.0f;
                     for (int j = 0; j < ATT_TILE; j++) {
-                        dk_sum += ds_tile[j][key] * a_tile[j][lane];
-                        dv_sum += p_tile[j][key] * x_tile[j][lane];
+                        dk_sum += ds_tile[j][key] * lhs_tile[j][lane];
+                        dv_sum += a_tile[j][key] * rhs_tile[j][lane];
                     }
                     if (k0 + key < T && c + lane < hs) {
                         size_t at = (b * T + k0 + key) * G * hs + g * hs + c + lane;

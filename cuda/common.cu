@@ -2,7 +2,8 @@
 // the captured CUDA graphs.
 #include "common.cuh"
 
-// out_c += sum over p = 0 .. parts-1 of partial[p][c], in order of p; one thread per column.
+// out_c += sum over part = 0 .. parts-1 of partial[part][c], in order of part; one thread per
+// column.
 // There are only C threads (8 warps at C = 256), so each loads PART_CHUNK parts at once before
 // adding them (common.cuh).
 __global__ void column_partials_sum_kernel(float* out, const float* partial, size_t parts,
@@ -10,14 +11,14 @@ __global__ void column_partials_sum_kernel(float* out, const float* partial, siz
     size_t c = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     float sum = 0.0f;
-    for (size_t p0 = 0; p0 < parts; p0 += PART_CHUNK) {
+    for (size_t first = 0; first < parts; first += PART_CHUNK) {
         float v[PART_CHUNK];
 #pragma unroll
         for (int k = 0; k < PART_CHUNK; k++)
-            if (p0 + k < parts) v[k] = partial[(p0 + k) * C + c];
+            if (first + k < parts) v[k] = partial[(first + k) * C + c];
 #pragma unroll
         for (int k = 0; k < PART_CHUNK; k++)
-            if (p0 + k < parts) sum += v[k];
+            if (first + k < parts) sum += v[k];
     }
     out[c] += sum;
 }
@@ -163,8 +164,8 @@ void cuda_graph_kernel(const void* kernel, dim3 grid, dim3 block, void* const* a
         }
         g->ops.push_back(CudaGraphOp{kernel, last[0], grid, block, g->bytes.size(), n});
         for (size_t i = 0; i < n_args; i++) {
-            const unsigned char* p = (const unsigned char*)args[i];
-            g->bytes.insert(g->bytes.end(), p, p + sizes[i]);
+            const unsigned char* from = (const unsigned char*)args[i];
+            g->bytes.insert(g->bytes.end(), from, from + sizes[i]);
         }
         return;
     }
@@ -198,8 +199,8 @@ static int graph_operation(const void* parameters, size_t n) {
     if (cuda_graph_capturing != NULL) {
         CudaGraph* g = cuda_graph_capturing;
         g->ops.push_back(CudaGraphOp{NULL, NULL, dim3(), dim3(), g->bytes.size(), n});
-        const unsigned char* p = (const unsigned char*)parameters;
-        g->bytes.insert(g->bytes.end(), p, p + n);
+        const unsigned char* from = (const unsigned char*)parameters;
+        g->bytes.insert(g->bytes.end(), from, from + n);
     }
     return 1;
 }

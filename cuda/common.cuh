@@ -132,9 +132,9 @@ void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, Args... arg
 
 // cudaMalloc that names what ran out: one line with the size asked for, then exit
 inline void* cuda_malloc_checked(size_t bytes) {
-    void* p = NULL;
+    void* ptr = NULL;
     if (bytes == 0) bytes = 1;
-    cudaError_t error = cudaMalloc(&p, bytes);
+    cudaError_t error = cudaMalloc(&ptr, bytes);
     if (error == cudaErrorMemoryAllocation) {
         size_t free_bytes = 0, total_bytes = 0;
         (void)cudaGetLastError();
@@ -149,7 +149,7 @@ inline void* cuda_malloc_checked(size_t bytes) {
                 cudaGetErrorString(error));
         exit(EXIT_FAILURE);
     }
-    return p;
+    return ptr;
 }
 inline float* cuda_malloc_floats(size_t count) {
     return (float*)cuda_malloc_checked(count * sizeof(float));
@@ -192,32 +192,33 @@ inline unsigned int ceil_div(size_t n, size_t threads) {
     return (unsigned int)((n + threads - 1) / threads);
 }
 
-// 4 floats at p (16-byte aligned) in one 16-byte load or store. The emulator copies them
+// 4 floats at ptr (16-byte aligned) in one 16-byte load or store. The emulator copies them
 // and, as a GPU would fault, aborts on an address that is not 16-byte aligned.
 #ifdef __CUDACC__
-__device__ __forceinline__ float4 load_float4(const float* p) {
-    return *reinterpret_cast<const float4*>(p);
+__device__ __forceinline__ float4 load_float4(const float* ptr) {
+    return *reinterpret_cast<const float4*>(ptr);
 }
-__device__ __forceinline__ void store_float4(float* p, float4 v) {
-    *reinterpret_cast<float4*>(p) = v;
+__device__ __forceinline__ void store_float4(float* ptr, float4 v) {
+    *reinterpret_cast<float4*>(ptr) = v;
 }
 #else
-inline float4 load_float4(const float* p) {
-    if ((uintptr_t)p % 16 != 0) cuda_emu::fail("misaligned 16-byte load at %p", (const void*)p);
+inline float4 load_float4(const float* ptr) {
+    if ((uintptr_t)ptr % 16 != 0) cuda_emu::fail("misaligned 16-byte load at %p", (const void*)ptr);
     float4 v;
-    memcpy(&v, p, sizeof(v));
+    memcpy(&v, ptr, sizeof(v));
     return v;
 }
-inline void store_float4(float* p, float4 v) {
-    if ((uintptr_t)p % 16 != 0) cuda_emu::fail("misaligned 16-byte store at %p", (void*)p);
-    memcpy(p, &v, sizeof(v));
+inline void store_float4(float* ptr, float4 v) {
+    if ((uintptr_t)ptr % 16 != 0) cuda_emu::fail("misaligned 16-byte store at %p", (void*)ptr);
+    memcpy(ptr, &v, sizeof(v));
 }
 #endif
 
 // Column sums over many rows (weight gradients: the sum over the B*T rows of each column) run
 // in two steps, so that more than C threads work: each (part of ROWS_PER_PART rows, column)
 // sums its rows in order into partial[part][column] (a kernel of the layer's own); then
-// add_column_partials_cuda (common.cu) adds the parts in order: out_c += sum_p partial[p][c].
+// add_column_partials_cuda (common.cu) adds the parts in order: out_c += the sum over the
+// parts of partial[part][c].
 // Fixed orders both times, so the result repeats bit for bit.
 // A thread that sums many parts loads PART_CHUNK of them at once before adding them: one part
 // after another would wait out a memory latency each.

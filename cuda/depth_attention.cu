@@ -342,7 +342,7 @@ depth_attention_backward_rows_kernel(GradList dsources, float* acc_parts, float*
 // dnorm_weight.
 // Threads: thread (r, c) of block b takes column 32 b + c, its parts r, r + 32, r + 64, ...
 // The column sums of the parts a rows kernel wrote (parts,C), then the parameters'
-// gradients: acc_c = sum_p acc_parts[p][c]; dquery_c += g_c acc_c (g = norm_weight, 1 when
+// gradients: acc_c = the sum of acc_parts[part][c] over the parts; dquery_c += g_c acc_c (g = norm_weight, 1 when
 // NULL; dquery NULL: none); dnorm_weight_c (when not NULL) += w_c acc_c, or the sum of
 // gain_parts when that is not NULL (depth_variants.cu's, where the query differs from row to
 // row); dweight_c += the sum of dweight_parts (the fused norm's gain), when not NULL. One
@@ -371,8 +371,8 @@ __global__ void depth_attention_parts_sum_kernel(float* dquery, float* dnorm_wei
             for (int s = 0; s < 3; s++) {
 #pragma unroll
                 for (int k = 0; k < PART_CHUNK; k++) {
-                    size_t p = first + k * SUM_GROUPS;
-                    a[s][k] = p < parts && part_sums[s] != NULL ? part_sums[s][p * C + c] : 0.0f;
+                    size_t part = first + k * SUM_GROUPS;
+                    a[s][k] = part < parts && part_sums[s] != NULL ? part_sums[s][part * C + c] : 0.0f;
                 }
             }
 #pragma unroll

@@ -359,7 +359,7 @@ __device__ __forceinline__ void add_source_gradients(float acc[DEPTH_COLS],
 __device__ __forceinline__ float block_rows_sum(const float (*values)[DEPTH_COLS][ROW_THREADS],
                                                 int k, unsigned int t) {
     float sum = 0.0f;
-    for (int p = 0; p < DEPTH_ROWS; p++) sum += values[p][k][t];
+    for (int r = 0; r < DEPTH_ROWS; r++) sum += values[r][k][t];
     return sum;
 }
 

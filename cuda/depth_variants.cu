@@ -261,9 +261,11 @@ depth_attention_switched_backward_rows_kernel(GradList dsources, VariantOutputs 
                 outputs.acc_parts[blockIdx.x * C + c] = block_rows_sum(row_acc, k, t);
                 if (outputs.gain_parts != NULL) {
                     float gain_sum = 0.0f;
-                    for (int p = 0; p < DEPTH_ROWS && blockIdx.x * DEPTH_ROWS + p < N; p++) {
-                        size_t at = (blockIdx.x * DEPTH_ROWS + p) * C + c;
-                        gain_sum += (query[c] + token_query[at]) * row_acc[p][k][t];
+                    for (int block_row = 0;
+                         block_row < DEPTH_ROWS && blockIdx.x * DEPTH_ROWS + block_row < N;
+                         block_row++) {
+                        size_t at = (blockIdx.x * DEPTH_ROWS + block_row) * C + c;
+                        gain_sum += (query[c] + token_query[at]) * row_acc[block_row][k][t];
                     }
                     outputs.gain_parts[blockIdx.x * C + c] = gain_sum;
                 }
@@ -303,7 +305,7 @@ __global__ void depth_mixing_weights_kernel(float* weights, const float* coeffic
 }
 
 // The mixings' coefficients (forward: weights = softmax(coefficients) when normalise, else
-// the coefficients): dweight_i = the sum of weight_parts[p][i] over the parts, then static:
+// the coefficients): dweight_i = the sum of weight_parts[part][i] over the parts, then static:
 // dc_i += weight_i (dweight_i - sum_j weight_j dweight_j); dense: dc_i += dweight_i. One
 // block of MIX_GROUPS x DEPTH_ATTENTION_MAX_SOURCES threads: thread (group r, source i) sums
 // the parts r, r + MIX_GROUPS, ... in order (PART_CHUNK loaded at once), then group 0 adds
@@ -319,15 +321,15 @@ __global__ void depth_mixing_coefficients_kernel(float* dcoefficients, const flo
     float sum = 0.0f;
     if (i < n_sources) {
         for (size_t first = group; first < parts; first += PART_CHUNK * MIX_GROUPS) {
-            float part[PART_CHUNK];
+            float loaded[PART_CHUNK];
 #pragma unroll
             for (int k = 0; k < PART_CHUNK; k++) {
-                size_t p = first + k * MIX_GROUPS;
-                part[k] = p < parts ? weight_parts[p * n_sources + i] : 0.0f;
+                size_t part = first + k * MIX_GROUPS;
+                loaded[k] = part < parts ? weight_parts[part * n_sources + i] : 0.0f;
             }
 #pragma unroll
             for (int k = 0; k < PART_CHUNK; k++)
-                if (first + k * MIX_GROUPS < parts) sum += part[k];
+                if (first + k * MIX_GROUPS < parts) sum += loaded[k];
         }
     }
     group_sum[group][i] = sum;

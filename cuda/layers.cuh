@@ -36,10 +36,10 @@ void matmul_add_cuda(float* out, const float* a, const float* b, size_t N, size_
 // reference to compare against (./train_cuda --cublas). Exits in builds without cuBLAS.
 void linear_use_cublas_cuda(int on);
 // The most floats of the workspace (common.cuh) one linear call borrows (split-K partials),
-// for any shape; matmul_workspace_floats_cuda: what one product C (M,P) = A (M,K) . B (K,P)
+// for any shape; matmul_workspace_floats_cuda: what one product C (M,J) = A (M,K) . B (K,J)
 // borrows.
 size_t linear_workspace_floats_cuda(void);
-size_t matmul_workspace_floats_cuda(size_t M, size_t P, size_t K);
+size_t matmul_workspace_floats_cuda(size_t M, size_t J, size_t K);
 
 // ---- rope.cu -----------------------------------------------------------------------------
 void rope_forward_cuda(float* out, const float* inp, size_t B, size_t T, size_t n_heads,

@@ -34,9 +34,9 @@ struct Permutations {
     int perm[MHC_MAX_PERMUTATIONS * MHC_MAX_STREAMS];
 };
 static Permutations permutations(size_t m, size_t* R) {
-    Permutations p = {};
-    *R = mhc_permutation_table(p.perm, m);
-    return p;
+    Permutations table = {};
+    *R = mhc_permutation_table(table.perm, m);
+    return table;
 }
 
 // which of sigma's three scales multiplies projected value k: 0 pre, 1 res, 2 post
@@ -128,12 +128,12 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
     float* a_pre = row;
     float* pi = a_pre + m;
     float* H_res = pi + R + m;  // after a_post
-    // 1. one thread per projected value k: p = sigma e_k + beta_k, the gates sigmoid(p) and
-    //    2 sigmoid(p), the logits p (in pi until step 2)
+    // 1. one thread per projected value k: logit = sigma e_k + beta_k, the gates sigmoid(logit)
+    //    and 2 sigmoid(logit), the softmax's logits as they are (in pi until step 2)
     for (size_t k = threadIdx.x; k < E; k += blockDim.x) {
-        float p = scale[scale_group(k, m, R)] * en[k] + bias[k];
-        float gate = 1.0f / (1.0f + expf(-p));
-        row[k] = k < m ? gate : k < m + R ? p : 2.0f * gate;
+        float logit = scale[scale_group(k, m, R)] * en[k] + bias[k];
+        float gate = 1.0f / (1.0f + expf(-logit));
+        row[k] = k < m ? gate : k < m + R ? logit : 2.0f * gate;
     }
     __syncthreads();
     // 2. pi = softmax of the logits: every thread finds their max and the sum of the
@@ -168,23 +168,23 @@ __global__ void mhc_input_forward_kernel(float* u, float* mix, const float* e, c
 // forward was: u = sum_s a_pre[s] X_s, the coefficients from X through z and e. Per row:
 //   value path:  dX_s += a_pre[s] du;  da_pre[s] = du . X_s
 //   dpi_r = sum_s dH_res[s][perm_r[s]]  (dH_res, da_post: in dmix, from mhc_output_backward)
-//   the pre-activations' gradients dp:
+//   the pre-activations' gradients dlogit:
 //     a_pre: da_pre a_pre (1 - a_pre);  pi: pi_r (dpi_r - sum_j pi_j dpi_j)
 //                                           = pi_r sum_j pi_j (dpi_r - dpi_j);
 //     a_post: da_post a_post (1 - a_post / 2)
-//   p_k = sigma_g e_k + beta_k: de_k = sigma_g dp_k, and the row's terms of dbeta (dp_rows
-//   (N, E): dp itself) and of dsigma (scale_terms (N, 3): sum_{k in g} dp_k e_k, k in order),
-//   which the caller sums over the rows
+//   logit_k = sigma_g e_k + beta_k: de_k = sigma_g dlogit_k, and the row's terms of dbeta
+//   (dlogit_rows (N, E): dlogit itself) and of dsigma (scale_terms (N, 3): sum_{k in g}
+//   dlogit_k e_k, k in order), which the caller sums over the rows
 // One block per row: a warp per stream for da_pre, a thread per column of the streams, a
 // thread per permutation, a thread per projected value, then a thread per scale g.
-__global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de, float* dp_rows,
-                                               float* scale_terms, const float* du,
+__global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de,
+                                               float* dlogit_rows, float* scale_terms, const float* du,
                                                const float* X, const float* mix, const float* e,
                                                const float* scale, Permutations perms, size_t d,
                                                size_t m, size_t R) {
     __shared__ float da_pre[MHC_MAX_STREAMS];
     __shared__ float dpi[MHC_MAX_PERMUTATIONS];
-    __shared__ float dp_row[MHC_MAX_MIX_WIDTH];
+    __shared__ float dlogit_row[MHC_MAX_MIX_WIDTH];
     size_t n = blockIdx.x, E = 2 * m + R, W = E + m * m;
     unsigned int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE;
     unsigned int n_warps = blockDim.x / WARP_SIZE;
@@ -208,28 +208,28 @@ __global__ void mhc_input_backward_rows_kernel(float* dX, float* dmix, float* de
         dpi[r] = dm[m + r] = permutation_gradient(dH_res, perms, r, m);
     }
     __syncthreads();
-    // 3. dp, one thread per projected value; the softmax's with the differences first,
+    // 3. dlogit, one thread per projected value; the softmax's with the differences first,
     //    pi_r sum_j pi_j (dpi_r - dpi_j), as on the CPU: exactly 0 where every dpi_r is equal
     for (size_t k = threadIdx.x; k < E; k += blockDim.x) {
-        float dp;
+        float dlogit;
         if (k < m) {
-            dp = da_pre[k] * a_pre[k] * (1.0f - a_pre[k]);
+            dlogit = da_pre[k] * a_pre[k] * (1.0f - a_pre[k]);
         } else if (k < m + R) {
             float centred = 0.0f;
             for (size_t j = 0; j < R; j++) centred += pi[j] * (dpi[k - m] - dpi[j]);
-            dp = pi[k - m] * centred;
+            dlogit = pi[k - m] * centred;
         } else {
-            dp = da_post[k - m - R] * a_post[k - m - R] * (1.0f - 0.5f * a_post[k - m - R]);
+            dlogit = da_post[k - m - R] * a_post[k - m - R] * (1.0f - 0.5f * a_post[k - m - R]);
         }
-        dp_row[k] = dp_rows[n * E + k] = dp;
-        de[n * E + k] = dp * scale[scale_group(k, m, R)];
+        dlogit_row[k] = dlogit_rows[n * E + k] = dlogit;
+        de[n * E + k] = dlogit * scale[scale_group(k, m, R)];
     }
     __syncthreads();
-    // 4. the row's terms of dsigma, one thread per scale g: sum_{k in g} dp_k e_k
+    // 4. the row's terms of dsigma, one thread per scale g: sum_{k in g} dlogit_k e_k
     for (size_t g = threadIdx.x; g < 3; g += blockDim.x) {
         size_t first = g == 0 ? 0 : g == 1 ? m : m + R, end = g == 0 ? m : g == 1 ? m + R : E;
         float sum = 0.0f;
-        for (size_t k = first; k < end; k++) sum += dp_row[k] * e[n * E + k];
+        for (size_t k = first; k < end; k++) sum += dlogit_row[k] * e[n * E + k];
         scale_terms[n * 3 + g] = sum;
     }
 }
@@ -331,16 +331,16 @@ void mhc_input_backward_cuda(float* dX, MhcParams grads, float* dmix, float* de,
     size_t R;
     Permutations perms = permutations(m, &R);
     size_t E = 2 * m + R;
-    // the workspace: the rows' dp (N, E) and dsigma terms (N, 3), then their sums over parts
-    // of rows, (parts, E) and (parts, 3)
+    // the workspace: the rows' dlogit (N, E) and dsigma terms (N, 3), then their sums over
+    // parts of rows, (parts, E) and (parts, 3)
     size_t parts = ceil_div(N, ROWS_PER_PART);
-    float* dp_rows = cuda_workspace(mhc_workspace_floats_cuda(N, m));
-    float* scale_terms = dp_rows + N * E;
+    float* dlogit_rows = cuda_workspace(mhc_workspace_floats_cuda(N, m));
+    float* scale_terms = dlogit_rows + N * E;
     float* bias_partial = scale_terms + N * 3;
     float* scale_partial = bias_partial + parts * E;
     launch_kernel(mhc_input_backward_rows_kernel, (unsigned int)N, MHC_BLOCK, dX, dmix, de,
-                  dp_rows, scale_terms, du, X, mix, e, params.scale, perms, d, m, R);
-    add_column_sums_cuda(grads.bias, bias_partial, dp_rows, N, E);
+                  dlogit_rows, scale_terms, du, X, mix, e, params.scale, perms, d, m, R);
+    add_column_sums_cuda(grads.bias, bias_partial, dlogit_rows, N, E);
     add_column_sums_cuda(grads.scale, scale_partial, scale_terms, N, 3);
     cuda_memset_async(dz, 0, N * m * d * sizeof(float));
     linear_backward_cuda(dz, grads.proj, de, z, params.proj, N, m * d, E);

@@ -35,11 +35,11 @@ static void copy_cuda(float* dst, const float* src, size_t n) {
     cuda_memcpy_async(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice);
 }
 static float* alloc_zeroed_cuda(size_t n) {
-    float* p = cuda_malloc_floats(n);
-    zero_cuda(p, n);
-    return p;
+    float* ptr = cuda_malloc_floats(n);
+    zero_cuda(ptr, n);
+    return ptr;
 }
-static void release_cuda(void* p) { cudaCheck(cudaFree(p)); }
+static void release_cuda(void* ptr) { cudaCheck(cudaFree(ptr)); }
 // the sum of x (device) in double, in index order, on the host (synchronises)
 static double sum_cuda(const float* x, size_t n) {
     float* host = (float*)mallocCheck(n * sizeof(float));
@@ -232,7 +232,7 @@ void model_forward_losses_cuda(ModelCuda* m, const int* tokens, const int* targe
 }
 
 // The step's one read-back, in two halves. Queued: the squared sums' partials of `x` (n
-// floats), then the rows' losses (N) and those partials copied into page-locked memory.
+// floats), then the positions' losses (N) and those partials copied into page-locked memory.
 static void queue_read_back(ModelCuda* m, size_t N, const float* x, size_t n) {
     float* partial = cuda_workspace(NORM_PARTIALS);
     squared_sum_partials_cuda(partial, x, n);
@@ -240,7 +240,7 @@ static void queue_read_back(ModelCuda* m, size_t N, const float* x, size_t n) {
     cuda_memcpy_async(m->readback + N, partial, NORM_PARTIALS * sizeof(float),
                       cudaMemcpyDeviceToHost);
 }
-// Then one wait for both: returns the losses' sum (double, row order) and *sum_sq, x's
+// Then one wait for both: returns the losses' sum (double, position order) and *sum_sq, x's
 // squared sum.
 static double wait_read_back(ModelCuda* m, size_t N, double* sum_sq) {
     cudaCheck(cudaStreamSynchronize(cuda_stream));
@@ -330,17 +330,18 @@ static void reserve_muon(const Model* model) {
 
 void model_update_step_cuda(ModelCuda* m, const ModelUpdate* u) {
     Model* model = &m->model;
-    size_t P = model->num_params;
+    size_t n_params = model->num_params;
     int clipped = u->max_norm > 0.0f && u->norm > u->max_norm;
     auto queue = [&] {
-        if (clipped) clip_gradients_cuda(model->grads_memory, P, u->norm, u->max_norm);
+        if (clipped) clip_gradients_cuda(model->grads_memory, n_params, u->norm, u->max_norm);
         if (u->muon) {
-            model_update_shard_muon(model, 0, P, model->grads_memory, model->m_memory,
+            model_update_shard_muon(model, 0, n_params, model->grads_memory, model->m_memory,
                                     model->v_memory, u->lr, u->beta1, u->beta2, u->eps,
                                     u->weight_decay, u->t, u->muon_momentum);
         } else {
-            model_update_shard(model, 0, P, model->grads_memory, model->m_memory, model->v_memory,
-                               u->lr, u->beta1, u->beta2, u->eps, u->weight_decay, u->t);
+            model_update_shard(model, 0, n_params, model->grads_memory, model->m_memory,
+                               model->v_memory, u->lr, u->beta1, u->beta2, u->eps,
+                               u->weight_decay, u->t);
         }
     };
     if (!m->graph) {

@@ -89,14 +89,14 @@ void model_update_step_cuda(ModelCuda* m, const ModelUpdate* u);
 // model_forward_losses_cuda uploads the batch and queues the forward (n_targets: every
 // process's targets); model_zero_grad_cuda and model_backward_cuda follow it; then ONE
 // read-back: the gradients summed over the processes with this one's shard [lo, hi) of the
-// sum in grad_shard (device, distributed.cuh), the rows' loss sum and the shard's squared
+// sum in grad_shard (device, distributed.cuh), its sequences' loss sum and the shard's squared
 // sum, for the caller to add over the processes (model_loss_and_shard_norm_cuda).
 void model_forward_losses_cuda(ModelCuda* m, const int* tokens, const int* targets,
                                size_t n_targets, size_t B, size_t T);
 void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_shard, size_t lo,
                                     size_t hi, double* loss_sum, double* shard_sum_sq);
 // A training step's forward, zero_grad, backward and gradient norm with ONE read-back: the
-// GPU runs them without waiting on the host, then the rows' losses and the norm's partial
+// GPU runs them without waiting on the host, then the positions' losses and the norm's partial
 // sums come back together. *loss and *norm equal what model_forward_cuda and
 // model_grad_norm_cuda return, bit for bit. The step's calls above, from
 // model_step_forward_cuda to model_step_loss_and_norm_cuda, in one (a CUDA graph with
@@ -104,10 +104,10 @@ void model_loss_and_shard_norm_cuda(ModelCuda* m, const Dist* d, float* grad_sha
 void model_forward_backward_cuda(ModelCuda* m, const int* tokens, const int* targets, size_t B,
                                  size_t T, float* loss, float* norm);
 // The same for one process of several (data parallel, ZeRO-1): forward and backward on this
-// process's rows, whose loss is their share of the global batch's mean (n_targets: the
+// process's sequences, whose loss is their share of the global batch's mean (n_targets: the
 // global batch's targets); the gradients summed over the processes, this one's shard
 // [lo, hi) of the sum into grad_shard (device, distributed.cuh); then one read-back: the
-// rows' loss sum (*loss_sum) and the shard's squared sum (*shard_sum_sq), for the caller to
+// sequences' loss sum (*loss_sum) and the shard's squared sum (*shard_sum_sq), for the caller to
 // add over the processes.
 void model_forward_backward_shard_cuda(ModelCuda* m, const int* tokens, const int* targets,
                                        size_t n_targets, size_t B, size_t T, const Dist* d,

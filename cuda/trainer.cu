@@ -88,7 +88,7 @@ void trainer_free(Trainer* t) {
     free(t->shard_bounds);
 }
 
-// Queued, nothing read back. Sharded, each rank's loss is its rows' share of the global mean
+// Queued, nothing read back. Sharded, each rank's loss is its sequences' share of the global mean
 // (as src/trainer.c). In one process, the step's first part: with CUDA graphs the capture (the
 // first step) or the walk of the step graph begins here, and the batch is copied in just
 // before trainer_backward launches it.

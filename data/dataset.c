@@ -1,11 +1,12 @@
 // dataset.c — the toy tasks (reverse, copy, sort) and byte-level text of dataset.h.
 //
-// Randomness is splitmix64: training row `row` of step `step` draws from a stream seeded by
-// hash(seed, step, row), so a batch is the same whatever B is split into (threads, resume).
-// The held-out set draws from its own stream (seed ^ EVAL_STREAM). Its prompts go into an
-// open-addressing set of 64-bit prompt hashes, and a training draw whose prompt hash is in
-// that set is redrawn: equal prompts have equal hashes, so training and eval are disjoint
-// (a hash collision can only reject a few extra training prompts, never admit an eval one).
+// Randomness is splitmix64: training sequence `sequence` of step `step` draws from a stream
+// seeded by hash(seed, step, sequence), so a batch is the same whatever B is split into
+// (threads, resume). The held-out set draws from its own stream (seed ^ EVAL_STREAM). Its
+// prompts go into an open-addressing set of 64-bit prompt hashes, and a training draw whose
+// prompt hash is in that set is redrawn: equal prompts have equal hashes, so training and
+// eval are disjoint (a hash collision can only reject a few extra training prompts, never
+// admit an eval one).
 #define _POSIX_C_SOURCE 200809L  // stat()
 #include "dataset.h"
 
@@ -25,9 +26,9 @@
 // ----------------------------------------------------------------------------
 // randomness and hashing
 
-// the stream of training row `row` of step `step`
-static uint64_t row_stream(uint64_t seed, uint64_t step, uint64_t row) {
-    return rng_mix64(rng_mix64(rng_mix64(seed + RNG_GOLDEN) ^ step) ^ row);
+// the stream of training sequence `sequence` of step `step`
+static uint64_t sequence_stream(uint64_t seed, uint64_t step, uint64_t sequence) {
+    return rng_mix64(rng_mix64(rng_mix64(seed + RNG_GOLDEN) ^ step) ^ sequence);
 }
 
 // hash of a prompt; never 0, which marks an empty slot of the set
@@ -298,7 +299,7 @@ static void text_sequence(const Dataset* ds, int* x, int* y, size_t start) {
 void dataset_train_batch(const Dataset* ds, int* x, int* y, size_t B, uint64_t step) {
     size_t T = (size_t)ds->seq_len;
     for (size_t b = 0; b < B; b++) {
-        uint64_t stream = row_stream(ds->seed, step, b);
+        uint64_t stream = sequence_stream(ds->seed, step, b);
         if (ds->kind == TASK_TEXT) {
             size_t n_starts = ds->n_train - T;  // windows of T+1 bytes inside the train split
             text_sequence(ds, x + b * T, y + b * T, (size_t)(rng_next(&stream) % n_starts));
@@ -308,8 +309,8 @@ void dataset_train_batch(const Dataset* ds, int* x, int* y, size_t B, uint64_t s
     }
 }
 
-// text: row i is the window starting at n_train + i*T, so the x rows tile the val split
-// and so do the y rows (each val byte after the first is a target exactly once)
+// text: sequence i is the window starting at n_train + i*T, so the x sequences tile the val
+// split and so do the y sequences (each val byte after the first is a target exactly once)
 size_t dataset_eval_sequences(const Dataset* ds) {
     if (ds->kind == TASK_TEXT) {
         return (ds->n_text - ds->n_train - 1) / (size_t)ds->seq_len;
@@ -318,13 +319,13 @@ size_t dataset_eval_sequences(const Dataset* ds) {
 }
 
 void dataset_eval_batch(const Dataset* ds, int* x, int* y, size_t B, size_t first) {
-    size_t T = (size_t)ds->seq_len, n_rows = dataset_eval_sequences(ds);
+    size_t T = (size_t)ds->seq_len, n_sequences = dataset_eval_sequences(ds);
     for (size_t b = 0; b < B; b++) {
-        size_t row = (first + b) % n_rows;
+        size_t i = (first + b) % n_sequences;
         if (ds->kind == TASK_TEXT) {
-            text_sequence(ds, x + b * T, y + b * T, ds->n_train + row * T);
+            text_sequence(ds, x + b * T, y + b * T, ds->n_train + i * T);
         } else {
-            task_eval_sequence(ds, x + b * T, y + b * T, row);
+            task_eval_sequence(ds, x + b * T, y + b * T, i);
         }
     }
 }

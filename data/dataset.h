@@ -2,14 +2,14 @@
 //
 // Tasks (reverse, copy, sort): an example is a prompt of `length` random symbols, a
 // separator, then the answer (the prompt reversed, copied or sorted). Token 0 is the
-// separator and symbols are 1..n_symbols, so vocab_size = n_symbols + 1. A row of x holds
-// the first 2*length tokens of the example (T = 2*length); y[t] is the next token for the
-// answer positions t = length .. 2*length-1 and -1 (ignored) elsewhere, so the loss is on
-// the answer only. Training examples are a deterministic function of (seed, step, row);
+// separator and symbols are 1..n_symbols, so vocab_size = n_symbols + 1. A sequence of x
+// holds the first 2*length tokens of the example (T = 2*length); y[t] is the next token for
+// the answer positions t = length .. 2*length-1 and -1 (ignored) elsewhere, so the loss is on
+// the answer only. Training examples are a deterministic function of (seed, step, sequence);
 // the held-out evaluation set is drawn from its own stream and never appears in training.
 //
 // Text: any file, bytes as tokens (vocab_size = 256); the first 90% is the training split,
-// the last 10% the validation split; a training row is a random window of T+1 bytes.
+// the last 10% the validation split; a training sequence is a random window of T+1 bytes.
 #ifndef ATTNRES_DATASET_H
 #define ATTNRES_DATASET_H
 
@@ -25,7 +25,7 @@ typedef enum { TASK_REVERSE, TASK_COPY, TASK_SORT, TASK_TEXT } TaskKind;
 typedef struct {
     TaskKind kind;
     int vocab_size;      // tokens are in [0, vocab_size)
-    int seq_len;         // T: the length of every row of x and y
+    int seq_len;         // T: the length of every sequence of x and y
     int answer_start;    // first position of x whose target is an answer token (tasks: length)
     int answer_len;      // tasks: length; text: seq_len
     uint64_t seed;
@@ -56,9 +56,9 @@ size_t dataset_bytes(const Dataset* ds);
 
 // x, y are (B, seq_len). Deterministic in (seed, step): resuming at a step replays it.
 void dataset_train_batch(const Dataset* ds, int* x, int* y, size_t B, uint64_t step);
-// Number of evaluation rows (tasks: n_eval; text: non-overlapping windows of the val split).
+// Number of evaluation sequences (tasks: n_eval; text: non-overlapping windows of the val split).
 size_t dataset_eval_sequences(const Dataset* ds);
-// Evaluation rows [first, first+B) (wrapping round at the end), same layout as training.
+// Evaluation sequences [first, first+B) (wrapping round at the end), same layout as training.
 void dataset_eval_batch(const Dataset* ds, int* x, int* y, size_t B, size_t first);
 
 #ifdef __cplusplus

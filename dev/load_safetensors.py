@@ -267,9 +267,9 @@ class TaskData:
             if prompt_hash(prompt) not in self.eval_hashes:
                 return prompt
 
-    def train_row(self, step, row):
+    def train_sequence(self, step, sequence):
         """task_train_sequence: x = prompt, 0, answer[:-1]; y = -1 on the prompt, then the answer."""
-        prompt = self.fresh_prompt(Stream(row_stream(self.seed, step, row)))
+        prompt = self.fresh_prompt(Stream(sequence_stream(self.seed, step, sequence)))
         answer = task_answer(self.task, prompt)
         return prompt + [0] + answer[:-1], [-1] * self.length + answer
 
@@ -280,20 +280,20 @@ class TextData:
         self.text, self.T, self.seed = open(path, "rb").read(), T, seed
         self.n_train = len(self.text) - len(self.text) // 10
 
-    def train_row(self, step, row):
-        start = Stream(row_stream(self.seed, step, row)).next() % (self.n_train - self.T)
+    def train_sequence(self, step, sequence):
+        start = Stream(sequence_stream(self.seed, step, sequence)).next() % (self.n_train - self.T)
         w = self.text[start:start + self.T + 1]
         return list(w[:-1]), list(w[1:])
 
 
-def row_stream(seed, step, row):
-    return mix64(mix64(mix64((seed + GOLDEN) & M64) ^ step) ^ row)
+def sequence_stream(seed, step, sequence):
+    return mix64(mix64(mix64((seed + GOLDEN) & M64) ^ step) ^ sequence)
 
 
 def train_batch(data, B, step):
     """dataset_train_batch: (x, y) as (B, T) tensors."""
-    rows = [data.train_row(step, b) for b in range(B)]
-    return torch.tensor([r[0] for r in rows]), torch.tensor([r[1] for r in rows])
+    sequences = [data.train_sequence(step, b) for b in range(B)]
+    return torch.tensor([s[0] for s in sequences]), torch.tensor([s[1] for s in sequences])
 
 
 # ---- greedy generation, as ./train --sample (src/sample.c, src/inference.c) ----------------
@@ -488,7 +488,7 @@ def csv_losses(diagnostics):
 def export_check(train, check_state, work, task, task_flags, name, flags, common):
     """Trains one model, exports it, and compares it loaded in PyTorch with C: the forward
     (check_state), the bytes (the Python writer's against the C writer's) and the greedy
-    generation (./train --sample). Returns (row, logits error / tolerance, tokens, gap, ok)."""
+    generation (./train --sample). Returns (line, logits error / tolerance, tokens, gap, ok)."""
     tag = f"{task}_{name}"
     ckpt, st = os.path.join(work, tag + ".ckpt"), os.path.join(work, tag + ".safetensors")
     run([train] + flags.split() + task_flags + common + ["--checkpoint", ckpt])
@@ -514,17 +514,17 @@ def export_check(train, check_state, work, task, task_flags, name, flags, common
         same &= py_out == c_out
         gap = min(gap, g)
         n_tok += 256 if task == "text" else 6
-    row = (f"{tag:24s} {rel:9.2e} {tol:8.1e} {'ok' if passed else 'FAIL':>11s} "
-           f"{'same' if same_bytes else 'DIFF':>6s} {n_tok:7d} {'yes' if same else 'NO':>5s} "
-           f"{gap:8.2e}")
-    return row, rel / tol, n_tok, gap, passed and same and same_bytes
+    line = (f"{tag:24s} {rel:9.2e} {tol:8.1e} {'ok' if passed else 'FAIL':>11s} "
+            f"{'same' if same_bytes else 'DIFF':>6s} {n_tok:7d} {'yes' if same else 'NO':>5s} "
+            f"{gap:8.2e}")
+    return line, rel / tol, n_tok, gap, passed and same and same_bytes
 
 
 def import_check(train, work, name, flags, threads):
     """Writes a random reference init of the model from PyTorch; ./train --init-from it
     --steps 0 then --export must give the same bytes; 20 steps from it on reversal must start
     at PyTorch's loss of that batch (to 1e-5, check_state's floor; the CSV's 6 digits round
-    by at most 2e-6 of a loss above 1) and fall. Returns (row, loss error, ok)."""
+    by at most 2e-6 of a loss above 1) and fall. Returns (line, loss error, ok)."""
     ap = argparse.ArgumentParser()
     model_flags(ap)
     a = ap.parse_args(flags.split() + ["--V", "9"] + ROUNDTRIP_MODEL)
@@ -545,9 +545,9 @@ def import_check(train, work, name, flags, threads):
     err = abs(losses[0] - py_loss) / py_loss
     falls = all(map(math.isfinite, losses)) and sum(losses[-5:]) / 5 < losses[0]
     ok = err <= 1e-5 and falls and same_bytes
-    row = (f"init_{name:19s} {'same' if same_bytes else 'DIFF':>6s} {py_loss:10.6f} "
-           f"{losses[0]:10.6g} {err:9.2e} {sum(losses[-5:]) / 5:11.4f} {'yes' if ok else 'NO':>4s}")
-    return row, err, ok
+    line = (f"init_{name:19s} {'same' if same_bytes else 'DIFF':>6s} {py_loss:10.6f} "
+            f"{losses[0]:10.6g} {err:9.2e} {sum(losses[-5:]) / 5:11.4f} {'yes' if ok else 'NO':>4s}")
+    return line, err, ok
 
 
 def roundtrip(a):
@@ -574,9 +574,9 @@ def roundtrip(a):
           f"{'tokens':>7s} {'same':>5s} {'min gap':>8s}")
     for task, task_flags in tasks.items():
         for name, flags in configs:
-            row, ratio, n_tok, gap, ok = export_check(train, check_state, work, task,
+            line, ratio, n_tok, gap, ok = export_check(train, check_state, work, task,
                                                       task_flags, name, flags, common)
-            print(row, flush=True)
+            print(line, flush=True)
             worst, tokens, all_ok = max(worst, ratio), tokens + n_tok, all_ok and ok
             min_gap = min(min_gap, gap)
     print(f"{2 * len(configs)} models: worst logits error / tolerance {worst:.3f}; {tokens} "
@@ -589,8 +589,8 @@ def roundtrip(a):
           f"{'steps 16-20':>10s} {'ok':>4s}")
     worst_loss, imports_ok = 0.0, True
     for name, flags in configs:
-        row, err, ok = import_check(train, work, name, flags, a.threads)
-        print(row, flush=True)
+        line, err, ok = import_check(train, work, name, flags, a.threads)
+        print(line, flush=True)
         worst_loss, imports_ok = max(worst_loss, err), imports_ok and ok
     print(f"{len(configs)} imports: worst first-loss error {worst_loss:.2e} (tolerance 1e-5), "
           f"{'every one trains' if imports_ok else 'NOT ALL OK'}")

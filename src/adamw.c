@@ -3,7 +3,7 @@
 #include "layers.h"
 
 // m = b1 m + (1-b1) g ; v = b2 v + (1-b2) g^2 ; mhat = m/(1-b1^t) ; vhat = v/(1-b2^t)
-// p -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * p)     (t counts from 1)
+// param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)     (t counts from 1)
 void adamw_update(float* params, const float* grads, float* m, float* v, size_t n,
                   float lr, float beta1, float beta2, float eps, float weight_decay, int t) {
     float correction1 = 1.0f - powf(beta1, (float)t);

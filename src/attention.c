@@ -15,8 +15,9 @@
 //     out = o / l and lse = m + log l, the log of the softmax's denominator. The cached
 //     decoder (inference.c) runs it, so that its rows are the full forward's bit for bit.
 //   attention_forward, what the model runs: attention_query_online for a tile of TILE_ROWS
-//     queries at once, the scores S = Q K^T and each part's weighted sum O2 = P V as products
-//     on linear.c's register tile (matmul_tile.h). The tile computes each score as one fmaf
+//     queries at once, the scores S = Q K^T and each part's weighted sum O2 = A V (here
+//     A = e^{S scale - m2}, the part's weights before the division by l) as products on
+//     linear.c's register tile (matmul_tile.h). The tile computes each score as one fmaf
 //     chain over the dimensions in order and each part's sums as one chain over the tile's
 //     keys in order, as attention_query_online's loops do, with the same merges, so the two
 //     agree bit for bit (tested). A tile of queries takes its products over the keys up to its
@@ -95,7 +96,7 @@ static float tile_part(float* row, size_t n, float scale, float* l2) {
 void attention_query_online(float* out, float* lse, const float* q, const float* k,
                             const float* v, size_t n_keys, size_t kv_stride, size_t hs) {
     float scale = 1.0f / sqrtf((float)hs);
-    float p[TILE_COLS], o2[hs];
+    float a[TILE_COLS], o2[hs];
     float m = -INFINITY, l = 0.0f;  // the empty part
     for (size_t i = 0; i < hs; i++) { out[i] = 0.0f; }
     for (size_t k0 = 0; k0 < n_keys; k0 += TILE_COLS) {
@@ -104,13 +105,13 @@ void attention_query_online(float* out, float* lse, const float* q, const float*
             const float* k_t2 = k + (k0 + j) * kv_stride;
             float score = 0.0f;
             for (size_t i = 0; i < hs; i++) { score = fmaf(q[i], k_t2[i], score); }
-            p[j] = score;
+            a[j] = score;
         }
-        float l2, m2 = tile_part(p, n, scale, &l2);
+        float l2, m2 = tile_part(a, n, scale, &l2);
         for (size_t i = 0; i < hs; i++) { o2[i] = 0.0f; }
         for (size_t j = 0; j < n; j++) {
             const float* v_t2 = v + (k0 + j) * kv_stride;
-            for (size_t i = 0; i < hs; i++) { o2[i] = fmaf(p[j], v_t2[i], o2[i]); }
+            for (size_t i = 0; i < hs; i++) { o2[i] = fmaf(a[j], v_t2[i], o2[i]); }
         }
         online_softmax_merge(out, &m, &l, o2, m2, l2, hs);
     }
@@ -120,7 +121,7 @@ void attention_query_online(float* out, float* lse, const float* q, const float*
 
 // ---- panels: one head's vectors, copied for the tile ----
 // x_t (hs floats) for t < T, row_stride floats apart. As positions x dimensions, for a
-// product over positions (P V, dS K, dS^T Q, A^T dO): panels (ceil(hs/TILE_COLS), T,
+// product over positions (A V, dS K, dS^T Q, A^T dO): panels (ceil(hs/TILE_COLS), T,
 // TILE_COLS), panel c's row t = dimensions c*TILE_COLS .. of x_t.
 static void pack_by_position(float* panels, const float* x, size_t row_stride, size_t T,
                              size_t hs) {
@@ -140,8 +141,8 @@ static void pack_by_dimension(float* panels, const float* x, size_t row_stride, 
 }
 
 // C (rows,cols) += A (rows,k) . X (k,cols), or C = A . X (accumulate 0), X in panels of
-// TILE_COLS columns panel_size floats apart, A(i,p) = A[i*a_row + p*a_col], C's rows m floats
-// apart, rows <= TILE_ROWS
+// TILE_COLS columns panel_size floats apart, A(i,kk) = A[i*a_row + kk*a_col], C's rows m
+// floats apart, rows <= TILE_ROWS
 static void product(float* C, size_t m, const float* A, size_t a_row, size_t a_col,
                     const float* panels, size_t panel_size, size_t k, size_t rows, size_t cols,
                     int accumulate) {
@@ -167,9 +168,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
     #pragma omp parallel
     {
         float* keys = mallocCheck(by_dimension * sizeof(float));    // K^T, for S = Q K^T
-        float* values = mallocCheck(by_position * sizeof(float));   // V, for O2 = P V
-        float* p = mallocCheck(TILE_ROWS * TILE_COLS * sizeof(float));  // S, then P = e^{S-m2}
-        float* o2 = mallocCheck(TILE_ROWS * hs * sizeof(float));        // the parts' P V
+        float* values = mallocCheck(by_position * sizeof(float));   // V, for O2 = A V
+        float* a = mallocCheck(TILE_ROWS * TILE_COLS * sizeof(float));  // S, then A = e^{S-m2}
+        float* o2 = mallocCheck(TILE_ROWS * hs * sizeof(float));        // the parts' A V
         #pragma omp for collapse(2) schedule(static)
         for (size_t b = 0; b < B; b++) {
             for (size_t h = 0; h < H; h++) {
@@ -190,16 +191,16 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                     }
                     for (size_t k0 = 0; k0 < n_keys; k0 += TILE_COLS) {
                         size_t cols = min_size(TILE_COLS, n_keys - k0);
-                        tile_any(p, q_bh + t0 * q_dim, q_dim, 1, keys + k0 * hs, hs, TILE_COLS,
+                        tile_any(a, q_bh + t0 * q_dim, q_dim, 1, keys + k0 * hs, hs, TILE_COLS,
                                  rows, cols, 0);  // S
                         for (size_t r = 0; r < rows; r++) {
-                            float* p_r = p + r * TILE_COLS;
+                            float* a_r = a + r * TILE_COLS;
                             size_t n = keys_seen(t0 + r, k0, cols);
-                            if (n > 0) { m2[r] = tile_part(p_r, n, scale, &l2[r]); }
-                            for (size_t j = n; j < cols; j++) { p_r[j] = 0.0f; }
+                            if (n > 0) { m2[r] = tile_part(a_r, n, scale, &l2[r]); }
+                            for (size_t j = n; j < cols; j++) { a_r[j] = 0.0f; }
                         }
-                        product(o2, hs, p, TILE_COLS, 1, values + k0 * TILE_COLS, T * TILE_COLS,
-                                cols, rows, hs, 0);  // O2 = P V
+                        product(o2, hs, a, TILE_COLS, 1, values + k0 * TILE_COLS, T * TILE_COLS,
+                                cols, rows, hs, 0);  // O2 = A V
                         for (size_t r = 0; r < rows; r++) {
                             if (keys_seen(t0 + r, k0, cols) == 0) { continue; }
                             online_softmax_merge(out_bh + (t0 + r) * q_dim, &m[r], &l[r],
@@ -216,7 +217,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         }
         free(keys);
         free(values);
-        free(p);
+        free(a);
         free(o2);
     }
 }

@@ -11,15 +11,15 @@ void crossentropy_forward(float* losses, float* probs, const float* logits,
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* z = logits + n * V;
-        float* p = probs + n * V;
+        float* prob = probs + n * V;
         float max_logit = -INFINITY;
         for (size_t i = 0; i < V; i++) { if (z[i] > max_logit) { max_logit = z[i]; } }
         float sum = 0.0f;
         for (size_t i = 0; i < V; i++) {
-            p[i] = expf(z[i] - max_logit);
-            sum += p[i];
+            prob[i] = expf(z[i] - max_logit);
+            sum += prob[i];
         }
-        for (size_t i = 0; i < V; i++) { p[i] /= sum; }
+        for (size_t i = 0; i < V; i++) { prob[i] /= sum; }
         int target = targets != NULL ? targets[n] : -1;
         losses[n] = target < 0 ? 0.0f : logf(sum) + max_logit - z[target];
     }
@@ -38,11 +38,11 @@ void crossentropy_backward(float* dlogits, const float* probs, const int* target
     for (size_t n = 0; n < N; n++) {
         int target = targets[n];
         if (target < 0) { continue; }
-        const float* p = probs + n * V;
+        const float* prob = probs + n * V;
         float* dz = dlogits + n * V;
         for (size_t i = 0; i < V; i++) {
             float indicator = (i == (size_t)target) ? 1.0f : 0.0f;
-            dz[i] += scale * (p[i] - indicator);
+            dz[i] += scale * (prob[i] - indicator);
         }
     }
 }

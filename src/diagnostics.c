@@ -57,30 +57,30 @@ void diagnostics_free(Diagnostics* dg) {
 static int make_dirs(const char* dir) {
     char path[4096];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) { return -1; }
-    for (char* p = path + 1; ; p++) {
-        if (*p == '/' || *p == '\0') {
-            char end = *p;
-            *p = '\0';
+    for (char* at = path + 1; ; at++) {
+        if (*at == '/' || *at == '\0') {
+            char end = *at;
+            *at = '\0';
             if (mkdir(path, 0755) != 0 && errno != EEXIST) { return -1; }
             if (end == '\0') { return 0; }
-            *p = end;
+            *at = end;
         }
     }
 }
 
-// Keeps the header and the rows of dir/name whose step (the first column) is at most
-// last_step: a resumed run replays the steps after its checkpoint, whose rows an interrupted
+// Keeps the header and the lines of dir/name whose step (the first column) is at most
+// last_step: a resumed run replays the steps after its checkpoint, whose lines an interrupted
 // run may have written already. Rewritten through name.tmp and a rename. 0, or -1.
 static int drop_lines_after(const char* path, int last_step) {
-    if (!replaceable_by_rename(path)) { return 0; }  // a device or a pipe: no rows to keep
+    if (!replaceable_by_rename(path)) { return 0; }  // a device or a pipe: no lines to keep
     FILE* in = fopen(path, "r");
     if (in == NULL) { return errno == ENOENT ? 0 : -1; }
     char tmp[4200], line[8192];
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
     FILE* out = fopen(tmp, "w");
     if (out == NULL) { fclose(in); return -1; }
-    for (int row = 0; fgets(line, sizeof(line), in) != NULL; row++) {
-        if (row == 0 || atoi(line) <= last_step) { fputs(line, out); }
+    for (int n = 0; fgets(line, sizeof(line), in) != NULL; n++) {
+        if (n == 0 || atoi(line) <= last_step) { fputs(line, out); }
     }
     fclose(in);
     if (fclose(out) != 0) { return -1; }
@@ -88,7 +88,7 @@ static int drop_lines_after(const char* path, int last_step) {
 }
 
 // 0 when what was written to f so far is in the file, -1 (errno says why) when some of it
-// is not: a full disk fails the flush, and a row lost on the way leaves f's error flag
+// is not: a full disk fails the flush, and a line lost on the way leaves f's error flag
 static int flush_csv(FILE* f) { return fflush(f) == 0 && !ferror(f) ? 0 : -1; }
 
 // opens dir/name for writing (resume_step >= 0: keep what is there up to that step) and
@@ -109,7 +109,7 @@ static FILE* open_csv(const char* dir, const char* name, const char* header, int
     return f;
 }
 
-// A row that did not reach dir/name: -1, with "cannot write dir/name: reason" in dg->error
+// A line that did not reach dir/name: -1, with "cannot write dir/name: reason" in dg->error
 static int write_failed(Diagnostics* dg, const char* name) {
     snprintf(dg->error, sizeof(dg->error), "cannot write %s/%s: %s", dg->dir, name,
              strerror(errno));

@@ -32,7 +32,7 @@
 //     mixing matrix H, H[s][t] at (l*m + s)*m + t (stream t after the sub-layer takes
 //     H[s][t] of stream s before it): doubly stochastic, every row and column sums to 1.
 //
-// With a directory, each record appends CSV rows there (files described in
+// With a directory, each record appends CSV lines there (files described in
 // diagnostics_open). Off by default in train.c (--diagnostics DIR): no cost when off.
 #ifndef ATTNRES_DIAGNOSTICS_H
 #define ATTNRES_DIAGNOSTICS_H
@@ -93,12 +93,12 @@ void diagnostics_free(Diagnostics* dg);  // closes the CSV files
 //               the column of diagnostics_source_name, also for a window's sources
 //   mhc.csv     step,row,row_name,stream,a_pre,a_post,h_0,...,h_<m-1>   (each eval, mhc mode
 //               only): one line per sub-layer (row 0..2L-1, "L<i>.attn"/"L<i>.mlp") and
-//               stream s (0..m-1), each value the mean over the first 64 eval rows' tokens: a_pre
-//               = the weight of stream s in the sub-layer's input, a_post = the weight of
-//               the sub-layer's output added to stream s, h_t = H[s][t], the share of stream
-//               s that flows into stream t (each line's h_ sum to 1, and so does each
-//               column h_t over a row's m lines)
-// resume_step >= 0 (resuming from that step): keep the existing rows up to that step and
+//               stream s (0..m-1), each value the mean over the first 64 eval sequences'
+//               tokens: a_pre = the weight of stream s in the sub-layer's input, a_post =
+//               the weight of the sub-layer's output added to stream s, h_t = H[s][t], the
+//               share of stream s that flows into stream t (each line's h_ sum to 1, and so
+//               does each column h_t over a row's m lines)
+// resume_step >= 0 (resuming from that step): keep the existing lines up to that step and
 // drop later ones (an interrupted run may have logged past its last checkpoint); -1: start
 // the files afresh. Returns 0, or -1 with a reason in err.
 int diagnostics_open(Diagnostics* dg, const char* dir, int resume_step, const char* command,
@@ -113,7 +113,7 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m);
 void diagnostics_measure_alpha(Diagnostics* dg, const Model* m);
 // The same means over the tokens of several forwards (an evaluation in batches): begin, add
 // after each forward, end. Summed in double token by token, in the batches' order, so that
-// they are the same bits as one forward of all those rows would give.
+// they are the same bits as one forward of all those sequences would give.
 void diagnostics_alpha_begin(Diagnostics* dg);
 void diagnostics_alpha_add(Diagnostics* dg, const Model* m);
 void diagnostics_alpha_end(Diagnostics* dg);
@@ -123,15 +123,15 @@ void diagnostics_alpha_end(Diagnostics* dg);
 void diagnostics_row_name(const Diagnostics* dg, int row, char* name, size_t len);
 void diagnostics_source_name(const Diagnostics* dg, int col, char* name, size_t len);
 
-// The CSV rows (no-ops without a directory), each flushed to its file. exact_match < 0: not
-// applicable. 0, or -1 when the row did not reach the file (a full disk): then dg->error
-// says "cannot write DIR/NAME.csv: reason", and the file may have lost rows.
+// The CSV lines (no-ops without a directory), each flushed to its file. exact_match < 0: not
+// applicable. 0, or -1 when a line did not reach the file (a full disk): then dg->error
+// says "cannot write DIR/NAME.csv: reason", and the file may have lost lines.
 int diagnostics_write_train(Diagnostics* dg, int step, float loss, float lr, float grad_norm,
                             float ms_per_step);
 int diagnostics_write_eval(Diagnostics* dg, int step, float val_loss, float accuracy,
                            float exact_match);
 int diagnostics_write_layers(Diagnostics* dg, int step);  // what measure_layers found
-// what measure_alpha found: alpha.csv's rows, or mhc.csv's in mhc mode
+// what measure_alpha found: alpha.csv's lines, or mhc.csv's in mhc mode
 int diagnostics_write_alpha(Diagnostics* dg, int step);
 
 // The alpha matrix as text: one row per sub-layer, shaded cells " ░▒▓█" and the weight in %.

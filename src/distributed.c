@@ -11,7 +11,7 @@
 #include "util.h"
 
 void dist_shard(size_t n, int rank, int world, size_t* lo, size_t* hi) {
-    size_t r = (size_t)rank, p = (size_t)world, base = n / p, extra = n % p;
+    size_t r = (size_t)rank, w = (size_t)world, base = n / w, extra = n % w;
     *lo = r * base + (r < extra ? r : extra);
     *hi = *lo + base + (r < extra ? 1 : 0);
 }

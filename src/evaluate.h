@@ -15,16 +15,16 @@ typedef struct {
     float exact_match;  // tasks: whole answers right under greedy decoding, %; text: -1
 } EvalResult;
 
-// The first min(--eval-examples, the held-out rows) rows, in batches of m->max_B (the
-// training batch's B rows); x, y, work hold (max_B, T) ints each. dec (built for max_B rows)
-// decodes the tasks' answers. The validation loss is the mean of every scored token's loss,
-// summed in double in the rows' order: the same bits whatever the batch.
+// The first min(--eval-examples, the held-out sequences) sequences, in batches of m->max_B
+// (the training batch's B sequences); x, y, work hold (max_B, T) ints each. dec (built for
+// max_B sequences) decodes the tasks' answers. The validation loss is the mean of every scored
+// token's loss, summed in double in the sequences' order: the same bits whatever the batch.
 EvalResult evaluate(Model* m, Decoder* dec, const Dataset* ds, const Options* o, int* x, int* y,
                     int* work);
 // The sequences whose depth-attention weights the diagnostics and the final heatmap average
 #define EVAL_ALPHA_SEQUENCES 64
 // Depth-attention weights averaged over the tokens of the first min(EVAL_ALPHA_SEQUENCES,
-// --eval-examples, the held-out rows) rows, in batches of m->max_B, into dg
+// --eval-examples, the held-out sequences) sequences, in batches of m->max_B, into dg
 void measure_eval_alpha(Model* m, const Dataset* ds, const Options* o, int* x, int* y,
                         Diagnostics* dg);
 

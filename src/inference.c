@@ -1,9 +1,9 @@
 // inference.c — the incremental decoder (see inference.h for what is cached and why) and
 // token sampling.
 //
-// A step runs one new position t of B sequences through the model of model.c, with B rows in
-// every layer function, and the same residual bookkeeping (model.h: gather_sources,
-// residual_update) on the model's activation buffers:
+// A step runs one new position t of B sequences through the model of model.c, one position
+// per sequence (N = B rows) in every layer function, and the same residual bookkeeping
+// (model.h: gather_sources, residual_update) on the model's activation buffers:
 //   x0 = wte[token]
 //   for each sub-layer l:
 //     none   : h_l is the residual stream (h_0 = x0)
@@ -14,14 +14,14 @@
 //              attention variants, the mixings); the input-dependent query has none and runs
 //              the sequential definition (inference.h says why)
 //     mhc    : h_l = u_l = sum_s a_pre[s] X_s from the position's m streams
-//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none), the partial sum p += f_l (AttnRes), or
-//           the streams mixed and f_l added (mhc)
+//     f_l = f_l(h_l); then h_{l+1} = h_l + f_l (none), the partial sum partial += f_l
+//           (AttnRes), or the streams mixed and f_l added (mhc)
 //   out = h_{2L} (none) or DA_out(b_0 .. b_{n_blocks}); logits = rmsnorm(out) lm_head^T
 //   (mhc: logits = (sum_s rmsnorm(X_s)) lm_head^T)
 // An attention sub-layer writes k (after RoPE) and v of position t into its layer's cache and
 // attends over positions 0 .. t of it, in the arithmetic order of attention.c.
 // A prefill feeds positions 0 .. n-1 at once: model_forward over them (matmuls over all the
-// positions, where a step multiplies one row per sequence), whose k and v rows fill the caches.
+// positions, where a step multiplies one position per sequence), whose k and v fill the caches.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,7 +61,7 @@ void decoder_build(Decoder* dec, Model* model, size_t max_B, size_t max_T) {
     }
     memset(dec, 0, sizeof(*dec));
     dec->model = model;
-    dec->max_B = dec->B = max_B;  // every buffer for max_B rows
+    dec->max_B = dec->B = max_B;  // every buffer for one position of max_B sequences
     dec->max_T = max_T;
     float** slots[DECODER_BUFFERS];
     size_t sizes[DECODER_BUFFERS];

@@ -9,8 +9,8 @@
 //     reads another position's blocks. So no block of an earlier position is ever needed
 //     again, and "the depth sources cached per position" are those of the position being
 //     decoded: while a step walks the sub-layers it keeps, in the decoder's own activation
-//     buffers (Decoder.acts: the model's layout, point_activations, for B rows of one
-//     position), b_0 = x0 and the partial sum after every
+//     buffers (Decoder.acts: the model's layout, point_activations, for one position of
+//     B sequences), b_0 = x0 and the partial sum after every
 //     sub-layer, whose last one in each block is that block's b_n: b_0, the completed blocks
 //     and the running partial sum of the current block are what each depth attention
 //     reads. The next step overwrites them. Everything from earlier positions that a step
@@ -21,9 +21,9 @@
 // sum), phase 1 of a sub-layer is its attention over gather_sources' windowed list.
 // The input-dependent query (--depth-query input) is the exception. The query of sub-layer l
 // is w_l + U_l rmsnorm(V_last), and V_last of a sub-layer that is not first in its block is
-// the partial sum p, which exists only once the sub-layers before it have run: phase 1
+// the block's partial sum, which exists only once the sub-layers before it have run: phase 1
 // cannot score that query. What it could share without the query, each block's key rstd, is
-// one square root per block and row against the 2 d multiply-adds per block that need the
+// one square root per block and sequence against the 2 d multiply-adds per block that need the
 // query, so with this variant every depth attention runs at its sub-layer's own turn by the
 // sequential definition (depth_attention_variant_forward over gather_sources' list), as
 // model_forward does.
@@ -57,8 +57,9 @@ void depth_attention_phase1(float* o, float* max, float* sumexp, const float* co
                             const float* queries, const float* norm_weights, size_t n_block_sources,
                             size_t S, size_t N, size_t C);
 // Phase 2 for one sub-layer of the block: out (N,C) = DA over the completed blocks and the
-// partial sum p (N,C). Its own attention over p alone has o2 = p, m2 = s_p, l2 = 1; it merges
-// with phase 1's (o1, m1, l1) by the online-softmax rule, m = max(m1, m2):
+// partial sum `partial` (N,C). Its own attention over the partial sum alone has o2 = partial,
+// m2 = s_p, l2 = 1; it merges with phase 1's (o1, m1, l1) by the online-softmax rule,
+// m = max(m1, m2):
 //   out = (e^{m1-m} o1 + e^{m2-m} o2) / (e^{m1-m} l1 + e^{m2-m} l2).
 // The first sub-layer of a block has no partial sum: partial = NULL gives out = o1 / l1.
 void depth_attention_phase2(float* out, const float* o1, const float* max1,
@@ -75,7 +76,7 @@ void depth_attention_variant_phase1(float* o, float* max, float* sumexp,
                                     const float* norm_weights, size_t n_block_sources, size_t S,
                                     size_t N, size_t C, size_t heads, int sigmoid);
 // Phase 2 per head: softmax merges the partial's score s_p as above; sigmoid adds its term,
-// out = o1 + sigmoid(s_p) p. partial NULL: out = o1 / l1. max1, sumexp1 (N,heads).
+// out = o1 + sigmoid(s_p) partial. partial NULL: out = o1 / l1. max1, sumexp1 (N,heads).
 void depth_attention_variant_phase2(float* out, const float* o1, const float* max1,
                                     const float* sumexp1, const float* partial,
                                     const float* query, const float* norm_weight, size_t N,
@@ -90,8 +91,8 @@ void depth_mixing_phase1(float* o, float* max, float* sumexp, const float* const
                          const float* coefficients, size_t stride, size_t n_block_sources, size_t S,
                          size_t N, size_t C, int normalise);
 // Phase 2 with the partial's coefficient (its logit c_p, or beta_p): static merges c_p by the
-// online-softmax rule (o2 = p, m2 = c_p, l2 = 1); dense adds out = o1 + beta_p p. partial
-// NULL: out = o1 / l1. max1, sumexp1 are phase 1's for this query.
+// online-softmax rule (o2 = partial, m2 = c_p, l2 = 1); dense adds out = o1 + beta_p partial.
+// partial NULL: out = o1 / l1. max1, sumexp1 are phase 1's for this query.
 void depth_mixing_phase2(float* out, const float* o1, float max1, float sumexp1,
                          const float* partial, float coefficient, size_t N, size_t C,
                          int normalise);
@@ -106,7 +107,7 @@ typedef struct {
     float* k_cache;        // (L, B, max_T, G*hs) keys after RoPE
     float* v_cache;        // (L, B, max_T, G*hs) values
     Activations acts;      // the current position, in the model's layout (point_activations)
-    float* acts_memory;    // for max_B rows (x 1), without the backward's; logits: acts.logits
+    float* acts_memory;    // one position of max_B sequences (no backward); logits: acts.logits
     float* phase_o;        // (S, B, d) phase 1: un-normalised sums of the block's S queries
     float* phase_max;      // (S, B, K) phase 1: max scores per head ((S) with --mixing)
     float* phase_sumexp;   // (S, B, K) phase 1: sums of exponentials, likewise
@@ -129,7 +130,7 @@ void decoder_reset(Decoder* dec, size_t B);
 void decoder_step(Decoder* dec, const int* tokens, float* logits);
 // Resets and feeds positions 0 .. n-1 of the dec->B sequences tokens (B, n), 1 <= n <= max_T,
 // in one model_forward over them (matmuls over all B x n positions at once, where n steps
-// would multiply one row per sequence at a time): the caches then hold their k and v, as n
+// would multiply one position per sequence at a time): the caches then hold their k and v, as n
 // steps would leave them (to float rounding), and logits (B,V) are those of position n-1.
 void decoder_prefill(Decoder* dec, const int* tokens, size_t n, float* logits);
 // Called with the B tokens just drawn, one per sequence, as soon as they are drawn (./train

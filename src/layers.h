@@ -8,10 +8,10 @@
 //   - where that would be more than a dozen, the arguments that belong together travel as one
 //     named struct (the depth attention's parameters, saved values and switches; mHC-lite's
 //     parameters), passed by value; switches come after the sizes;
-//   - all tensors are float32, row-major; a *row* is always a row of such a matrix: of the
-//     batch's tokens (B,T) one sequence, of an activation (N,C) one position (N = B*T
-//     rows), of a weight [OUT, IN] one output's weights, of a residual tensor (n_res, d)
-//     one depth attention's vector;
+//   - all tensors are float32, row-major; a *row* is always a row of such a matrix: of an
+//     activation (N,C) one position (N = B*T rows), of a weight [OUT, IN] one output's
+//     weights, of a residual tensor (n_res, d) one depth attention's vector. One of the B
+//     entries of a batch (the tokens (B,T)) is a *sequence*, never a row;
 //   - a linear map with weight W of shape [OUT, IN] computes y = x W^T (no biases);
 //   - backward functions ACCUMULATE (+=) into every gradient they write, so a tensor that
 //     feeds several consumers (AttnRes sends each source to many sub-layers, as value and

@@ -16,7 +16,7 @@
 // walks k: tile_any() in matmul_tile.h (attention.c's per-head products use it too), whose
 // innermost step is vector FMAs of one panel row (12 x 32 with AVX-512, else 6 x 16).
 // k and B's columns are walked in blocks that stay in cache (KC, NC below).
-// Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in order, so
+// Every C[i][j] is the chain c = fmaf(A[i][kk], B[kk][j], c) for kk = 0 .. k-1 in order, so
 // results are bit-identical for any thread count.
 #include <math.h>
 #include <stdio.h>
@@ -61,28 +61,29 @@ static _Thread_local Scratch panels;
 #define KC 256  // the steps of k a tile walks before its sums go back to C
 #define NC 512  // the columns of B a block holds (a multiple of TILE_COLS; KC x NC floats: 512 KB)
 
-// panels (count/width rounded up, k, width): panels[t][p][w] = X(t*width + w, p), 0 past
-// count, where X(i,p) = X[i*stride_i + p*stride_p]: the copy that tile_any() reads contiguously.
-// Each thread fills whole panels, row p after row p, so its writes run contiguously.
-static void pack_panels(float* panels, const float* X, size_t stride_i, size_t stride_p,
+// panels (count/width rounded up, k, width): panels[t][kk][w] = X(t*width + w, kk), 0 past
+// count, where X(i,kk) = X[i*stride_i + kk*stride_k]: the copy that tile_any() reads
+// contiguously. Each thread fills whole panels, row kk after row kk, so its writes run
+// contiguously.
+static void pack_panels(float* panels, const float* X, size_t stride_i, size_t stride_k,
                         size_t count, size_t k, size_t width) {
     size_t n_panels = (count + width - 1) / width;
     #pragma omp parallel for schedule(static)
     for (size_t t = 0; t < n_panels; t++) {
         size_t valid = min_size(count - t * width, width);
-        pack_panel(panels + t * k * width, X + t * width * stride_i, stride_i, stride_p, valid,
+        pack_panel(panels + t * k * width, X + t * width * stride_i, stride_i, stride_k, valid,
                    k, width);
     }
 }
 
-// C (n,m) += A (n,k) . B (k,m), A(i,p) = A[i*a_row + p*a_col], B(p,j) = B[p*b_row + j*b_col];
+// C (n,m) += A (n,k) . B (k,m), A(i,kk) = A[i*a_row + kk*a_col], B(kk,j) = B[kk*b_row + j*b_col];
 // accumulate 0: C = A . B, C's old contents never read
 static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const float* B,
                    size_t b_row, size_t b_col, size_t n, size_t k, size_t m, int accumulate) {
     size_t row_tiles = (n + TILE_ROWS - 1) / TILE_ROWS;
     size_t col_tiles = (m + TILE_COLS - 1) / TILE_COLS;
     // A is read in place when its rows are contiguous, else copied whole into row panels:
-    // a_panels (row_tiles,k,TILE_ROWS), a_panels[t][p][ii] = A(t*TILE_ROWS + ii, p).
+    // a_panels (row_tiles,k,TILE_ROWS), a_panels[t][kk][ii] = A(t*TILE_ROWS + ii, kk).
     int pack_a = a_col != 1;
     float* b_block = scratch_floats(&panels, KC * NC + pack_a * k * row_tiles * TILE_ROWS);
     size_t a_tile = TILE_ROWS * a_row;  // from one row tile of A to the next
@@ -96,19 +97,19 @@ static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const f
     }
     // Blocked so that what the tiles read stays in cache: B is copied a block at a time, KC
     // steps of k by NC columns (half a megabyte, well within a core's L2), as column panels
-    // b_block[t][p][jj] = B(p0 + p, (tc0 + t)*TILE_COLS + jj), and every row tile walks the
+    // b_block[t][kk][jj] = B(k0 + kk, (tc0 + t)*TILE_COLS + jj), and every row tile walks the
     // block before the next is copied. A tile's accumulators go back to C between blocks of
-    // k and continue from there, so each C[i][j] is still one chain over p in order.
+    // k and continue from there, so each C[i][j] is still one chain over kk in order.
     size_t col_tiles_per_block = NC / TILE_COLS;
     #pragma omp parallel
     for (size_t tc0 = 0; tc0 < col_tiles; tc0 += col_tiles_per_block) {
         size_t tc1 = min_size(tc0 + col_tiles_per_block, col_tiles);
-        for (size_t p0 = 0; p0 < k; p0 += KC) {
-            size_t kb = min_size(k - p0, KC);
+        for (size_t k0 = 0; k0 < k; k0 += KC) {
+            size_t kb = min_size(k - k0, KC);
             #pragma omp for schedule(static)
             for (size_t tc = tc0; tc < tc1; tc++) {
                 size_t j0 = tc * TILE_COLS;
-                pack_panel(b_block + (tc - tc0) * kb * TILE_COLS, B + j0 * b_col + p0 * b_row,
+                pack_panel(b_block + (tc - tc0) * kb * TILE_COLS, B + j0 * b_col + k0 * b_row,
                            b_col, b_row, min_size(m - j0, TILE_COLS), kb, TILE_COLS);
             }  // (the loop's end waits for every thread: the block is whole)
             #pragma omp for collapse(2) schedule(static)
@@ -116,10 +117,10 @@ static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const f
                 for (size_t tc = tc0; tc < tc1; tc++) {
                     size_t i0 = tr * TILE_ROWS, j0 = tc * TILE_COLS;
                     float* c = C + i0 * m + j0;
-                    const float* a = A + tr * a_tile + p0 * a_col;
+                    const float* a = A + tr * a_tile + k0 * a_col;
                     const float* b_panel = b_block + (tc - tc0) * kb * TILE_COLS;
                     tile_any(c, a, a_row, a_col, b_panel, kb, m, min_size(n - i0, TILE_ROWS),
-                             min_size(m - j0, TILE_COLS), accumulate || p0 > 0);
+                             min_size(m - j0, TILE_COLS), accumulate || k0 > 0);
                 }
         }
     }
@@ -128,7 +129,7 @@ static void matmul(float* C, const float* A, size_t a_row, size_t a_col, const f
 // out (N,OUT) = inp (N,IN) . weight^T, weight (OUT,IN)
 void linear_forward(float* out, const float* inp, const float* weight,
                     size_t N, size_t IN, size_t OUT) {
-    matmul(out, inp, IN, 1, weight, 1, IN, N, IN, OUT, 0);  // weight^T(p,j) = w[j][p]
+    matmul(out, inp, IN, 1, weight, 1, IN, N, IN, OUT, 0);  // weight^T(kk,j) = w[j][kk]
 }
 
 // forward was: out = inp . weight^T, so
@@ -136,7 +137,7 @@ void linear_forward(float* out, const float* inp, const float* weight,
 void linear_backward(float* dinp, float* dweight, const float* dout, const float* inp,
                      const float* weight, size_t N, size_t IN, size_t OUT) {
     matmul(dinp, dout, OUT, 1, weight, IN, 1, N, OUT, IN, 1);
-    matmul(dweight, dout, 1, OUT, inp, IN, 1, OUT, N, IN, 1);  // dout^T(i,p) = dout[p][i]
+    matmul(dweight, dout, 1, OUT, inp, IN, 1, OUT, N, IN, 1);  // dout^T(i,kk) = dout[kk][i]
 }
 
 // out (N,M) += a (N,K) . b (K,M), both row-major as they are

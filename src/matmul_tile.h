@@ -5,8 +5,8 @@
 // outputs, or C = A . B (accumulate 0: the sums start from 0 and C is not read, so it needs
 // no zeroing first). B comes as a packed panel: (k, TILE_COLS) contiguous floats, zero-padded
 // past its valid columns, so the innermost loop reads one panel row; A is read in place
-// through two strides. Every C[i][j] is the chain c = fmaf(A[i][p], B[p][j], c) for p = 0 .. k-1 in
-// order, whatever the tile, its shape or the thread, so the results are bit-identical for
+// through two strides. Every C[i][j] is the chain c = fmaf(A[i][kk], B[kk][j], c) for
+// kk = 0 .. k-1 in order, whatever the tile, its shape or the thread, so the results are bit-identical for
 // any thread count, on any machine, and equal to the plain loops that compute the same
 // chains (linear_forward_naive, attention_query_online).
 //
@@ -35,8 +35,8 @@
 
 static inline size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 
-// C (rows,cols) (+)= A (rows,k) . panel (k,TILE_COLS), A(i,p) = A[i*a_row + p*a_col], C's rows
-// m floats apart, rows <= TILE_ROWS, cols <= TILE_COLS. The plain version: full tiles pass
+// C (rows,cols) (+)= A (rows,k) . panel (k,TILE_COLS), A(i,kk) = A[i*a_row + kk*a_col], C's
+// rows m floats apart, rows <= TILE_ROWS, cols <= TILE_COLS. The plain version: full tiles pass
 // constant rows and cols and gcc keeps acc in registers; any other tile runs it as loops.
 static inline void tile_loops(float* C, const float* A, size_t a_row, size_t a_col,
                               const float* panel, size_t k, size_t m, size_t rows, size_t cols,
@@ -45,12 +45,12 @@ static inline void tile_loops(float* C, const float* A, size_t a_row, size_t a_c
     if (accumulate)
         for (size_t i = 0; i < rows; i++)
             for (size_t j = 0; j < cols; j++) acc[i][j] = C[i * m + j];
-    for (size_t p = 0; p < k; p++)
+    for (size_t kk = 0; kk < k; kk++)
         for (size_t i = 0; i < rows; i++) {
-            float a = A[i * a_row + p * a_col];
+            float a = A[i * a_row + kk * a_col];
             #pragma omp simd
             for (size_t j = 0; j < TILE_COLS; j++)
-                acc[i][j] = fmaf(a, panel[p * TILE_COLS + j], acc[i][j]);
+                acc[i][j] = fmaf(a, panel[kk * TILE_COLS + j], acc[i][j]);
         }
     for (size_t i = 0; i < rows; i++)
         for (size_t j = 0; j < cols; j++) C[i * m + j] = acc[i][j];
@@ -72,12 +72,12 @@ static inline __attribute__((always_inline)) void tile_avx512(
         lo[i] = accumulate ? _mm512_maskz_loadu_ps(mask_lo, C + i * m) : _mm512_setzero_ps();
         hi[i] = accumulate ? _mm512_maskz_loadu_ps(mask_hi, C + i * m + 16) : _mm512_setzero_ps();
     }
-    for (size_t p = 0; p < k; p++) {
-        __m512 b_lo = _mm512_loadu_ps(panel + p * TILE_COLS);
-        __m512 b_hi = _mm512_loadu_ps(panel + p * TILE_COLS + 16);
+    for (size_t kk = 0; kk < k; kk++) {
+        __m512 b_lo = _mm512_loadu_ps(panel + kk * TILE_COLS);
+        __m512 b_hi = _mm512_loadu_ps(panel + kk * TILE_COLS + 16);
         #pragma GCC unroll 12
         for (size_t i = 0; i < rows; i++) {
-            __m512 a = _mm512_set1_ps(A[i * a_row + p * a_col]);
+            __m512 a = _mm512_set1_ps(A[i * a_row + kk * a_col]);
             lo[i] = _mm512_fmadd_ps(a, b_lo, lo[i]);  // one rounding per step, as fmaf
             hi[i] = _mm512_fmadd_ps(a, b_hi, hi[i]);
         }
@@ -131,13 +131,13 @@ static inline void pack_row(float* row, const float* x, size_t stride, size_t va
     }
 }
 
-// One panel (k, width): panel[p][w] = X(w, p) for w < valid, 0 up to width, where
-// X(i,p) = X[i*stride_i + p*stride_p]; written row p after row p, contiguously.
-static inline void pack_panel(float* panel, const float* X, size_t stride_i, size_t stride_p,
+// One panel (k, width): panel[kk][w] = X(w, kk) for w < valid, 0 up to width, where
+// X(i,kk) = X[i*stride_i + kk*stride_k]; written row kk after row kk, contiguously.
+static inline void pack_panel(float* panel, const float* X, size_t stride_i, size_t stride_k,
                               size_t valid, size_t k, size_t width) {
-    for (size_t p = 0; p < k; p++) {
-        if (width == TILE_COLS) pack_row(panel + p * width, X + p * stride_p, stride_i, valid, TILE_COLS);
-        else pack_row(panel + p * width, X + p * stride_p, stride_i, valid, TILE_ROWS);
+    for (size_t kk = 0; kk < k; kk++) {
+        if (width == TILE_COLS) pack_row(panel + kk * width, X + kk * stride_k, stride_i, valid, TILE_COLS);
+        else pack_row(panel + kk * width, X + kk * stride_k, stride_i, valid, TILE_ROWS);
     }
 }
 

@@ -144,11 +144,13 @@ void mhc_input_forward(float* u, float* mix, float* e, float* z, float* rstd, co
 //   dH_res and da_post come in dmix (mhc_output_backward wrote them);
 //   H_res = sum_r pi_r P_r:     dpi_r = sum_{s,t} P_r[s][t] dH_res[s][t]
 //                                     = sum_s dH_res[s][perm_r[s]]
-//   a_pre = sigmoid(p):           dp = da_pre a_pre (1 - a_pre)
+//   a_pre = sigmoid(logit):       dlogit = da_pre a_pre (1 - a_pre)
 //   pi = softmax(q):              dq_r = pi_r (dpi_r - sum_j pi_j dpi_j)
 //                                      = pi_r sum_j pi_j (dpi_r - dpi_j)   (sum_j pi_j = 1)
-//   a_post = 2 sigmoid(p):        dp = da_post a_post (1 - a_post / 2)
-//   p_k = sigma_g e_k + beta_k:   dbeta_k += dp_k; dsigma_g += sum_k dp_k e_k; de_k = sigma_g dp_k
+//   a_post = 2 sigmoid(logit):    dlogit = da_post a_post (1 - a_post / 2)
+//   logit_k = sigma_g e_k + beta_k:
+//                                 dbeta_k += dlogit_k; dsigma_g += sum_k dlogit_k e_k;
+//                                 de_k = sigma_g dlogit_k
 //   e = z Phi^T:                  dz = de Phi; dPhi += de^T z   (linear_backward)
 //   z = rmsnorm(X; c):            dX, dc += (rmsnorm_backward)
 // (g is the group of k: 0 pre, 1 res, 2 post.) The softmax's line takes the differences first,
@@ -175,7 +177,7 @@ void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, floa
         float* dpi = da_pre + m;
         const float* da_post = dpi + R;
         const float* dH_res = da_post + m;
-        float* dp = de + n * E;  // the gradients of the pre-activations p, here
+        float* dlogit = de + n * E;  // the gradients of the pre-activations (logits), here
         float* dx = dX + n * m * d;
         for (size_t s = 0; s < m; s++) {
             da_pre[s] = dot(dun, x + s * d, d);
@@ -188,29 +190,29 @@ void mhc_input_backward(float* dX, MhcParams grads, float* dmix, float* de, floa
             dpi_sum[r] = sum;
             dpi[r] = (float)sum;
         }
-        for (size_t s = 0; s < m; s++) { dp[s] = da_pre[s] * a_pre[s] * (1.0f - a_pre[s]); }
+        for (size_t s = 0; s < m; s++) { dlogit[s] = da_pre[s] * a_pre[s] * (1.0f - a_pre[s]); }
         for (size_t r = 0; r < R; r++) {
             double centred = 0.0;  // sum_j pi_j (dpi_r - dpi_j)
             for (size_t j = 0; j < R; j++) { centred += pi[j] * (dpi_sum[r] - dpi_sum[j]); }
-            dp[m + r] = (float)(pi[r] * centred);
+            dlogit[m + r] = (float)(pi[r] * centred);
         }
         for (size_t t = 0; t < m; t++) {
-            dp[m + R + t] = da_post[t] * a_post[t] * (1.0f - 0.5f * a_post[t]);
+            dlogit[m + R + t] = da_post[t] * a_post[t] * (1.0f - 0.5f * a_post[t]);
         }
     }
     // dbeta and dsigma: sums over the rows, in row order (deterministic)
     for (size_t n = 0; n < N; n++) {
-        const float* dp = de + n * E;
+        const float* dlogit = de + n * E;
         const float* en = e + n * E;
         for (size_t k = 0; k < E; k++) {
-            grads.bias[k] += dp[k];
-            grads.scale[k < m ? 0 : k < m + R ? 1 : 2] += dp[k] * en[k];
+            grads.bias[k] += dlogit[k];
+            grads.scale[k < m ? 0 : k < m + R ? 1 : 2] += dlogit[k] * en[k];
         }
     }
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
-        float* dp = de + n * E;
-        for (size_t k = 0; k < E; k++) { dp[k] *= params.scale[k < m ? 0 : k < m + R ? 1 : 2]; }
+        float* dlogit = de + n * E;
+        for (size_t k = 0; k < E; k++) { dlogit[k] *= params.scale[k < m ? 0 : k < m + R ? 1 : 2]; }
     }
     size_t n_dz = N * m * d;
     #pragma omp parallel for

@@ -9,8 +9,8 @@
 //          X_t <- sum_s H_res[s][t] X_s + a_post[t] f_l (mhc.c); the head reads
 //          sum_s rmsnorm(X_s)
 //   none : h_0 = x0, h_{l+1} = h_l + f_l(h_l), out = h_{2L}
-//   block: h_l = DA_l(b_0 .. b_{l/S}[, p]) over b_0 = x0, the completed blocks and the partial
-//          sum p of l's block; out = DA_out(b_0 .. b_{n_blocks})
+//   block: h_l = DA_l(b_0 .. b_{l/S}[, partial]) over b_0 = x0, the completed blocks and the
+//          partial sum of l's block; out = DA_out(b_0 .. b_{n_blocks})
 //   full : block with S = 1 (every sub-layer output is its own block)
 // Which buffers those are, forward and backward, with a worked example: the comment above
 // count_sources.
@@ -269,7 +269,7 @@ void model_init_params(Model* model, uint64_t seed) {
 //   L1.mlp        3   x0, b_1, partial[2] (= f_2)   dx0, db_1, db_2                  db_2
 //   output        4   x0, b_1, b_2                  dx0, db_1, db_2                  -
 // Backward order: output, then l = 3, 2, 1, 0, each sub-layer first reading f_l's gradient,
-// then adding its depth attention's into the buffers on its row; dx0 ends in the embedding.
+// then adding its depth attention's into the buffers on its line; dx0 ends in the embedding.
 
 size_t count_sources(const ModelConfig* c, int l) {
     int S = c->block_size, W = c->depth_window;

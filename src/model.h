@@ -258,17 +258,18 @@ float model_forward(Model* model, const int* tokens, const int* targets, size_t 
 // the host copy), so that nothing is read back from the device for it.
 float model_forward_counted(Model* model, const int* tokens, const int* targets, size_t n_targets,
                             size_t B, size_t T);
-// model_forward_counted in two halves, for a caller that reads the rows' losses back later,
-// together with other numbers (./train_cuda's step: with the gradient's norm, once):
-// model_forward_losses leaves every row's loss in m->acts.losses (nothing is read back), and
-// model_set_loss(m, sum) sets and returns m->loss from their sum (in double, in row order).
+// model_forward_counted in two halves, for a caller that reads the positions' losses back
+// later, together with other numbers (./train_cuda's step: with the gradient's norm, once):
+// model_forward_losses leaves every position's loss in m->acts.losses (nothing is read back),
+// and model_set_loss(m, sum) sets and returns m->loss from their sum (in double, in position
+// order).
 void model_forward_losses(Model* model, const int* tokens, const int* targets, size_t n_targets,
                           size_t B, size_t T);
 float model_set_loss(Model* model, double sum);
 // model_forward_losses in its parts, which a pipeline's chunk (src/pipeline.c) calls for its
 // range alone, in this order: model_set_batch (checks and keeps the batch), the embedding
 // (x0, and h_0 or the streams), the sub-layers [begin, end), the head (the output's input,
-// logits, rows' losses).
+// logits, positions' losses).
 void model_set_batch(Model* model, const int* tokens, const int* targets, size_t n_targets,
                      size_t B, size_t T);
 void model_embedding_forward(Model* model);
@@ -291,7 +292,7 @@ void model_backward(Model* model);
 // takes that (from sub-layer 0) into wte's gradient.
 void model_zero_carried(Model* model);
 // model_zero_carried's zeroing alone, the blocks' gradients left where they point: a pipeline's
-// chunk (src/pipeline.c), whose slot holds its microbatch's rows and whose cached blocks'
+// chunk (src/pipeline.c), whose slot holds its microbatch's sequences and whose cached blocks'
 // gradients point into another chunk's slot, zeroes its own buffers; dx0 is the one that holds
 // x0's gradient there (AttnRes: the slot's own, where a->dx0 may point elsewhere)
 void model_zero_carried_buffers(Model* model, float* dx0);

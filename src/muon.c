@@ -4,9 +4,9 @@
 //
 // Why: Muon replaces the update's singular values by (about) 1, so every direction of the
 // matrix moves by the same amount (docs/optimisers.md). An SVD would do it exactly; five
-// steps of the odd quintic p(x) = a x + b x^3 + c x^5, applied to the matrix as
+// steps of the odd quintic phi(x) = a x + b x^3 + c x^5, applied to the matrix as
 // X <- a X + (b X X^T + c (X X^T)^2) X, do it approximately with matmuls alone: each step
-// maps every singular value s of X to p(s), and with X scaled to Frobenius norm 1 (so every
+// maps every singular value s of X to phi(s), and with X scaled to Frobenius norm 1 (so every
 // s <= 1) five steps bring every s not too close to 0 into about [0.68, 1.13].
 #include <math.h>
 #include <string.h>

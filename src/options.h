@@ -62,7 +62,7 @@ static inline int option_given(const Options* o, const char* flag) {
     return 0;
 }
 
-// One row of train.c's flag table: the flag, what its value is, where it goes, its help line,
+// One entry of train.c's flag table: the flag, what its value is, where it goes, its help line,
 // and for a number with a fraction the values it may take
 typedef enum { OPT_INT, OPT_FLOAT, OPT_STRING, OPT_U64, OPT_SWITCH } OptionKind;
 typedef enum {

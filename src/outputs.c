@@ -19,14 +19,14 @@
 // ---- the table --------------------------------------------------------------------------
 static RunPath* add_path(RunPath* paths, int* n, PathKind kind, const char* flag,
                          const char* given, const char* suffix) {
-    RunPath* p = &paths[(*n)++];
-    p->kind = kind;
-    p->flag = flag;
-    p->given = given;
-    int len = snprintf(p->path, sizeof(p->path), "%s%s", given, suffix);
-    p->too_long = len < 0 || (size_t)len >= sizeof(p->path);
-    snprintf(p->what, sizeof(p->what), "the %s file %s", flag, p->path);
-    return p;
+    RunPath* entry = &paths[(*n)++];
+    entry->kind = kind;
+    entry->flag = flag;
+    entry->given = given;
+    int len = snprintf(entry->path, sizeof(entry->path), "%s%s", given, suffix);
+    entry->too_long = len < 0 || (size_t)len >= sizeof(entry->path);
+    snprintf(entry->what, sizeof(entry->what), "the %s file %s", flag, entry->path);
+    return entry;
 }
 
 int run_paths(const Options* o, RunPath* paths) {
@@ -38,14 +38,14 @@ int run_paths(const Options* o, RunPath* paths) {
         add_path(paths, &n, PATH_INPUT, "--init-from", o->init_from, "");
     }
     if (o->checkpoint != NULL && (o->resume || !trains)) {
-        RunPath* p = add_path(paths, &n, PATH_INPUT, "--checkpoint", o->checkpoint, "");
-        snprintf(p->what, sizeof(p->what), "the checkpoint it reads (--checkpoint %s)",
+        RunPath* entry = add_path(paths, &n, PATH_INPUT, "--checkpoint", o->checkpoint, "");
+        snprintf(entry->what, sizeof(entry->what), "the checkpoint it reads (--checkpoint %s)",
                  o->checkpoint);
     }
     if (o->checkpoint != NULL && exporting) {  // the best checkpoint, which it may read next
-        RunPath* p = add_path(paths, &n, PATH_INPUT, "--checkpoint", o->checkpoint, ".best");
-        snprintf(p->what, sizeof(p->what), "the best checkpoint %s of --checkpoint %s",
-                 p->path, o->checkpoint);
+        RunPath* entry = add_path(paths, &n, PATH_INPUT, "--checkpoint", o->checkpoint, ".best");
+        snprintf(entry->what, sizeof(entry->what), "the best checkpoint %s of --checkpoint %s",
+                 entry->path, o->checkpoint);
     }
     // what it writes
     if (exporting) { add_path(paths, &n, PATH_EXPORT, "--export", o->export_path, ""); }
@@ -108,11 +108,11 @@ static int same_file(const char* a, const char* b) {
 }
 
 // "--flag PATH" or, for a file the flag names indirectly, "--flag GIVEN: PATH"
-static void name_output(const RunPath* p, char* out, size_t len) {
-    if (strcmp(p->path, p->given) == 0) {
-        snprintf(out, len, "%s %s", p->flag, p->path);
+static void name_output(const RunPath* entry, char* out, size_t len) {
+    if (strcmp(entry->path, entry->given) == 0) {
+        snprintf(out, len, "%s %s", entry->flag, entry->path);
     } else {
-        snprintf(out, len, "%s %s: %s", p->flag, p->given, p->path);
+        snprintf(out, len, "%s %s: %s", entry->flag, entry->given, entry->path);
     }
 }
 
@@ -127,10 +127,10 @@ static int starts_with_line(const char* path, const char* header) {
     return same;
 }
 
-// An existing file at p: of the kind p replaces? (its stat in info)
-static int check_existing(const RunPath* p, const struct stat* info, const char* name,
+// An existing file at entry->path: of the kind entry replaces? (its stat in info)
+static int check_existing(const RunPath* entry, const struct stat* info, const char* name,
                           char* err, size_t err_len) {
-    if (p->kind == PATH_DIRECTORY) {
+    if (entry->kind == PATH_DIRECTORY) {
         if (!S_ISDIR(info->st_mode)) { FAIL("%s is not a directory", name); }
         return 0;
     }
@@ -139,8 +139,8 @@ static int check_existing(const RunPath* p, const struct stat* info, const char*
         FAIL("%s is not a regular file (a device, a pipe or a socket): the run writes only "
              "regular files, and would replace it or hang on it", name);
     }
-    int checkpoint = checkpoint_has_magic(p->path);
-    if (p->kind == PATH_CHECKPOINT) {
+    int checkpoint = checkpoint_has_magic(entry->path);
+    if (entry->kind == PATH_CHECKPOINT) {
         if (info->st_size > 0 && !checkpoint) {
             FAIL("%s exists and is not a checkpoint, the only file a checkpoint replaces", name);
         }
@@ -148,23 +148,23 @@ static int check_existing(const RunPath* p, const struct stat* info, const char*
     }
     if (checkpoint) {
         FAIL("%s is a checkpoint, which the run would replace (%s)", name,
-             p->kind == PATH_EXPORT ? "an existing file is replaced only if it is an earlier export"
-             : p->kind == PATH_TRACE ? "an existing file is replaced only if it is an earlier trace"
+             entry->kind == PATH_EXPORT ? "an existing file is replaced only if it is an earlier export"
+             : entry->kind == PATH_TRACE ? "an existing file is replaced only if it is an earlier trace"
              : "only --checkpoint replaces a checkpoint");
     }
-    if (p->kind == PATH_EXPORT) {  // an earlier export is any file --init-from reads
+    if (entry->kind == PATH_EXPORT) {  // an earlier export is any file --init-from reads
         ModelConfig config;
         float* params = NULL;
         char reason[ERROR_MAX];
-        int earlier_export = safetensors_load(p->path, &config, &params, reason, sizeof(reason)) == 0;
+        int earlier_export = safetensors_load(entry->path, &config, &params, reason, sizeof(reason)) == 0;
         free(params);
         if (!earlier_export) {
             FAIL("%s exists and is not an earlier export (a safetensors file of attnres.c), the "
                  "only file an export replaces", name);
         }
     }
-    if (p->kind == PATH_TRACE && info->st_size > 0 &&
-        !starts_with_line(p->path, PIPELINE_TRACE_HEADER)) {
+    if (entry->kind == PATH_TRACE && info->st_size > 0 &&
+        !starts_with_line(entry->path, PIPELINE_TRACE_HEADER)) {
         FAIL("%s exists and is not an earlier trace (its first line is not \"%s\"), the only "
              "file a trace replaces", name, PIPELINE_TRACE_HEADER);
     }
@@ -173,12 +173,12 @@ static int check_existing(const RunPath* p, const struct stat* info, const char*
 
 // The folder a path goes in can take a new file: PATH.tmp.<pid> is written and removed. A
 // directory not made yet: its nearest existing folder must be a directory the run can write.
-static int check_writable(const RunPath* p, const char* name, char* err, size_t err_len) {
+static int check_writable(const RunPath* entry, const char* name, char* err, size_t err_len) {
     struct stat info;
-    if (p->kind == PATH_CSV) { return 0; }  // the directory's check covers its files
-    if (p->kind == PATH_DIRECTORY) {
+    if (entry->kind == PATH_CSV) { return 0; }  // the directory's check covers its files
+    if (entry->kind == PATH_DIRECTORY) {
         char folder[RUN_PATH_MAX];
-        snprintf(folder, sizeof(folder), "%s", p->path);
+        snprintf(folder, sizeof(folder), "%s", entry->path);
         while (stat(folder, &info) != 0) {  // climb to the nearest folder that exists
             char* slash = strrchr(folder, '/');
             if (slash == NULL) { snprintf(folder, sizeof(folder), "."); break; }
@@ -191,7 +191,7 @@ static int check_writable(const RunPath* p, const char* name, char* err, size_t 
         return 0;
     }
     char tmp[RUN_PATH_MAX + 32];
-    if (checkpoint_temp_path(tmp, sizeof(tmp), p->path) != 0) { FAIL("%s: the path is too long", name); }
+    if (checkpoint_temp_path(tmp, sizeof(tmp), entry->path) != 0) { FAIL("%s: the path is too long", name); }
     FILE* f = fopen(tmp, "wb");
     if (f == NULL) { FAIL("%s: cannot write %s: %s", name, tmp, strerror(errno)); }
     fclose(f);
@@ -201,27 +201,27 @@ static int check_writable(const RunPath* p, const char* name, char* err, size_t 
 
 int outputs_check(const RunPath* paths, int n, char* err, size_t err_len) {
     for (int i = 0; i < n; i++) {
-        const RunPath* p = &paths[i];
-        if (p->kind == PATH_INPUT) { continue; }
-        if (p->too_long) { FAIL("%s %.200s...: the path is too long", p->flag, p->given); }
+        const RunPath* entry = &paths[i];
+        if (entry->kind == PATH_INPUT) { continue; }
+        if (entry->too_long) { FAIL("%s %.200s...: the path is too long", entry->flag, entry->given); }
         char name[2 * RUN_PATH_MAX + 32];
-        name_output(p, name, sizeof(name));
+        name_output(entry, name, sizeof(name));
         for (int j = 0; j < n; j++) {
             const RunPath* q = &paths[j];
             // a resumed checkpoint is the run's own: read, then replaced
-            int own = q->kind == PATH_INPUT && strcmp(q->flag, p->flag) == 0 &&
-                      strcmp(q->path, p->path) == 0 && p->kind == PATH_CHECKPOINT;
-            if (j == i || own || (q->kind != PATH_INPUT && j < i) || !same_file(p->path, q->path)) {
+            int own = q->kind == PATH_INPUT && strcmp(q->flag, entry->flag) == 0 &&
+                      strcmp(q->path, entry->path) == 0 && entry->kind == PATH_CHECKPOINT;
+            if (j == i || own || (q->kind != PATH_INPUT && j < i) || !same_file(entry->path, q->path)) {
                 continue;
             }
             FAIL("%s is %s, which the run %s", name, q->what,
                  q->kind == PATH_INPUT ? "reads: it would be replaced" : "also writes");
         }
         struct stat info;
-        if (stat(p->path, &info) == 0 && check_existing(p, &info, name, err, err_len) != 0) {
+        if (stat(entry->path, &info) == 0 && check_existing(entry, &info, name, err, err_len) != 0) {
             return -1;
         }
-        if (check_writable(p, name, err, err_len) != 0) { return -1; }
+        if (check_writable(entry, name, err, err_len) != 0) { return -1; }
     }
     for (int i = 0; i < n; i++) {  // every output passed: what killed saves left goes
         if (paths[i].kind != PATH_INPUT && paths[i].kind != PATH_DIRECTORY) {

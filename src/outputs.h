@@ -17,7 +17,7 @@
 //   - lies in a folder the run cannot write (a missing folder, a read-only one; for the
 //     --diagnostics directory, which the run makes, its nearest existing folder).
 // Only once every output passes does it remove what saves killed midway left
-// (PATH.tmp.<pid> of a process that no longer exists). A writer added later adds its row to
+// (PATH.tmp.<pid> of a process that no longer exists). A writer added later adds its entry to
 // run_paths and nothing else.
 #ifndef ATTNRES_OUTPUTS_H
 #define ATTNRES_OUTPUTS_H

@@ -229,7 +229,7 @@ struct Pipeline {
     int P, V, M, stage, D, replica;
     Dist world, stages, replicas;  // the job, this replica's stages, this stage's replicas
     ModelConfig config;
-    size_t rows, T, d;
+    size_t sequences, T, d;  // a microbatch's sequences, their length, the width
     Model* chunks;       // V: chunk v holds sub-layers [c*U, (c+1)*U), c = v*P + stage
     Trainer* trainers;   // V: each chunk's optimiser step, ZeRO-1 over `replicas` (D > 1)
     Dist* chunk_dists;   // V copies of `replicas` (each Trainer's, with its own shards)
@@ -239,9 +239,9 @@ struct Pipeline {
     int n_ops;
     int* slot_index;     // V * M: the slot of chunk v's microbatch m (the schedule's)
     float* message;      // what a receive lands in
-    const int *x, *y;    // this step's rows
+    const int *x, *y;    // this step's sequences
     size_t n_targets;
-    double loss_sum;     // the last stage: the rows' losses this step
+    double loss_sum;     // the last stage: the sequences' losses this step
     // the accounting: floats sent (forward, backward), the time computing and in steps
     size_t sent[2];
     double busy_seconds, step_seconds;
@@ -271,10 +271,10 @@ static void build_slots(Pipeline* p) {
             Slot* slot = slot_at(p, v, s);
             Activations* a = &slot->acts;
             a->sub = callocCheck(2 * (size_t)p->config.n_layers + 1, sizeof(SubLayer));
-            slot->floats = point_chunk_activations(a, &p->config, p->rows, p->T, c * k->U,
+            slot->floats = point_chunk_activations(a, &p->config, p->sequences, p->T, c * k->U,
                                                    (c + 1) * k->U, NULL);
             slot->memory = callocCheck(slot->floats, sizeof(float));
-            point_chunk_activations(a, &p->config, p->rows, p->T, c * k->U, (c + 1) * k->U,
+            point_chunk_activations(a, &p->config, p->sequences, p->T, c * k->U, (c + 1) * k->U,
                                     slot->memory);
             int blocks = k->S > 0 ? last_received(k, c) + 1 : 0;
             slot->block = callocCheck((size_t)blocks + 1, sizeof(float*));
@@ -311,7 +311,7 @@ static Slot* bind(Pipeline* p, const PipelineOp* op) {
 }
 
 // The buffers that travel into chunk c, as they are in a (the sender's activations or the
-// receiver's): x[i] and its gradient dx[i], `width` floats a row each; returns their number
+// receiver's): x[i] and its gradient dx[i], `width` floats a position each; returns their number
 static int travelling(const Pipeline* p, int c, Activations* a, float** x, float** dx,
                       size_t* width) {
     const Cut* k = &p->cut;
@@ -340,10 +340,10 @@ static int tag_of(const Pipeline* p, int backward, int c, int m) {
     return (backward * p->cut.C + c) * p->M + m;
 }
 
-// Sends the buffers xs (count of them, rows x width floats each) as one message
+// Sends the buffers xs (count of them, sequences x T x width floats each) as one message
 static void send_buffers(Pipeline* p, int to_chunk, int backward, int c, int m, float** xs,
                          int count, size_t width) {
-    size_t n = p->rows * p->T * width;
+    size_t n = p->sequences * p->T * width;
     for (int i = 0; i < count; i++) { memcpy(p->message + (size_t)i * n, xs[i], n * sizeof(float)); }
     dist_send(&p->stages, to_chunk % p->P, tag_of(p, backward, c, m), p->message,
               (size_t)count * n * sizeof(float));
@@ -353,7 +353,7 @@ static void send_buffers(Pipeline* p, int to_chunk, int backward, int c, int m, 
 // Receives one message into p->message; then the caller copies (forward) or adds (backward)
 static void receive(Pipeline* p, int from_chunk, int backward, int c, int m, int count,
                     size_t width) {
-    size_t n = (size_t)count * p->rows * p->T * width;
+    size_t n = (size_t)count * p->sequences * p->T * width;
     dist_recv(&p->stages, from_chunk % p->P, tag_of(p, backward, c, m), p->message,
               n * sizeof(float));
 }
@@ -379,8 +379,8 @@ static void chunk_forward(Pipeline* p, const PipelineOp* op) {
     int v = op->v, c = chunk_index(p, v), m = op->micro;
     Model* model = &p->chunks[v];
     Slot* slot = bind(p, op);
-    size_t N = p->rows * p->T, at = (size_t)m * N;
-    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->rows, p->T);
+    size_t N = p->sequences * p->T, at = (size_t)m * N;
+    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->sequences, p->T);
     // the gradients this microbatch will carry start at zero, in the slot's own buffers (dx0:
     // AttnRes's b_0, which bind may have pointed elsewhere; none's stream)
     model_zero_carried_buffers(model, k->S > 0 ? slot->dblock[0] : model->acts.dx0);
@@ -410,8 +410,8 @@ static void chunk_backward(Pipeline* p, const PipelineOp* op) {
     int v = op->v, c = chunk_index(p, v), m = op->micro;
     Model* model = &p->chunks[v];
     bind(p, op);
-    size_t N = p->rows * p->T, at = (size_t)m * N;
-    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->rows, p->T);
+    size_t N = p->sequences * p->T, at = (size_t)m * N;
+    model_set_batch(model, p->x + at, p->y + at, p->n_targets, p->sequences, p->T);
     float *x[2 * p->config.n_layers + 2], *dx[2 * p->config.n_layers + 2];
     size_t width;
     if (c == k->C - 1) {
@@ -452,9 +452,9 @@ void pipeline_step(Pipeline* p, const int* x, const int* y, size_t n_targets) {
 }
 
 // ---------------------------------------------------------------------------------------
-// 5. The optimiser. The loss and the norm must be one process's bits: the rows' losses add
-// up on the last stage (in microbatch order, as --microbatches does), and the gradient comes
-// together on rank 0 in the whole model's order, where its sum of squares runs as one
+// 5. The optimiser. The loss and the norm must be one process's bits: the sequences' losses
+// add up on the last stage (in microbatch order, as --microbatches does), and the gradient
+// comes together on rank 0 in the whole model's order, where its sum of squares runs as one
 // process's does (or, with D replicas, as data parallel's D shards do). Then each chunk's
 // Trainer clips and updates its share: AdamW goes element by element and Muon matrix by
 // matrix, so the chunks' updates are the whole model's.
@@ -588,7 +588,7 @@ void pipeline_update(Pipeline* p, float lr, float beta1, float beta2, float eps,
 // 6. Building a stage, rank 0's whole model, the accounting.
 
 Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, int M,
-                          int cache, size_t rows, size_t T, int optimizer, float muon_momentum) {
+                          int cache, size_t sequences, size_t T, int optimizer, float muon_momentum) {
     Pipeline* p = callocCheck(1, sizeof(Pipeline));
     p->config = whole->config;
     p->cut = cut_of(&p->config, P, V, cache);
@@ -600,7 +600,7 @@ Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, i
     p->stage = p->stages.rank;
     p->D = p->replicas.world;
     p->replica = p->replicas.rank;
-    p->rows = rows;
+    p->sequences = sequences;
     p->T = T;
     p->d = (size_t)p->config.d_model;
     p->run_start = now_seconds();
@@ -621,7 +621,7 @@ Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, i
         int c = chunk_index(p, v);
         Model* chunk = &p->chunks[v];
         model_build_chunk(chunk, &p->config, c * p->cut.U, (c + 1) * p->cut.U);
-        chunk->max_B = rows;
+        chunk->max_B = sequences;
         chunk->max_T = T;
         float* to[] = {chunk->params_memory, chunk->m_memory, chunk->v_memory};
         for (int b = 0; b < 3; b++) {
@@ -632,10 +632,10 @@ Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, i
             }
         }
         p->chunk_dists[v] = p->replicas;
-        trainer_init(&p->trainers[v], chunk, &p->chunk_dists[v], rows, T, optimizer, muon_momentum);
+        trainer_init(&p->trainers[v], chunk, &p->chunk_dists[v], sequences, T, optimizer, muon_momentum);
     }
     build_slots(p);
-    size_t largest = (2 * (size_t)p->config.n_layers + 2) * rows * T * p->d *
+    size_t largest = (2 * (size_t)p->config.n_layers + 2) * sequences * T * p->d *
                      (p->config.streams > 0 ? (size_t)p->config.streams : 1);
     p->message = mallocCheck(largest * sizeof(float));
     return p;
@@ -689,7 +689,7 @@ size_t pipeline_memory_bytes(const Pipeline* p) {
                                                             : 2 * p->chunks[v].num_params);
         for (int s = 0; s < p->n_slots[v]; s++) { floats += p->slots[(size_t)v * p->M + s].floats; }
     }
-    floats += (2 * (size_t)p->config.n_layers + 2) * p->rows * p->T * p->d *
+    floats += (2 * (size_t)p->config.n_layers + 2) * p->sequences * p->T * p->d *
               (p->config.streams > 0 ? (size_t)p->config.streams : 1);
     return floats * sizeof(float);
 }
@@ -697,7 +697,7 @@ size_t pipeline_memory_bytes(const Pipeline* p) {
 // The floats a step sends into chunk c from the stage before it (forward; the gradients back
 // are as many), with the cache or without
 static size_t step_floats_into(const Pipeline* p, int c, int cache) {
-    return pipeline_floats_into(&p->config, p->P, p->V, c, cache) * p->rows * p->T * (size_t)p->M;
+    return pipeline_floats_into(&p->config, p->P, p->V, c, cache) * p->sequences * p->T * (size_t)p->M;
 }
 
 void pipeline_report(Pipeline* p, size_t whole_bytes, int steps) {
@@ -730,8 +730,8 @@ void pipeline_report(Pipeline* p, size_t whole_bytes, int steps) {
     if (p->world.rank == 0) {
         double idle = 0.0, simulated = 0.0, total[2] = {0.0, 0.0};
         printf("pipeline: %d stages x %d chunks a stage (%d chunks of %d sub-layers), %d "
-               "microbatches of %zu rows, %d replica%s; cross-stage cache %s\n", p->P, p->V,
-               p->cut.C, p->cut.U, p->M, p->rows, p->D, p->D == 1 ? "" : "s",
+               "microbatches of %zu sequences, %d replica%s; cross-stage cache %s\n", p->P, p->V,
+               p->cut.C, p->cut.U, p->M, p->sequences, p->D, p->D == 1 ? "" : "s",
                p->cut.cache ? "on" : "off");
         for (int s = 0; s < p->P; s++) {
             const double* r = all + s * N_REPORT;

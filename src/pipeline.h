@@ -55,14 +55,15 @@ typedef struct {
 typedef struct Pipeline Pipeline;
 
 // This process's stage of the pipeline: its V chunks' parameters (copied from `whole`, which
-// every process builds and loads alike) and AdamW moments, activation slots for rows x T
-// microbatches, and the groups of world (dist_split). optimizer: OPTIMIZER_ADAMW or _MUON.
+// every process builds and loads alike) and AdamW moments, activation slots for microbatches
+// of `sequences` x T tokens, and the groups of world (dist_split). optimizer: OPTIMIZER_ADAMW
+// or _MUON.
 // Each chunk trains with a Trainer of its own (trainer.h); train.c calls pipeline_step,
 // pipeline_loss_and_norm, pipeline_clip and pipeline_update in place of the trainer's step.
 Pipeline* pipeline_create(const Model* whole, const Dist* world, int P, int V, int M,
-                          int cache, size_t rows, size_t T, int optimizer, float muon_momentum);
+                          int cache, size_t sequences, size_t T, int optimizer, float muon_momentum);
 void pipeline_free(Pipeline* p);
-// One step's forwards and backwards over this replica's M microbatches (x, y: M*rows x T),
+// One step's forwards and backwards over this replica's M microbatches (x, y: M*sequences x T),
 // of a global batch with n_targets targets: the gradients of this stage's chunks
 void pipeline_step(Pipeline* p, const int* x, const int* y, size_t n_targets);
 // The global batch's loss and gradient norm, as one process (or data parallel without the

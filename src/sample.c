@@ -116,11 +116,11 @@ static void print_byte(void* context, const int* tokens, size_t B) {
 // tasks: the three token lists, one per line
 static void print_task_sample(const Prompt* prompt, const int* generated, size_t n_new) {
     const char* labels[] = {"prompt:   ", "generated:", "expected: "};
-    const int* rows[] = {prompt->prompt, generated, prompt->expected};
+    const int* lists[] = {prompt->prompt, generated, prompt->expected};
     size_t lengths[] = {prompt->n_prompt, n_new, prompt->n_expected};
-    for (int r = 0; r < 3 && rows[r] != NULL; r++) {
-        printf("%s", labels[r]);
-        for (size_t i = 0; i < lengths[r]; i++) { printf(" %d", rows[r][i]); }
+    for (int l = 0; l < 3 && lists[l] != NULL; l++) {
+        printf("%s", labels[l]);
+        for (size_t i = 0; i < lengths[l]; i++) { printf(" %d", lists[l][i]); }
         printf("\n");
     }
 }

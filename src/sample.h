@@ -12,7 +12,7 @@
 // (sample.c says which). 0, or -1 with one line in err.
 int sample_main(const Options* o, char* err, size_t err_len);
 // Training on text: what the model writes now, greedy, after the first bytes of the
-// validation text (x, y: scratch for one row; dec: built for at least one sequence)
+// validation text (x, y: scratch for one sequence; dec: built for at least one sequence)
 void sample_print_text(Decoder* dec, const Dataset* ds, int* x, int* y);
 
 #endif

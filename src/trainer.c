@@ -60,9 +60,9 @@ void trainer_free(Trainer* t) {
 }
 
 // The model's forward in its parts (model_forward_losses'), the whole range of sub-layers. The
-// rows' loss is their share of the global mean (their sum over the global count n_targets),
-// so the gradients summed over the microbatches and the ranks are the global batch's; the
-// rows' losses add into loss_sum, in double, for trainer_loss_and_norm.
+// sequences' loss is their share of the global mean (their sum over the global count
+// n_targets), so the gradients summed over the microbatches and the ranks are the global
+// batch's; the sequences' losses add into loss_sum, in double, for trainer_loss_and_norm.
 void trainer_forward(Trainer* t, const int* x, const int* y, size_t B, size_t T,
                      size_t n_targets) {
     Model* model = t->host;
@@ -161,7 +161,7 @@ void trainer_drop_moments(Trainer* t) {
 // the host model is the one that trains: it has them already
 void trainer_to_host(Trainer* t) { (void)t; }
 
-// With several processes, rank 0's host model trained on its own rows only: it redoes the
+// With several processes, rank 0's host model trained on its own sequences only: it redoes the
 // global batch; one process trained on this very batch
 void trainer_host_gradients(Trainer* t, const int* x, const int* y, size_t B, size_t T) {
     if (t->dist->world == 1) { return; }

@@ -6,7 +6,7 @@
 //   trainer_forward -> trainer_zero_grad -> trainer_backward -> trainer_loss_and_norm ->
 //   trainer_clip -> trainer_update
 // With --microbatches M (the CPU builds), the forward and the backward run M times, each on
-// B/M of the rows, the gradients adding up (zeroed after the first forward only). With
+// B/M of the sequences, the gradients adding up (zeroed after the first forward only). With
 // --pipeline P (./train_mpi), train.c calls src/pipeline.c's step (pipeline.h) instead, whose
 // stages train their chunks with a Trainer each: a Trainer knows nothing of the pipeline.
 // Two files implement this header, function for function: src/trainer.c on the CPU and
@@ -48,7 +48,7 @@ typedef struct {
     size_t lo, hi;
     float *grad_shard, *m_shard, *v_shard;
     double comm_seconds;  // time spent in the collectives of the steps (waiting included)
-    double loss_sum;      // the CPU: the step's rows' losses so far, over its microbatches
+    double loss_sum;      // the CPU: the step's sequences' losses so far, over its microbatches
     int optimizer;        // OPTIMIZER_ADAMW or OPTIMIZER_MUON (options.h)
     float muon_momentum;  // Muon's mu
     size_t* shard_bounds; // Muon with several ranks: the shards, cut between its matrices
@@ -70,7 +70,7 @@ void trainer_close_device(void);
 void trainer_init(Trainer* t, Model* host, Dist* dist, size_t B, size_t T, int optimizer,
                   float muon_momentum);
 void trainer_free(Trainer* t);
-// The step. x, y (B,T) are this rank's rows of the global batch (or of one microbatch of
+// The step. x, y (B,T) are this rank's sequences of the global batch (or of one microbatch of
 // it), which has n_targets targets; trainer_loss_and_norm returns the global batch's loss
 // and its gradient norm in *norm (over every microbatch and every rank: the gradients are
 // summed first).

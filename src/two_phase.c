@@ -1,11 +1,11 @@
 // two_phase.c — block AttnRes depth attention for decoding, in two phases (paper, Algorithm 1;
 // SPEC.md "Two-phase inference"). The sequential definition (depth_attention.c) gives
-// sub-layer i of block n the softmax over s(b_0) .. s(b_{n-1}) and, when i > 0, s(p) of the
-// partial sum p. The block's S pseudo-queries are known before it runs, so:
+// sub-layer i of block n the softmax over s(b_0) .. s(b_{n-1}) and, when i > 0, s(partial) of
+// the block's partial sum. The block's S pseudo-queries are known before it runs, so:
 //   phase 1: all S queries against b_0 .. b_{n-1} at once (each block read once per row),
 //            keeping per query the max m1, l1 = sum_i e^{s_i - m1}, o1 = sum_i e^{s_i - m1} b_i;
-//   phase 2: sub-layer i > 0 scores its query against p alone (o2 = p, m2 = s(p), l2 = 1) and
-//            merges by the online-softmax rule, m = max(m1, m2):
+//   phase 2: sub-layer i > 0 scores its query against the partial sum alone (o2 = partial,
+//            m2 = s(partial), l2 = 1) and merges by the online-softmax rule, m = max(m1, m2):
 //            h = (e^{m1-m} o1 + e^{m2-m} o2) / (e^{m1-m} l1 + e^{m2-m} l2).
 // Every exponent is <= 0, so no score, however large, overflows.
 // The variants (SPEC "Variants", at the end of this file) keep the two phases: per head, with
@@ -92,7 +92,8 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
             for (size_t c = 0; c < C; c++) { h[c] = o1n[c] / sumexp1[n]; }
             continue;
         }
-        // attention over the partial sum alone: a single key, so o2 = p, m2 = s(p), l2 = 1
+        // attention over the partial sum alone: a single key, so o2 = partial,
+        // m2 = s(partial), l2 = 1
         const float* o2 = partial + n * C;
         float m2 = dot(wg, o2, C) * depth_attention_rstd(o2, C);
         merge_single_key(h, o1n, max1[n], sumexp1[n], o2, m2, C);
@@ -107,9 +108,10 @@ void depth_attention_phase2(float* out, const float* o1, const float* max1,
 // softmax: phase 1 keeps m1, l1 per query, row and head, and o1 over each head's channels;
 //          phase 2 merges the partial sum's score per head by the online-softmax rule.
 // sigmoid: alpha_ik = sigmoid(s_ik) has no normaliser, so there is nothing to rescale:
-//          o1[k] = sum_i sigmoid(s_ik) b_i[k] (m1 = 0, l1 = 1), h[k] = o1[k] + sigmoid(s_pk) p[k].
-// The sums run over the sources in the sequential order (blocks, then p), so sigmoid equals
-// depth_attention_variant_forward bit for bit.
+//          o1[k] = sum_i sigmoid(s_ik) b_i[k] (m1 = 0, l1 = 1),
+//          h[k] = o1[k] + sigmoid(s_pk) partial[k].
+// The sums run over the sources in the sequential order (blocks, then the partial sum), so
+// sigmoid equals depth_attention_variant_forward bit for bit.
 
 static float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -195,14 +197,15 @@ void depth_attention_variant_phase2(float* out, const float* o1, const float* ma
                 for (size_t c = 0; c < Ck; c++) { h[c] = o1k[c] / sumexp1[nk]; }
                 continue;
             }
-            // head k of the partial sum: a single key, o2 = p[k], m2 = s_p, l2 = 1
-            const float* p = partial + n * C + k * Ck;
-            float s_p = dot(wg + k * Ck, p, Ck) * head_rstd(p, Ck, norm_weight != NULL);
+            // head k of the partial sum: a single key, o2 = partial[k], m2 = s_p, l2 = 1
+            const float* partial_k = partial + n * C + k * Ck;
+            float s_p = dot(wg + k * Ck, partial_k, Ck) *
+                        head_rstd(partial_k, Ck, norm_weight != NULL);
             if (sigmoid) {
                 float a = sigmoidf(s_p);
-                for (size_t c = 0; c < Ck; c++) { h[c] = o1k[c] + a * p[c]; }
+                for (size_t c = 0; c < Ck; c++) { h[c] = o1k[c] + a * partial_k[c]; }
             } else {
-                merge_single_key(h, o1k, max1[nk], sumexp1[nk], p, s_p, Ck);
+                merge_single_key(h, o1k, max1[nk], sumexp1[nk], partial_k, s_p, Ck);
             }
         }
     }
@@ -210,14 +213,14 @@ void depth_attention_variant_phase2(float* out, const float* o1, const float* ma
 }
 
 // ---- the mixings: weights without scores --------------------------------------------------
-// Row l of the coefficients weighs sub-layer l's sources (the blocks, then p), the same
-// weights for every row n:
+// Row l of the coefficients weighs sub-layer l's sources (the blocks, then the partial sum),
+// the same weights for every row n:
 //   static (softmax over the logits c): phase 1 keeps per query m1 = max_i c_i over the
 //          completed blocks and l1 = sum_i e^{c_i - m1}, and per row o1 = sum_i e^{c_i - m1} b_i;
-//          phase 2 merges the partial's logit (o2 = p, m2 = c_p, l2 = 1) by the online-softmax
-//          rule.
-//   dense (DenseFormer scalars beta): o1 = sum_i beta_i b_i (m1 = 0, l1 = 1), h = o1 + beta_p p:
-//          depth_mixing_forward's sum in its order, bit for bit.
+//          phase 2 merges the partial's logit (o2 = partial, m2 = c_p, l2 = 1) by the
+//          online-softmax rule.
+//   dense (DenseFormer scalars beta): o1 = sum_i beta_i b_i (m1 = 0, l1 = 1),
+//          h = o1 + beta_p partial: depth_mixing_forward's sum in its order, bit for bit.
 
 // o (S,N,C); max and sumexp (S); blocks[i] (N,C); coefficients: S rows `stride` floats apart,
 // row j's first n_block_sources entries weigh the blocks
@@ -265,14 +268,14 @@ void depth_mixing_phase2(float* out, const float* o1, float max1, float sumexp1,
     #pragma omp parallel for
     for (size_t n = 0; n < N; n++) {
         const float* o1n = o1 + n * C;
-        const float* p = partial != NULL ? partial + n * C : NULL;
+        const float* partial_n = partial != NULL ? partial + n * C : NULL;
         float* h = out + n * C;
-        if (p == NULL) {
+        if (partial_n == NULL) {
             for (size_t c = 0; c < C; c++) { h[c] = o1n[c] / sumexp1; }
         } else if (normalise) {
-            merge_single_key(h, o1n, max1, sumexp1, p, coefficient, C);
+            merge_single_key(h, o1n, max1, sumexp1, partial_n, coefficient, C);
         } else {
-            for (size_t c = 0; c < C; c++) { h[c] = o1n[c] + coefficient * p[c]; }
+            for (size_t c = 0; c < C; c++) { h[c] = o1n[c] + coefficient * partial_n[c]; }
         }
     }
 }

@@ -15,21 +15,21 @@
 #define ERROR_MAX 10240
 
 static inline void* malloc_check(size_t size, const char* file, int line) {
-    void* p = malloc(size ? size : 1);
-    if (p == NULL) {
+    void* ptr = malloc(size ? size : 1);
+    if (ptr == NULL) {
         fprintf(stderr, "error: out of memory allocating %zu bytes at %s:%d\n", size, file, line);
         exit(1);
     }
-    return p;
+    return ptr;
 }
 static inline void* calloc_check(size_t count, size_t size, const char* file, int line) {
-    void* p = calloc(count ? count : 1, size ? size : 1);
-    if (p == NULL) {
+    void* ptr = calloc(count ? count : 1, size ? size : 1);
+    if (ptr == NULL) {
         fprintf(stderr, "error: out of memory allocating %zu x %zu bytes at %s:%d\n",
                 count, size, file, line);
         exit(1);
     }
-    return p;
+    return ptr;
 }
 // The sixteen partial sums of dot and sum_of, added in one fixed order.
 static inline float sum_partials(float acc[16]) {
@@ -96,7 +96,7 @@ static inline float max_of(const float* x, size_t n) {
 // e^x from + - * and bit moves only, so that a loop calling it vectorises (libm's expf is a
 // call, which keeps a loop scalar; glibc's vector expf needs -ffast-math, ruled out here).
 // The classic method (Cephes' expf): write x = n ln2 + r with n = round(x / ln2), so that
-// |r| <= ln2 / 2; e^r is a degree-7 polynomial there (1 + r + r^2 p(r), p fitted to
+// |r| <= ln2 / 2; e^r is a degree-7 polynomial there (1 + r + r^2 poly(r), poly fitted to
 // e^r's series), and e^x = e^r 2^n, 2^n written straight into a float's exponent bits. ln2
 // is split in two (0.693359375 has 9 significant bits, so n * it is exact for |n| <= 150,
 // and a small correction): r keeps its low bits. 2^n is applied as 2^(n/2) 2^(n - n/2), both
@@ -114,13 +114,13 @@ static inline float expf_vectorizable(float x) {
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     n = n == n ? n : 0.0f;  // NaN: r below stays NaN, and no NaN is converted to int
     float r = (xc - n * 0.693359375f) - n * -2.12194440e-4f;  // x - n ln2
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float exp_r = (p * r) * r + r + 1.0f;
+    float poly = 1.9875691500e-4f;
+    poly = poly * r + 1.3981999507e-3f;
+    poly = poly * r + 8.3334519073e-3f;
+    poly = poly * r + 4.1665795894e-2f;
+    poly = poly * r + 1.6666665459e-1f;
+    poly = poly * r + 5.0000001201e-1f;
+    float exp_r = (poly * r) * r + r + 1.0f;
     int32_t n_int = (int32_t)n, n_half = n_int / 2;
     uint32_t bits1 = (uint32_t)(n_half + 127) << 23, bits2 = (uint32_t)(n_int - n_half + 127) << 23;
     float scale1, scale2;  // 2^(n/2) and 2^(n - n/2)

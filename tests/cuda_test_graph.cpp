@@ -77,10 +77,10 @@ static Steps run_steps(ModelCuda* gpu, const Model* host, bool graph, bool muon,
         s.losses.push_back(loss);
         s.norms.push_back(norm);
     }
-    size_t P = host->num_params;
-    s.params = download(gpu->model.params_memory, P);
-    s.m = download(gpu->model.m_memory, P);
-    s.v = download(gpu->model.v_memory, P);
+    size_t n_params = host->num_params;
+    s.params = download(gpu->model.params_memory, n_params);
+    s.m = download(gpu->model.m_memory, n_params);
+    s.v = download(gpu->model.v_memory, n_params);
     return s;
 }
 

@@ -201,17 +201,17 @@ TEST_CASE("no matmul borrows more workspace than linear_workspace_floats_cuda re
     const size_t most = linear_workspace_floats_cuda();
     size_t largest = 0, split_128 = 0;  // the most any product borrowed; products that split
     for (size_t M : sizes)
-        for (size_t P : sizes)
+        for (size_t J : sizes)
             for (size_t K : sizes) {
-                size_t floats = matmul_workspace_floats_cuda(M, P, K);
+                size_t floats = matmul_workspace_floats_cuda(M, J, K);
                 if (floats > most) {
                     CAPTURE(M);
-                    CAPTURE(P);
+                    CAPTURE(J);
                     CAPTURE(K);
                     FAIL_CHECK("borrows " << floats << " floats, the reservation is " << most);
                 }
                 largest = floats > largest ? floats : largest;
-                size_t big_tiles = (size_t)ceil_div(M, 128) * ceil_div(P, 128);
+                size_t big_tiles = (size_t)ceil_div(M, 128) * ceil_div(J, 128);
                 if (floats > 0 && big_tiles >= (size_t)cuda_sm_count()) split_128++;
             }
     CHECK(split_128 > 0);        // 128 x 128 tiles do split K: the case the bound must cover

@@ -155,13 +155,13 @@ static void check_gpu_model(const ModelConfig& c, Steps steps) {
     model_build_cuda(&gpu, &c, max_B, max_T);
     model_to_device_cuda(&gpu, &cpu);
     REQUIRE(gpu.model.num_params == cpu.num_params);
-    size_t P = cpu.num_params;
+    size_t n_params = cpu.num_params;
 
     // the round trip host -> device -> host is exact
     Model back;
     model_build(&back, &c, 1, 1);
     model_to_host_cuda(&back, &gpu);
-    compare_exact("params after a round trip", back.params_memory, cpu.params_memory, P);
+    compare_exact("params after a round trip", back.params_memory, cpu.params_memory, n_params);
 
     // forward and backward
     float loss = forward_backward(&cpu, tokens, targets, B, T);
@@ -171,7 +171,7 @@ static void check_gpu_model(const ModelConfig& c, Steps steps) {
                    N * V, forward_tol);
     compare_within("probs", download(model_probs_cuda(&gpu), N * V).data(), model_probs(&cpu),
                    N * V, forward_tol);
-    Floats grads = download(gpu.model.grads_memory, P);
+    Floats grads = download(gpu.model.grads_memory, n_params);
     compare_tensors("grad", grads.data(), cpu.grads_memory, cpu.param_sizes, grad_tol);
     // Sub-layer 0 sees a single source: with softmax attention or static mixing its one weight
     // is exactly 1, so its rows (w_0, g_0, U_0, the logits' row 0) get exactly zero gradient
@@ -200,13 +200,13 @@ static void check_gpu_model(const ModelConfig& c, Steps steps) {
         CHECK(norm_cuda == doctest::Approx(norm).epsilon(1e-5));
         float cpu_norm = norm;  // what the CPU's clipping divides by
         if (steps == Steps::same_gradients) {
-            Floats step_grads = download(gpu.model.grads_memory, P);
+            Floats step_grads = download(gpu.model.grads_memory, n_params);
             compare_tensors("step grad", step_grads.data(), cpu.grads_memory, cpu.param_sizes,
                             grad_tol);
             std::copy(step_grads.begin(), step_grads.end(), cpu.grads_memory);
             cpu_norm = norm_cuda;
         }
-        for (size_t i = 0; i < P; i++) cpu.grads_memory[i] *= max_norm / cpu_norm;
+        for (size_t i = 0; i < n_params; i++) cpu.grads_memory[i] *= max_norm / cpu_norm;
         model_update(&cpu, lr, beta1, beta2, eps, weight_decay, t);
         model_clip_gradients_cuda(&gpu, norm_cuda, max_norm);
         model_update_cuda(&gpu, lr, beta1, beta2, eps, weight_decay, t);
@@ -330,9 +330,9 @@ TEST_CASE("the one-read-back training step equals the step in pieces, bit for bi
         CHECK(loss_one == loss);
         CHECK(one.model.loss == loss);
         CHECK(norm_one == norm);
-        size_t P = host.num_params;
-        compare_exact("grads", download(one.model.grads_memory, P).data(),
-                      download(pieces.model.grads_memory, P).data(), P);
+        size_t n_params = host.num_params;
+        compare_exact("grads", download(one.model.grads_memory, n_params).data(),
+                      download(pieces.model.grads_memory, n_params).data(), n_params);
         model_update_cuda(&pieces, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
         model_update_cuda(&one, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step);
     }
@@ -399,13 +399,13 @@ struct Sensitivity {
 static Sensitivity ulp_sensitivity(Model* cpu, const std::vector<int>& tokens,
                                    const std::vector<int>& targets, size_t B, size_t T,
                                    uint64_t seed) {
-    size_t P = cpu->num_params, NV = B * T * cpu->config.vocab_size;
-    Floats params(cpu->params_memory, cpu->params_memory + P);
+    size_t n_params = cpu->num_params, NV = B * T * cpu->config.vocab_size;
+    Floats params(cpu->params_memory, cpu->params_memory + n_params);
     Floats logits(model_logits(cpu), model_logits(cpu) + NV);
-    Floats grads(cpu->grads_memory, cpu->grads_memory + P);
+    Floats grads(cpu->grads_memory, cpu->grads_memory + n_params);
     double norm = model_grad_norm(cpu);
     Rng rng(seed);
-    for (size_t j = 0; j < P; j++)
+    for (size_t j = 0; j < n_params; j++)
         cpu->params_memory[j] *= 1.0f + (rng.next() & 1 ? 1.0f : -1.0f) * FLT_EPSILON;
     forward_backward(cpu, tokens, targets, B, T);
     Sensitivity s;
@@ -475,7 +475,7 @@ TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradien
     ModelCuda gpu;
     model_build_cuda(&gpu, &c, B, T);
     model_to_device_cuda(&gpu, &cpu);
-    size_t P = cpu.num_params;
+    size_t n_params = cpu.num_params;
     Model back;
     model_build(&back, &c, 1, 1);
 
@@ -490,7 +490,7 @@ TEST_CASE("GPU: the whole model at the bench size matches the CPU: loss, gradien
         CHECK(loss_cuda == doctest::Approx(loss).epsilon(1e-4));
         compare_within("logits", download(model_logits_cuda(&gpu), N * V).data(),
                        model_logits(&cpu), N * V, conditioned(forward_tol, s.logits));
-        Floats grads = download(gpu.model.grads_memory, P);
+        Floats grads = download(gpu.model.grads_memory, n_params);
         size_t offset = 0;
         for (int i = 0; i < N_PARAM_TENSORS; i++) {
             compare_within(std::string("grad ") + PARAM_INFO[i].name, grads.data() + offset,
@@ -530,25 +530,25 @@ TEST_CASE("Muon steps of the whole model on the GPU match the CPU's") {
     ModelCuda gpu;
     model_build_cuda(&gpu, &c, 1, 1);
     model_to_device_cuda(&gpu, &cpu);
-    size_t P = cpu.num_params;
+    size_t n_params = cpu.num_params;
     Rng rng(78);
     for (int t = 1; t <= 3; t++) {
-        Floats grads = rng.uniform_vector(P, -1, 1);
+        Floats grads = rng.uniform_vector(n_params, -1, 1);
         std::copy(grads.begin(), grads.end(), cpu.grads_memory);
-        cudaCheck(cudaMemcpy(gpu.model.grads_memory, grads.data(), P * sizeof(float),
+        cudaCheck(cudaMemcpy(gpu.model.grads_memory, grads.data(), n_params * sizeof(float),
                              cudaMemcpyHostToDevice));
-        model_update_shard_muon(&cpu, 0, P, cpu.grads_memory, cpu.m_memory, cpu.v_memory, 0.02f,
+        model_update_shard_muon(&cpu, 0, n_params, cpu.grads_memory, cpu.m_memory, cpu.v_memory, 0.02f,
                                 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.95f);
-        model_update_shard_muon(&gpu.model, 0, P, gpu.model.grads_memory, gpu.model.m_memory,
+        model_update_shard_muon(&gpu.model, 0, n_params, gpu.model.grads_memory, gpu.model.m_memory,
                                 gpu.model.v_memory, 0.02f, 0.9f, 0.95f, 1e-8f, 0.1f, t, 0.95f);
     }
     Model back;
     model_build(&back, &c, 1, 1);
     model_to_host_cuda(&back, &gpu);
-    compare_within("params after 3 Muon steps", back.params_memory, cpu.params_memory, P,
+    compare_within("params after 3 Muon steps", back.params_memory, cpu.params_memory, n_params,
                    Tolerance{1e-5, 1e-5});
-    compare_within("m after 3 Muon steps", back.m_memory, cpu.m_memory, P, Tolerance{1e-6, 1e-5});
-    compare_within("v after 3 Muon steps", back.v_memory, cpu.v_memory, P, Tolerance{1e-7, 1e-5});
+    compare_within("m after 3 Muon steps", back.m_memory, cpu.m_memory, n_params, Tolerance{1e-6, 1e-5});
+    compare_within("v after 3 Muon steps", back.v_memory, cpu.v_memory, n_params, Tolerance{1e-7, 1e-5});
     model_free(&back);
     model_free_cuda(&gpu);
     model_free(&cpu);

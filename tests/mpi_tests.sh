@@ -41,7 +41,7 @@ mpi_matches_one_process() {
         mpi_same_losses "$dir/p2b" "$dir/p2" 0
 }
 
-# interrupted at step 25 on P processes, resumed on P' to step 50: the losses of steps
+# interrupted at step 25 on W processes, resumed on W' to step 50: the losses of steps
 # 26..50 are those of an uninterrupted run on one process (further flags: for every run)
 mpi_resume_across() {
     local from=$1 to=$2 dir=$TEST_DIR
@@ -92,9 +92,9 @@ mpi_rank_killed() {
     return $ok
 }
 
-# --microbatches with data parallel: 2 processes, each its 6 rows in 2 and in 3 parts, against
+# --microbatches with data parallel: 2 processes, each its 6 sequences in 2 and in 3 parts, against
 # one process's whole batch (losses within 1e-5, the order of the sums apart); a part count
-# that does not divide a process's rows is refused in one line
+# that does not divide a process's sequences is refused in one line
 mpi_microbatches() {
     local dir=$TEST_DIR out
     ./train "${MPI_FLAGS[@]}" --mode block --block-size 2 --diagnostics "$dir/p1" >/dev/null &&
@@ -102,7 +102,7 @@ mpi_microbatches() {
         mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --mode block --block-size 2 --microbatches 3 --diagnostics "$dir/m3" >/dev/null &&
         mpi_same_losses "$dir/m2" "$dir/p1" 1e-5 && mpi_same_losses "$dir/m3" "$dir/p1" 1e-5 || return 1
     out=$(mpi_run 2 build/train_mpi "${MPI_FLAGS[@]}" --microbatches 4 2>&1 >/dev/null)
-    echo "$out" | grep -qx "error: --microbatches 4 does not divide 6 rows (--batch 12 over 2 processes)" || { echo "$out"; return 1; }
+    echo "$out" | grep -qx "error: --microbatches 4 does not divide 6 sequences (--batch 12 over 2 processes)" || { echo "$out"; return 1; }
 }
 
 # one line and status 1: a batch that does not divide, processes given different flags,
@@ -310,7 +310,7 @@ mpi_pipeline_refuses() {
     expect "error: --pipeline 2 does not divide the 3 processes (the world is P stages x D replicas)" 3 --pipeline 2 &&
         expect "error: --pipeline 2 --virtual 2: 4 chunks cannot each hold whole layers and whole blocks (S = 4) of the 2L = 8 sub-layers" 2 --pipeline 2 --virtual 2 --mode block --block-size 4 &&
         expect "error: --microbatches 2 is fewer than the 4 stages: 1F1B needs M >= P" 4 --pipeline 4 --microbatches 2 --mode none &&
-        expect "error: --microbatches 3 does not divide 8 rows (--batch 16 over 2 replicas of 2 stages)" 4 --pipeline 2 --microbatches 3 &&
+        expect "error: --microbatches 3 does not divide 8 sequences (--batch 16 over 2 replicas of 2 stages)" 4 --pipeline 2 --microbatches 3 &&
         expect "error: --virtual 2: the interleaved schedule takes the microbatches P at a time, so --microbatches 6 must be a multiple of --pipeline 4" 4 --pipeline 4 --virtual 2 --L 8 --mode none --batch 12 --microbatches 6
 }
 

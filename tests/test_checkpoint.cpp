@@ -111,10 +111,10 @@ TEST_CASE("save then load restores parameters, AdamW moments and step bit for bi
         step = -1;
         REQUIRE_MESSAGE(checkpoint_load(&loaded.m, path.c_str(), &step, err, sizeof err) == 0, err);
         CHECK(step == 123);
-        size_t P = saved.m.num_params;
-        CHECK(same_bits(loaded.m.params_memory, saved.m.params_memory, P));
-        CHECK(same_bits(loaded.m.m_memory, saved.m.m_memory, P));
-        CHECK(same_bits(loaded.m.v_memory, saved.m.v_memory, P));
+        size_t n_params = saved.m.num_params;
+        CHECK(same_bits(loaded.m.params_memory, saved.m.params_memory, n_params));
+        CHECK(same_bits(loaded.m.m_memory, saved.m.m_memory, n_params));
+        CHECK(same_bits(loaded.m.v_memory, saved.m.v_memory, n_params));
     }
 }
 
@@ -181,10 +181,10 @@ TEST_CASE("two runs saving to one PATH at once: PATH is always one of their chec
             continue;
         }
         const Model& saved = step == 1 ? a.m : b.m;
-        size_t P = saved.num_params;
-        bad_files += !(same_bits(loaded.m.params_memory, saved.params_memory, P) &&
-                       same_bits(loaded.m.m_memory, saved.m_memory, P) &&
-                       same_bits(loaded.m.v_memory, saved.v_memory, P));
+        size_t n_params = saved.num_params;
+        bad_files += !(same_bits(loaded.m.params_memory, saved.params_memory, n_params) &&
+                       same_bits(loaded.m.m_memory, saved.m_memory, n_params) &&
+                       same_bits(loaded.m.v_memory, saved.v_memory, n_params));
     }
     int status = 0;
     REQUIRE(waitpid(other, &status, 0) == other);
@@ -297,15 +297,15 @@ TEST_CASE("bad checkpoint files are rejected with a one-line reason naming the p
     const float nan_value = std::numeric_limits<float>::quiet_NaN();
     std::memcpy(b.data() + 256 * sizeof(int), &nan_value, sizeof(float));
     cases.push_back({"nan_parameter", b, {"NaN", "parameters", "wte"}});
-    // the moments too (the file holds P parameters, then m, then v): the last float of m
+    // the moments too (the file holds n_params parameters, then m, then v): the last float of m
     // (lm_head's) NaN, the first of v (wte's) Inf
-    const size_t P = source.m.num_params;
+    const size_t n_params = source.m.num_params;
     b = good;
-    std::memcpy(b.data() + 256 * sizeof(int) + (2 * P - 1) * sizeof(float), &nan_value, sizeof(float));
+    std::memcpy(b.data() + 256 * sizeof(int) + (2 * n_params - 1) * sizeof(float), &nan_value, sizeof(float));
     cases.push_back({"nan_first_moment", b, {"NaN/Inf first moments", "lm_head"}});
     b = good;
     const float inf_value = std::numeric_limits<float>::infinity();
-    std::memcpy(b.data() + 256 * sizeof(int) + 2 * P * sizeof(float), &inf_value, sizeof(float));
+    std::memcpy(b.data() + 256 * sizeof(int) + 2 * n_params * sizeof(float), &inf_value, sizeof(float));
     cases.push_back({"inf_second_moment", b, {"NaN/Inf second moments", "wte"}});
 
     for (const Case& k : cases) {

@@ -35,7 +35,7 @@ TEST_CASE("bad flags and values exit 1 with one error line naming the problem") 
         {{"--F", "0"}, {"F", "positive"}},
         {{"--batch", "0"}, {"--batch", "positive"}},
         {{"--microbatches", "0"}, {"--microbatches", "positive"}},
-        {{"--microbatches", "3"}, {"--microbatches 3 does not divide 32 rows (--batch 32 over 1 process)"}},
+        {{"--microbatches", "3"}, {"--microbatches 3 does not divide 32 sequences (--batch 32 over 1 process)"}},
         // the pipeline: MPI's (tests/mpi_tests.sh tries the rest under mpirun)
         {{"--pipeline", "2", "--microbatches", "2"}, {"--pipeline needs MPI: mpirun -np P*D ./train_mpi --pipeline P ..."}},
         {{"--pipeline", "0"}, {"--pipeline must be positive"}},
@@ -472,13 +472,13 @@ TEST_CASE("a checkpoint with one NaN in an optimiser moment is refused by --resu
         Args first = {"--steps", "4", "--eval-every", "2", "--stop-after", "2", "--checkpoint", good,
                       "--optimizer", optimizer};
         check_success(run_train(dir, tiny(first)));
-        // one NaN in the first moments (after the P parameters) at wq's first element, a
+        // one NaN in the first moments (after the n_params parameters) at wq's first element, a
         // matrix that Muon keeps its momentum for
         std::string bytes = read_text(good);
-        size_t header = 256 * sizeof(int), P = (bytes.size() - header) / (3 * sizeof(float));
+        size_t header = 256 * sizeof(int), n_params = (bytes.size() - header) / (3 * sizeof(float));
         size_t wte = 7 * 16, attn_norm = 16;  // V x d, then L x d
         const float nan_value = NAN;
-        std::memcpy(&bytes[header + (P + wte + attn_norm) * sizeof(float)], &nan_value, sizeof nan_value);
+        std::memcpy(&bytes[header + (n_params + wte + attn_norm) * sizeof(float)], &nan_value, sizeof nan_value);
         write_text(bad, bytes);
         Args resume = {"--steps", "4", "--eval-every", "2", "--checkpoint", bad, "--resume",
                        "--optimizer", optimizer};

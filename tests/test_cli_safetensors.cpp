@@ -77,13 +77,13 @@ TEST_CASE("--init-from starts fresh (step 0, the AdamW moments zero) from the fi
     check_success(run_train(dir, tiny_data({"--init-from", exported, "--steps", "0", "--checkpoint", imported})));
     const std::string before = read_text(trained), after = read_text(imported);
     REQUIRE(before.size() == after.size());
-    size_t header = 256 * sizeof(int), P = (before.size() - header) / (3 * sizeof(float));
+    size_t header = 256 * sizeof(int), n_params = (before.size() - header) / (3 * sizeof(float));
     int step = -1;
     std::memcpy(&step, after.data() + 9 * sizeof(int), sizeof step);
     CHECK(step == 0);
-    CHECK(after.compare(header, P * sizeof(float), before, header, P * sizeof(float)) == 0);  // the weights
-    CHECK(after.substr(header + P * sizeof(float)) == std::string(2 * P * sizeof(float), '\0'));  // m, v
-    CHECK(before.substr(header + P * sizeof(float)) != std::string(2 * P * sizeof(float), '\0'));
+    CHECK(after.compare(header, n_params * sizeof(float), before, header, n_params * sizeof(float)) == 0);  // the weights
+    CHECK(after.substr(header + n_params * sizeof(float)) == std::string(2 * n_params * sizeof(float), '\0'));  // m, v
+    CHECK(before.substr(header + n_params * sizeof(float)) != std::string(2 * n_params * sizeof(float), '\0'));
     // the model flags the file agrees with may be given; training goes on from the weights
     Run more = run_train(dir, tiny({"--init-from", exported, "--steps", "6", "--stop-after", "4", "--eval-every", "2",
                                     "--log-every", "1", "--checkpoint", dir.file("more.ckpt")}));
@@ -237,7 +237,7 @@ TEST_CASE("--export writes a new file or replaces an earlier export, and refuses
 //       --init rand --seed 31 --mode block --block-size 2 --V 9 --d 16 --L 2 --H 4 --G 2 --F 32
 // kTorchFirstLoss is PyTorch's loss (float64, reference.forward) of that model on the batch
 // ./train draws at step 1 with the data flags below, which load_safetensors.py draws as
-// data/dataset.c does (splitmix64 row streams, the held-out prompts avoided):
+// data/dataset.c does (splitmix64 sequence streams, the held-out prompts avoided):
 //   /usr/bin/python3 dev/load_safetensors.py loss tests/data/torch_block_s2_rand.safetensors
 //       --task reverse --length 4 --symbols 8 --eval-examples 50 --batch 8 --seed 7
 // Each command on one line regenerates them (needs Debian's python3-torch; this test does

@@ -15,7 +15,7 @@ TEST_CASE("make plots on a run stopped before its first evaluation: one error li
     write_text(diag + "/eval.csv", "step,val_loss,accuracy,exact_match\n");  // no evaluation yet
     Run plots = run_program(dir, "dev/experiments/plots.sh", {diag});
     CHECK(plots.exit_code == 1);
-    CHECK(contains(plots.err, "eval.csv has no rows yet"));
+    CHECK(contains(plots.err, "eval.csv has only its header line"));
     CHECK(lines_of(plots.err).size() == 1);
 }
 

@@ -210,12 +210,12 @@ TEST_CASE("--microbatches 2 and 4 print the losses of --microbatches 1 and end w
         CHECK(slot[1] == std::stoi(parts[k]));
         // the parameters and moments: within 5e-7 of each kind's largest value (measured: at
         // most 1.8e-7, the second moments after 20 steps; rounding, from the sums' order)
-        size_t P = (a.size() - 256 * sizeof(int)) / (3 * sizeof(float));
+        size_t n_params = (a.size() - 256 * sizeof(int)) / (3 * sizeof(float));
         for (int kind = 0; kind < 3; kind++) {
-            const float* x = reinterpret_cast<const float*>(a.data() + 256 * sizeof(int)) + kind * P;
-            const float* y = reinterpret_cast<const float*>(b.data() + 256 * sizeof(int)) + kind * P;
+            const float* x = reinterpret_cast<const float*>(a.data() + 256 * sizeof(int)) + kind * n_params;
+            const float* y = reinterpret_cast<const float*>(b.data() + 256 * sizeof(int)) + kind * n_params;
             double largest = 0.0, worst = 0.0;
-            for (size_t i = 0; i < P; i++) {
+            for (size_t i = 0; i < n_params; i++) {
                 largest = std::max(largest, (double)std::fabs(x[i]));
                 worst = std::max(worst, std::fabs((double)x[i] - y[i]));
             }
@@ -267,10 +267,10 @@ TEST_CASE("a NaN loss stops training with one error line, and the last checkpoin
     // AdamW's first moments set huge (the file holds params, then m, then v): the next
     // update sends the parameters to infinity and the loss turns NaN. Loads (params finite).
     std::string bytes = read_text(path);
-    size_t P = (bytes.size() - 1024) / 12;
-    for (size_t i = 0; i < P; i++) {
+    size_t n_params = (bytes.size() - 1024) / 12;
+    for (size_t i = 0; i < n_params; i++) {
         const float huge = 3e38f;
-        std::memcpy(&bytes[1024 + 4 * (P + i)], &huge, sizeof huge);
+        std::memcpy(&bytes[1024 + 4 * (n_params + i)], &huge, sizeof huge);
     }
     write_text(path, bytes);
     Args resume = run_flags;
@@ -543,7 +543,7 @@ TEST_CASE("a run that needs more memory than the machine has is refused before i
     TempDir dir;
     std::string text = dir.file("long.txt");
     write_text(text, std::string(250000, 'a'));
-    // 4096 rows of 4096 tokens: their logits and probabilities alone (256 floats each) are
+    // 4096 sequences of 4096 tokens: their logits and probabilities alone (256 floats each) are
     // 32 GiB, more than the 24 GiB machine this suite runs on has
     check_error(run_train(dir, tiny({"--task", "text", "--text", text, "--seq-len", "4096",
                                      "--batch", "4096"})),

@@ -32,8 +32,8 @@ Batch eval_batch(const Dataset& ds, size_t B, size_t first) {
     return batch;
 }
 
-std::vector<int> prompt_of(const Batch& batch, const Dataset& ds, size_t row) {
-    auto begin = batch.x.begin() + (ptrdiff_t)(row * (size_t)ds.seq_len);
+std::vector<int> prompt_of(const Batch& batch, const Dataset& ds, size_t sequence) {
+    auto begin = batch.x.begin() + (ptrdiff_t)(sequence * (size_t)ds.seq_len);
     return std::vector<int>(begin, begin + ds.length);
 }
 
@@ -43,9 +43,9 @@ std::vector<int> expected_answer(TaskKind kind, std::vector<int> prompt) {
     return prompt;
 }
 
-// every row: prompt symbols in 1..n_symbols, separator 0, y = -1 on the prompt, the answer
+// every sequence: prompt symbols in 1..n_symbols, separator 0, y = -1 on the prompt, the answer
 // in y[L..2L), and x[L+1..2L) = the answer shifted by one (teacher forcing)
-void check_task_rows(const Dataset& ds, const Batch& batch, size_t B) {
+void check_task_sequences(const Dataset& ds, const Batch& batch, size_t B) {
     int L = ds.length, T = ds.seq_len;
     REQUIRE(T == 2 * L);
     for (size_t b = 0; b < B; b++) {
@@ -54,15 +54,15 @@ void check_task_rows(const Dataset& ds, const Batch& batch, size_t B) {
         std::vector<int> prompt(x, x + L);
         std::vector<int> answer = expected_answer(ds.kind, prompt);
         for (int t = 0; t < L; t++) {
-            INFO("row ", b, " position ", t);
+            INFO("sequence ", b, " position ", t);
             CHECK(x[t] >= 1);
             CHECK(x[t] <= ds.n_symbols);
             CHECK(y[t] == -1);
         }
-        INFO("row ", b);
+        INFO("sequence ", b);
         CHECK(x[L] == 0);
         for (int i = 0; i < L; i++) {
-            INFO("row ", b, " answer position ", i);
+            INFO("sequence ", b, " answer position ", i);
             CHECK(y[L + i] == answer[(size_t)i]);
             if (i + 1 < L) { CHECK(x[L + 1 + i] == answer[(size_t)i]); }
         }
@@ -79,9 +79,9 @@ void check_task(const char* name, TaskKind kind) {
     CHECK(ds.answer_start == 7);
     CHECK(ds.answer_len == 7);
     for (uint64_t step = 0; step < 5; step++) {
-        check_task_rows(ds, train_batch(ds, 16, step), 16);
+        check_task_sequences(ds, train_batch(ds, 16, step), 16);
     }
-    check_task_rows(ds, eval_batch(ds, ds.n_eval, 0), ds.n_eval);
+    check_task_sequences(ds, eval_batch(ds, ds.n_eval, 0), ds.n_eval);
     dataset_free(&ds);
 }
 
@@ -132,7 +132,7 @@ TEST_CASE("a length-1 task has the separator as its only answer input") {
     char err[256] = "";
     REQUIRE(dataset_init_task(&ds, "reverse", 1, 2, 1, 7, err, sizeof err) == 0);
     Batch batch = train_batch(ds, 8, 0);
-    check_task_rows(ds, batch, 8);
+    check_task_sequences(ds, batch, 8);
     for (size_t b = 0; b < 8; b++) { CHECK(batch.x[2 * b] != ds.eval_examples[0]); }
     dataset_free(&ds);
 }
@@ -199,7 +199,7 @@ TEST_CASE("the eval set has no duplicates and is a function of the seed") {
     dataset_free(&c);
 }
 
-TEST_CASE("training batches are a function of seed, step and row only") {
+TEST_CASE("training batches are a function of seed, step and sequence only") {
     Dataset ds, other_seed;
     char err[256] = "";
     REQUIRE(dataset_init_task(&ds, "reverse", 8, 16, 64, 1, err, sizeof err) == 0);
@@ -209,11 +209,11 @@ TEST_CASE("training batches are a function of seed, step and row only") {
     CHECK(train_batch(ds, 8, 3).y == step3.y);
     CHECK(train_batch(ds, 8, 4).x != step3.x);
     CHECK(train_batch(other_seed, 8, 3).x != step3.x);
-    // the first 4 rows of a batch of 8 are the batch of 4: rows don't depend on B
+    // the first 4 sequences of a batch of 8 are the batch of 4: sequences don't depend on B
     Batch half = train_batch(ds, 4, 3);
     CHECK(std::equal(half.x.begin(), half.x.end(), step3.x.begin()));
     CHECK(std::equal(half.y.begin(), half.y.end(), step3.y.begin()));
-    // rows of one batch differ from each other
+    // sequences of one batch differ from each other
     CHECK(prompt_of(step3, ds, 0) != prompt_of(step3, ds, 1));
     dataset_free(&ds);
     dataset_free(&other_seed);
@@ -227,17 +227,17 @@ TEST_CASE("eval batches wrap round at the end of the held-out set") {
     Batch all = eval_batch(ds, 10, 0), wrapped = eval_batch(ds, 4, 8);
     size_t T = (size_t)ds.seq_len;
     for (size_t b = 0; b < 4; b++) {
-        size_t row = (8 + b) % 10;
-        INFO("batch row ", b, " eval row ", row);
+        size_t i = (8 + b) % 10;
+        INFO("batch sequence ", b, " eval sequence ", i);
         for (size_t t = 0; t < T; t++) {
-            CHECK(wrapped.x[b * T + t] == all.x[row * T + t]);
-            CHECK(wrapped.y[b * T + t] == all.y[row * T + t]);
+            CHECK(wrapped.x[b * T + t] == all.x[i * T + t]);
+            CHECK(wrapped.y[b * T + t] == all.y[i * T + t]);
         }
     }
     dataset_free(&ds);
 }
 
-TEST_CASE("text rows are windows of the train split and eval rows tile the val split") {
+TEST_CASE("text sequences are windows of the train split and eval sequences tile the val split") {
     TempDir dir;
     std::string bytes = random_bytes(1000);  // train split [0, 900), val split [900, 1000)
     std::string path = dir.write("text.bin", bytes);
@@ -268,7 +268,7 @@ TEST_CASE("text rows are windows of the train split and eval rows tile the val s
             };
             size_t start = 0;
             while (start + T < bytes.size() && !matches_at(start)) { start++; }
-            INFO("step ", step, " row ", b, " start ", start);
+            INFO("step ", step, " sequence ", b, " start ", start);
             REQUIRE(start + T + 1 <= 900);
             for (int t = 0; t < T; t++) { CHECK(y[t] == byte(start + (size_t)t + 1)); }
             starts.insert(start);
@@ -277,14 +277,14 @@ TEST_CASE("text rows are windows of the train split and eval rows tile the val s
     CHECK(starts.size() > 300);  // 400 draws of 884 starts: windows really are random
 
     REQUIRE(dataset_eval_sequences(&ds) == (100 - 1) / T);
-    size_t n_rows = dataset_eval_sequences(&ds);
-    Batch eval = eval_batch(ds, n_rows + 1, 0);
-    for (size_t row = 0; row <= n_rows; row++) {
-        size_t start = 900 + (row % n_rows) * T;
+    size_t n_sequences = dataset_eval_sequences(&ds);
+    Batch eval = eval_batch(ds, n_sequences + 1, 0);
+    for (size_t i = 0; i <= n_sequences; i++) {
+        size_t start = 900 + (i % n_sequences) * T;
         for (int t = 0; t < T; t++) {
-            INFO("eval row ", row, " position ", t);
-            CHECK(eval.x[row * T + (size_t)t] == byte(start + (size_t)t));
-            CHECK(eval.y[row * T + (size_t)t] == byte(start + (size_t)t + 1));
+            INFO("eval sequence ", i, " position ", t);
+            CHECK(eval.x[i * T + (size_t)t] == byte(start + (size_t)t));
+            CHECK(eval.y[i * T + (size_t)t] == byte(start + (size_t)t + 1));
         }
     }
     dataset_free(&ds);
@@ -300,7 +300,7 @@ TEST_CASE("dataset_free zeroes the struct, which can be initialised again") {
     CHECK(std::memcmp(&ds, &zero, sizeof ds) == 0);
     dataset_free(&ds);  // freeing twice is harmless
     REQUIRE(dataset_init_task(&ds, "sort", 3, 5, 10, 0, err, sizeof err) == 0);
-    check_task_rows(ds, train_batch(ds, 4, 0), 4);
+    check_task_sequences(ds, train_batch(ds, 4, 0), 4);
     dataset_free(&ds);
 }
 

@@ -1,5 +1,5 @@
 // test_diagnostics_files.cpp — what src/diagnostics.h writes and what measuring costs: the
-// CSV files get their headers and a row per record and append on resume, a CSV that cannot be
+// CSV files get their headers and a line per record and append on resume, a CSV that cannot be
 // written is an error naming it, and training with diagnostics on is bit-identical to training
 // with them off, in-process and through ./train.
 #include <doctest/doctest.h>
@@ -17,7 +17,7 @@
 
 namespace fs = std::filesystem;
 
-TEST_CASE("the CSV files get their headers and one row per record, and append on resume") {
+TEST_CASE("the CSV files get their headers and one line per record, and append on resume") {
     ModelConfig c = {9, 8, 2, 2, 1, 12, 2};
     ScopedModel scoped(c, 1, 4);
     Model& m = scoped.m;
@@ -77,7 +77,7 @@ TEST_CASE("the CSV files get their headers and one row per record, and append on
 }
 
 // /dev/full takes every open and fails every write with ENOSPC: a full disk, on demand
-TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the file, not lost rows") {
+TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the file, not lost lines") {
     REQUIRE_MESSAGE(fs::exists("/dev/full"), "this test needs /dev/full");
     ModelConfig c = {9, 8, 2, 2, 1, 12, 2};
     ScopedModel scoped(c, 1, 4);
@@ -89,7 +89,7 @@ TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the fil
     model_backward(&m);
     char err[4400];
     const char* names[] = {"train.csv", "eval.csv", "layers.csv", "alpha.csv"};
-    SUBCASE("a row written while training") {
+    SUBCASE("a line written while training") {
         for (int i = 0; i < 4; i++) {
             INFO(names[i]);
             TempDir dir;
@@ -97,7 +97,7 @@ TEST_CASE("a CSV that cannot be written (a full disk) is an error naming the fil
             REQUIRE(diagnostics_open(&sd.dg, dir.path.c_str(), -1, "", err, sizeof(err)) == 0);
             diagnostics_measure_layers(&sd.dg, &m);
             diagnostics_measure_alpha(&sd.dg, &m);
-            // each writes its rows, and every file still takes them, except file i
+            // each writes its lines, and every file still takes them, except file i
             FILE** files[] = {&sd.dg.train_csv, &sd.dg.eval_csv, &sd.dg.layers_csv, &sd.dg.alpha_csv};
             std::fclose(*files[i]);
             *files[i] = std::fopen("/dev/full", "w");

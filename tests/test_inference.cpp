@@ -136,7 +136,7 @@ static double decoding_error(const ModelConfig& c, uint64_t seed, size_t n_prefi
                 diff = std::max(diff, std::fabs((double)got[v] - want[v]));
             }
             double rel = diff / scale;
-            // a prefill is model_forward over a prefix of the same rows: every operation of
+            // a prefill is model_forward over a prefix of the same sequences: every operation of
             // a position reads that position and the ones before it, so the bits are the same
             if (prefilled) CHECK_MESSAGE(diff == 0.0, "prefill b=" << b << ": max |diff| " << diff);
             if (!(rel <= DECODER_LOGITS_RTOL)) {

@@ -538,7 +538,7 @@ TEST_CASE("crossentropy backward matches finite differences of the mean loss, wi
 namespace {
 
 // Runs backward() on zeroed gradient buffers (result G), then again on top of G (must give 2G),
-// then on top of random contents P (must give P + G): a backward adds, it never overwrites.
+// then on top of random contents R0 (must give R0 + G): a backward adds, it never overwrites.
 static void check_accumulates(const std::vector<std::pair<std::string, Vec*>>& grads,
                               const std::function<void()>& backward) {
     Rng rng(999);

@@ -593,8 +593,8 @@ TEST_CASE("forward and backward are bit-identical across runs and for 1 and 2 Op
     }
 }
 
-// --microbatches M (train.c's step): M forwards and backwards of B/M rows each through the
-// trainer, the gradients zeroed after the first forward only, against one of all B rows.
+// --microbatches M (train.c's step): M forwards and backwards of B/M sequences each through the
+// trainer, the gradients zeroed after the first forward only, against one of all B sequences.
 // The loss and the gradients are the whole batch's; only the order of the sums over the rows
 // differs (each microbatch's, then the M of them), by rounding.
 TEST_CASE("--microbatches: M parts' gradients and losses add up to the whole batch's, in every mode") {

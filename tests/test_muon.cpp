@@ -27,7 +27,7 @@ typedef std::vector<double> Mat;  // row-major, double
 
 const double NS_A = 3.4445, NS_B = -4.7750, NS_C = 2.0315;
 
-// The quintic on one singular value: p(s) = a s + b s^3 + c s^5
+// The quintic on one singular value: phi(s) = a s + b s^3 + c s^5
 double quintic(double s) { return NS_A * s + NS_B * s * s * s + NS_C * s * s * s * s * s; }
 
 // the eigenvalues of the symmetric n x n matrix S (cyclic Jacobi rotations), ascending

@@ -51,9 +51,9 @@ const NamedConfig CONFIGS[] = {
 
 std::vector<float> random_params(const ModelConfig& c, uint64_t seed) {
     size_t sizes[N_PARAM_TENSORS];
-    size_t P = param_sizes(&c, sizes);
+    size_t n_params = param_sizes(&c, sizes);
     gradcheck::Rng rng(seed);
-    std::vector<float> params = rng.uniform_vector(P, -2.0f, 2.0f);
+    std::vector<float> params = rng.uniform_vector(n_params, -2.0f, 2.0f);
     params[0] = -0.0f;   // values a lossy or text format would get wrong
     params[1] = 1e-40f;  // subnormal
     params[2] = 3.4e38f;

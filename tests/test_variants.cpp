@@ -210,7 +210,7 @@ TEST_CASE("variant depth attention backward adds into its gradients") {
         Vec dq0(C, 0.0f), dr0(N * C, 0.0f), dg0(C, 0.0f);
         vc.backward(dq0, dr0, dg0, R, alpha, key_rstd);
         std::vector<Vec> once = vc.dtensors;
-        // again on top of random contents P: must give P + the first result
+        // again on top of random contents R0: must give R0 + the first result
         Vec dq = rng.uniform_vector(C, -1, 1), dr = rng.uniform_vector(N * C, -1, 1),
             dg = rng.uniform_vector(C, -1, 1);
         Vec dq_start = dq, dr_start = dr, dg_start = dg;

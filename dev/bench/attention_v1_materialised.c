@@ -49,7 +49,7 @@ static void pack_by_dimension(float* panels, const float* x, size_t row_stride, 
 }
 
 // C (rows,cols) += A (rows,k) . X (k,cols), or C = A . X (accumulate 0), X in panels of
-// TILE_COLS columns panel_size floats apart, A(i,p) = A[i*a_row + p*a_col], C's rows m floats
+// TILE_COLS columns panel_size floats apart, A(i,kk) = A[i*a_row + kk*a_col], C's rows m floats
 // apart, rows <= TILE_ROWS
 static void product(float* C, size_t m, const float* A, size_t a_row, size_t a_col,
                     const float* panels, size_t panel_size, size_t k, size_t rows, size_t cols,

@@ -115,14 +115,14 @@ static void time_attention(size_t B, size_t T, size_t H, size_t G, size_t hs, in
 // (B*T x d) . (d x F), the product bench_linear times first. Best of `rounds` each.
 static void time_optimizers(Model* m, size_t N, int rounds) {
     uint64_t state = 13;
-    size_t P = m->num_params;
-    for (size_t i = 0; i < P; i++) { m->grads_memory[i] = (float)rng_uniform(&state) - 0.5f; }
+    size_t n_params = m->num_params;
+    for (size_t i = 0; i < n_params; i++) { m->grads_memory[i] = (float)rng_uniform(&state) - 0.5f; }
     double best_adamw = 1e30, best_muon = 1e30, best_matrices = 1e30, flops = 0.0;
     for (int r = 0; r < rounds + 1; r++) {  // round 0 warms up
         double t0 = now_seconds();
         model_update(m, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, r + 1);
         double t1 = now_seconds();
-        model_update_shard_muon(m, 0, P, m->grads_memory, m->m_memory, m->v_memory, 1e-4f, 0.9f,
+        model_update_shard_muon(m, 0, n_params, m->grads_memory, m->m_memory, m->v_memory, 1e-4f, 0.9f,
                                 0.95f, 1e-8f, 0.1f, r + 1, 0.95f);
         double t2 = now_seconds(), matrices = 0.0;
         size_t offset = 0, rows, cols;
@@ -142,7 +142,7 @@ static void time_optimizers(Model* m, size_t N, int rounds) {
         if (r > 0 && matrices < best_matrices) { best_matrices = matrices; }
     }
     printf("optimizer step alone (mode none, %zu parameters): AdamW %.2f ms, Muon %.2f ms: "
-           "Muon adds %.2f ms a step (best of %d)\n", P, 1000.0 * best_adamw, 1000.0 * best_muon,
+           "Muon adds %.2f ms a step (best of %d)\n", n_params, 1000.0 * best_adamw, 1000.0 * best_muon,
            1000.0 * (best_muon - best_adamw), rounds);
     size_t d = m->dims.d, F = m->dims.F;
     float* inp = uniform_floats(N * d, &state);

@@ -121,9 +121,9 @@ static void load_state(StateFile* s, const char* path) {
     size_t sizes[N_PARAM_TENSORS];
     s->B = (size_t)h[2]; s->T = (size_t)h[3]; s->V = (size_t)h[4]; s->K = (size_t)h[12];
     s->num_params = param_sizes(&c, sizes);
-    size_t P = s->num_params, BT = s->B * s->T;
-    s->num_results = BT * s->V + 1 + P + s->K;
-    size_t expected = 1024 + 256 + 4 * (P + 2 * BT + s->num_results);
+    size_t n_params = s->num_params, BT = s->B * s->T;
+    s->num_results = BT * s->V + 1 + n_params + s->K;
+    size_t expected = 1024 + 256 + 4 * (n_params + 2 * BT + s->num_results);
     if ((size_t)file_size != expected) {
         snprintf(msg, sizeof(msg), "size %ld bytes does not match its header (expected %zu)",
                  file_size, expected);
@@ -140,11 +140,11 @@ static void load_state(StateFile* s, const char* path) {
                  "no optimiser (0 AdamW with 0, 1 Muon with [0, 1))", h[20], (double)mu);
         bad_file(path, msg);
     }
-    s->params = mallocCheck(P * sizeof(float));
+    s->params = mallocCheck(n_params * sizeof(float));
     s->x = mallocCheck(BT * sizeof(int));
     s->y = mallocCheck(BT * sizeof(int));
     s->results = mallocCheck(s->num_results * sizeof(float));
-    read_exact(f, s->params, sizeof(float), P, path);
+    read_exact(f, s->params, sizeof(float), n_params, path);
     read_exact(f, s->x, sizeof(int), BT, path);
     read_exact(f, s->y, sizeof(int), BT, path);
     read_exact(f, s->results, sizeof(float), s->num_results, path);
@@ -171,10 +171,10 @@ static void write_state(const StateFile* s, const float* results, const char* pa
         fprintf(stderr, "error: cannot write %s: %s\n", tmp, strerror(errno));
         exit(2);
     }
-    size_t P = s->num_params, BT = s->B * s->T, R = s->num_results;
+    size_t n_params = s->num_params, BT = s->B * s->T, R = s->num_results;
     int ok = fwrite(s->header, sizeof(int), 256, f) == 256 &&
              fwrite(s->hyper, sizeof(float), 64, f) == 64 &&
-             fwrite(s->params, sizeof(float), P, f) == P &&
+             fwrite(s->params, sizeof(float), n_params, f) == n_params &&
              fwrite(s->x, sizeof(int), BT, f) == BT && fwrite(s->y, sizeof(int), BT, f) == BT &&
              fwrite(results, sizeof(float), R, f) == R;
     ok = (fclose(f) == 0) && ok;
@@ -213,27 +213,27 @@ static size_t segments(const StateFile* s, const Model* m, Segment* seg) {
 // (StateFile.results): the logits, loss and gradients at params, then the loss before each
 // of K optimiser steps that start at params with zero moments (the first equals the loss).
 static void run_c(Model* m, const StateFile* s, const float* params, float* results) {
-    size_t P = s->num_params, BTV = s->B * s->T * s->V;
+    size_t n_params = s->num_params, BTV = s->B * s->T * s->V;
     float* logits = results;
     float* loss = logits + BTV;
     float* grads = loss + 1;
-    float* losses = grads + P;
-    memcpy(m->params_memory, params, P * sizeof(float));
+    float* losses = grads + n_params;
+    memcpy(m->params_memory, params, n_params * sizeof(float));
     *loss = model_forward(m, s->x, s->y, s->B, s->T);
     memcpy(logits, model_logits(m), BTV * sizeof(float));
     model_zero_grad(m);
     model_backward(m);
-    memcpy(grads, m->grads_memory, P * sizeof(float));
+    memcpy(grads, m->grads_memory, n_params * sizeof(float));
 
     const float* hp = s->hyper;  // lr, beta1, beta2, Adam eps, weight decay at [2..6]; mu [7]
-    memset(m->m_memory, 0, P * sizeof(float));
-    memset(m->v_memory, 0, P * sizeof(float));
+    memset(m->m_memory, 0, n_params * sizeof(float));
+    memset(m->v_memory, 0, n_params * sizeof(float));
     for (size_t k = 0; k < s->K; k++) {
         losses[k] = model_forward(m, s->x, s->y, s->B, s->T);
         model_zero_grad(m);
         model_backward(m);
         if (s->header[20] == OPTIMIZER_MUON) {  // Muon's momentum mu at [7]
-            model_update_shard_muon(m, 0, P, m->grads_memory, m->m_memory, m->v_memory, hp[2],
+            model_update_shard_muon(m, 0, n_params, m->grads_memory, m->m_memory, m->v_memory, hp[2],
                                     hp[3], hp[4], hp[5], hp[6], (int)k + 1, hp[7]);
         } else {
             model_update(m, hp[2], hp[3], hp[4], hp[5], hp[6], (int)k + 1);
@@ -271,13 +271,13 @@ static double max_abs(const float* a, size_t n) {
 // base: the unperturbed run's results.
 static void measure_spread(Model* m, const StateFile* s, const float* base,
                            const Segment* seg, size_t n_seg, double* spread) {
-    size_t P = s->num_params;
-    float* nudged = mallocCheck(P * sizeof(float));
+    size_t n_params = s->num_params;
+    float* nudged = mallocCheck(n_params * sizeof(float));
     float* results = mallocCheck(s->num_results * sizeof(float));
     for (size_t j = 0; j < n_seg; j++) { spread[j] = 0.0; }
     for (uint64_t run = 1; run <= N_NUDGES; run++) {
         uint64_t rng = run;  // the same signs on every file and every machine
-        for (size_t i = 0; i < P; i++) {
+        for (size_t i = 0; i < n_params; i++) {
             float toward = (rng_next(&rng) >> 63) ? INFINITY : -INFINITY;
             nudged[i] = nextafterf(s->params[i], toward);
         }

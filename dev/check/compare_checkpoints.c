@@ -14,17 +14,17 @@
 #include <stdlib.h>
 #include "util.h"
 
-// the 3 x P floats after the 256-int header
-static float* load(const char* path, size_t* P) {
+// the 3 x n_params floats after the 256-int header
+static float* load(const char* path, size_t* n_params) {
     FILE* f = fopen(path, "rb");
     int32_t header[256];
     if (f == NULL || fread(header, sizeof(int32_t), 256, f) != 256) {
         fprintf(stderr, "error: cannot read checkpoint %s\n", path);
         exit(2);
     }
-    *P = (size_t)(uint32_t)header[10] | ((size_t)(uint32_t)header[11] << 32);
-    float* values = mallocCheck(3 * *P * sizeof(float));
-    if (fread(values, sizeof(float), 3 * *P, f) != 3 * *P) {
+    *n_params = (size_t)(uint32_t)header[10] | ((size_t)(uint32_t)header[11] << 32);
+    float* values = mallocCheck(3 * *n_params * sizeof(float));
+    if (fread(values, sizeof(float), 3 * *n_params, f) != 3 * *n_params) {
         fprintf(stderr, "error: checkpoint %s is truncated\n", path);
         exit(2);
     }
@@ -42,11 +42,11 @@ int main(int argc, char** argv) {
         fprintf(stderr, "error: TOL must be in (0, 1) (got '%s')\n", argv[3]);
         return 2;
     }
-    size_t P, P2;
-    float* a = load(argv[1], &P);
-    float* b = load(argv[2], &P2);
-    if (P != P2) {
-        fprintf(stderr, "error: %zu parameters against %zu\n", P, P2);
+    size_t n_params, n_params2;
+    float* a = load(argv[1], &n_params);
+    float* b = load(argv[2], &n_params2);
+    if (n_params != n_params2) {
+        fprintf(stderr, "error: %zu parameters against %zu\n", n_params, n_params2);
         return 1;
     }
     const char* kinds[3] = {"parameters", "AdamW m", "AdamW v"};
@@ -54,13 +54,13 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 3; k++) {
         double scale = 0.0, worst = 0.0;
         int nonzero = 0;
-        for (size_t i = k * P; i < (k + 1) * P; i++) {
+        for (size_t i = k * n_params; i < (k + 1) * n_params; i++) {
             scale = fmax(scale, fabs(a[i]));
             worst = fmax(worst, fabs((double)a[i] - (double)b[i]));
             nonzero |= b[i] != 0.0f;
         }
         printf("%s: %zu values, largest |difference| %.3g (largest value %.3g: %.2g of it)\n",
-               kinds[k], P, worst, scale, scale > 0.0 ? worst / scale : 0.0);
+               kinds[k], n_params, worst, scale, scale > 0.0 ? worst / scale : 0.0);
         ok = ok && nonzero && worst <= tol * scale;
     }
     free(a);

@@ -28,7 +28,8 @@ State file (little-endian), in this order:
   float32      logits [B*T*V], then the loss (one value)
   float32      gradients of the loss, same layout as the parameters
   float32[K]   loss before each of K optimiser steps on the same batch (first = loss above)
-Size: 1024 + 256 + 4*(P + 2*B*T + B*T*V + 1 + P + K) bytes, P = parameter count.
+Size: 1024 + 256 + 4*(n_params + 2*B*T + B*T*V + 1 + n_params + K) bytes, n_params = the
+parameter count.
 """
 import argparse, itertools, math, os, sys
 import numpy as np
@@ -336,9 +337,9 @@ def compute(p, x, y, c, hp, K):
 
 
 def file_size(c, K):
-    P = sum(math.prod(s) for _, s in shapes(c))
+    n_params = sum(math.prod(s) for _, s in shapes(c))
     BT = c["B"] * c["T"]
-    return 1024 + 256 + 4 * (P + 2 * BT + BT * c["V"] + 1 + P + K)
+    return 1024 + 256 + 4 * (n_params + 2 * BT + BT * c["V"] + 1 + n_params + K)
 
 
 def variant_slots(c):

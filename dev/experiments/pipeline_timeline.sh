@@ -21,7 +21,7 @@ step=${3:-$(tail -n +2 "$trace" | cut -d, -f1 | sort -n | tail -1)}
 [ -n "$step" ] || { echo "error: '$trace' holds no forward or backward" >&2; exit 1; }
 data=$(mktemp)
 trap 'rm -f "$data"' EXIT
-# the step's rows, its times from its first start: stage chunk microbatch F|B start end
+# the step's lines of the trace, their times from its first start: stage chunk microbatch F|B start end
 awk -F, -v step="$step" 'NR > 1 && $1 == step { print }' "$trace" |
     sort -t, -k6,6g |
     awk -F, 'NR == 1 { t0 = $6 } { printf "%d %d %d %s %.4f %.4f\n", $2, $3, $4, $5, $6 - t0, $7 - t0 }' > "$data"

@@ -43,7 +43,7 @@ for run in "$@"; do
     # a run stopped before its first log line or evaluation has headers only: nothing to draw
     for f in train.csv eval.csv layers.csv; do
         [ "$(wc -l <"$run/$f")" -gt 1 ] || {
-            echo "error: $run/$f has no rows yet (the run stopped before its first $([ $f = eval.csv ] && echo evaluation || echo log line)): nothing to plot" >&2
+            echo "error: $run/$f has only its header line (the run stopped before its first $([ $f = eval.csv ] && echo evaluation || echo log line)): nothing to plot" >&2
             exit 1
         }
     done
