@@ -253,7 +253,7 @@ build/scaling_fit: dev/experiments/scaling_fit.c src/rng.h
 
 ##@ Data parallel over MPI
 # ./train_mpi: the same train.c with distributed.c built by mpicc -DATTNRES_MPI (OpenMPI),
-# for data-parallel runs, `mpirun -np P ./train_mpi [flags]`. `make train-mpi` builds it
+# for data-parallel runs, `mpirun -np W ./train_mpi [flags]`. `make train-mpi` builds it
 # (installing OpenMPI when it is missing); ./train never links MPI.
 .PHONY: train-mpi bench-mpi
 MPICC ?= mpicc
@@ -265,7 +265,7 @@ build/mpi/distributed.o: src/distributed.c $(wildcard src/*.h)
 build/train_mpi: train.c $(MPI_OBJ)
 	$(MPICC) $(CFLAGS) -DATTNRES_MPI train.c $(MPI_OBJ) -o $@ $(LDLIBS)
 
-train-mpi:  ## ./train_mpi for mpirun -np P (./train_cuda_mpi too where nvcc is)
+train-mpi:  ## ./train_mpi for mpirun -np W processes (./train_cuda_mpi too where nvcc is)
 	@dev/infra/ensure_deps.sh mpi
 	@$(MAKE) --no-print-directory build/train_mpi $(if $(wildcard $(NVCC)),build/train_cuda_mpi)
 	@cp build/train_mpi train_mpi
@@ -333,7 +333,7 @@ build/cuda/trainer.o build/emu/cuda/trainer.cu.o: src/trainer.h src/distributed.
 build/train_cuda: build/train_cuda.o build/cuda/trainer.o $(CUDA_OBJ) $(GPU_HOST_OBJ)
 	$(NVCC) $^ -o $@ -Xcompiler -fopenmp $(LDLIBS) $(CUDA_LIBS)
 
-# ./train_cuda_mpi: ./train_cuda with data parallel over GPUs (`mpirun -np P`, one process
+# ./train_cuda_mpi: ./train_cuda with data parallel over GPUs (`mpirun -np W`, one process
 # per GPU): MPI starts the processes and hands them NCCL's id, NCCL (in the CUDA toolkit)
 # moves the gradients and parameters on the GPUs' streams. make train-mpi builds it where
 # nvcc is.
