@@ -246,9 +246,9 @@ scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = AÂ
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
 	QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
 
-build/scaling_fit: dev/experiments/scaling_fit.c src/rng.h
+build/scaling_fit: dev/experiments/scaling_fit.c dev/experiments/sweep_runs.c dev/experiments/sweep_runs.h src/rng.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ -lm
+	$(CC) $(CFLAGS) $(filter %.c,$^) -o $@ -lm
 
 ##@ Data parallel over MPI
 # ./train_mpi: the same train.c with distributed.c built by mpicc -DATTNRES_MPI (OpenMPI),
