@@ -223,10 +223,11 @@ torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens,
 # (dev/experiments/compare.sh). `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation
 # table (Table 4) at toy scale, on English text (Debian's fortunes, installed when missing,
 # or TEXT) and on reversal (dev/experiments/ablate.sh; 11-12 min on 2 cores).
-# `make scaling [QUICK=1] [OPT=adamw] [DEVICE=cuda]`: the paper's Table 2 and its fits in
-# miniature: none, block, full and mhc at 4 sizes, 2 seeds, Muon + WSD, loss = A·C^−α per
-# mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2 cores
-# ≤ 45 min, QUICK=1 ≤ 12 min).
+# `make scaling [TPP=20] [QUICK=1] [OPT=adamw] [DEVICE=cuda]`: the paper's Table 2 and its
+# fits in miniature: none, block, full and mhc at 4 sizes, 2 seeds, Muon + WSD, loss = A·C^−α
+# per mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2
+# cores ≤ 45 min, QUICK=1 ≤ 12 min; TPP=20, 20 tokens a parameter: ≤ 60 min, QUICK=1
+# ≤ 15 min).
 .PHONY: plots compare ablate scaling
 plots:  ## PNG charts of --diagnostics runs: RUN="dir1 [dir2 ...]" [OUT=dir]; a pipeline's timeline: TRACE=file.csv
 	@dev/infra/ensure_deps.sh gnuplot
@@ -242,9 +243,9 @@ ablate: all  ## the paper's ablation table at toy scale [TEXT=file] [OUT=dir]
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
 	TEXT="$(TEXT)" dev/experiments/ablate.sh $(OUT)
 
-scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = A·C^−α per mode, 4 sizes: compute multipliers [QUICK=1] [OPT=adamw] [DEVICE=cuda]
+scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = A·C^−α per mode, 4 sizes: compute multipliers [TPP=20] [QUICK=1] [OPT=adamw] [DEVICE=cuda]
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
-	QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
+	TPP="$(TPP)" QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
 
 build/scaling_fit: dev/experiments/scaling_fit.c dev/experiments/sweep_runs.c dev/experiments/sweep_runs.h src/rng.h
 	@mkdir -p $(dir $@)
