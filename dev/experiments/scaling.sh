@@ -47,7 +47,7 @@ case "$OPT" in muon|adamw) ;; *) echo "error: OPT=$OPT (valid: muon, adamw)" >&2
 #        every size (the paper's Table 2 grows tokens with N) within ≤ 45 min
 #   20   20 tokens a parameter at every size, steps = ⌈20 · params / 1024⌉. The FLOPs of a
 #        size grow as 120 · N², so the largest size sets the time: d72 (508 K parameters,
-#        9924 steps) takes about 60 % of the sweep, and QUICK's quarter of it must stay
+#        9924 steps) takes about 70 % of the sweep, and QUICK's quarter of it must stay
 #        within 15 min, which d80 would not (docs/scaling.md has the timings). d24 at the
 #        bottom keeps the compute range at 64x (params 8x) for the fit.
 TPP=${TPP:-2.6}
@@ -82,11 +82,7 @@ fi
 [ -x "$TRAIN" ] || { echo "error: $TRAIN not found: run make first (make cuda for DEVICE=cuda)" >&2; exit 1; }
 out=${1:-runs/scaling$([ "$TPP" = 2.6 ] || echo "_tpp$TPP")}
 mkdir -p "$out"
-if [ -z "${TEXT:-}" ]; then
-    TEXT=$out/fortunes.txt
-    fortunes_text "$TEXT"
-fi
-[ -f "$TEXT" ] || { echo "error: TEXT=$TEXT is not a file" >&2; exit 1; }
+TEXT=$(text_file "$out")
 
 T=$(flag_value --seq-len "$SHAPE"); B=$(flag_value --batch "$SHAPE")
 n_runs=$(( $(wc -l <<< "$SIZES") * $(wc -w <<< "$MODES") * $(wc -w <<< "$SEEDS") ))
