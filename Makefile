@@ -49,7 +49,7 @@ train: build/train  ## (re)build ./train and train the default model
 # safetensors fuzz, the emulated kernels), ./train_cuda's step emulated, data parallel over
 # MPI, and, where nvcc is, every CUDA file compiled for the GPU and the GPU tests where there
 # is one. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS  = all test_attnres build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu
+TEST_BINS  = all test_attnres build/gradcheck build/scaling_fit build/shape_fit build/bench_sizes test_cuda_emu
 CHECK_BINS = $(TEST_BINS) build/asan/test_safetensors test_cuda_emu_asan build/emu/train_cuda \
              build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
              $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
@@ -227,8 +227,11 @@ torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens,
 # fits in miniature: none, block, full and mhc at 4 sizes, 2 seeds, Muon + WSD, loss = A·C^−α
 # per mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2
 # cores ≤ 45 min, QUICK=1 ≤ 12 min; TPP=20, 20 tokens a parameter: ≤ 60 min, QUICK=1
-# ≤ 15 min).
-.PHONY: plots compare ablate scaling
+# ≤ 15 min). `make shape [QUICK=1]`: the paper's best shape at toy scale: none, block and
+# full at 5 depths of one parameter count and one token budget, each mode's best depth with
+# a bootstrap over the seeds (dev/experiments/shape.sh, docs/shape.md; ≤ 45 min, QUICK=1
+# ≤ 10 min).
+.PHONY: plots compare ablate scaling shape
 plots:  ## PNG charts of --diagnostics runs: RUN="dir1 [dir2 ...]" [OUT=dir]; a pipeline's timeline: TRACE=file.csv
 	@dev/infra/ensure_deps.sh gnuplot
 	@test -n "$(RUN)$(TRACE)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir], or make plots TRACE=trace.csv [OUT=dir] [STEP=n]' >&2; exit 1; }
@@ -247,7 +250,15 @@ scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = A�
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
 	TPP="$(TPP)" QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
 
+shape: all build/shape_fit  ## none, block, full at 5 depths of one size: each mode's best depth [QUICK=1] [TEXT=file] [OUT=dir]
+	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
+	QUICK="$(QUICK)" TEXT="$(TEXT)" dev/experiments/shape.sh $(OUT)
+
 build/scaling_fit: dev/experiments/scaling_fit.c dev/experiments/sweep_runs.c dev/experiments/sweep_runs.h src/rng.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(filter %.c,$^) -o $@ -lm
+
+build/shape_fit: dev/experiments/shape_fit.c dev/experiments/sweep_runs.c dev/experiments/sweep_runs.h src/rng.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(filter %.c,$^) -o $@ -lm
 
