@@ -49,7 +49,7 @@ train: build/train  ## (re)build ./train and train the default model
 # safetensors fuzz, the emulated kernels), ./train_cuda's step emulated, data parallel over
 # MPI, and, where nvcc is, every CUDA file compiled for the GPU and the GPU tests where there
 # is one. DEPTH_SHAPES, ASAN_SHAPE and SHAPE_BINS: dev/infra/gpu.mk.
-TEST_BINS  = all test_attnres build/gradcheck build/scaling_fit build/bench_sizes test_cuda_emu
+TEST_BINS  = all test_attnres build/gradcheck build/scaling_fit build/shape_fit build/bench_sizes test_cuda_emu
 CHECK_BINS = $(TEST_BINS) build/asan/test_safetensors test_cuda_emu_asan build/emu/train_cuda \
              build/train_mpi build/emu/train_cuda_mpi build/compare_checkpoints \
              $(foreach s,$(DEPTH_SHAPES),build/emu/shape/$s/test_cuda_emu) \
@@ -224,11 +224,15 @@ torch-roundtrip: all  ## safetensors to PyTorch and back: logits, greedy tokens,
 # (dev/experiments/compare.sh). `make ablate [TEXT=file] [OUT=dir]`: the paper's ablation
 # table (Table 4) at toy scale, on English text (Debian's fortunes, installed when missing,
 # or TEXT) and on reversal (dev/experiments/ablate.sh; 11-12 min on 2 cores).
-# `make scaling [QUICK=1] [OPT=adamw] [DEVICE=cuda]`: the paper's Table 2 and its fits in
-# miniature: none, block, full and mhc at 4 sizes, 2 seeds, Muon + WSD, loss = A·C^−α per
-# mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2 cores
-# ≤ 45 min, QUICK=1 ≤ 12 min).
-.PHONY: plots compare ablate scaling
+# `make scaling [TPP=20] [QUICK=1] [OPT=adamw] [DEVICE=cuda]`: the paper's Table 2 and its
+# fits in miniature: none, block, full and mhc at 4 sizes, 2 seeds, Muon + WSD, loss = A·C^−α
+# per mode and the compute multipliers (dev/experiments/scaling.sh, docs/scaling.md; on 2
+# cores ≤ 45 min, QUICK=1 ≤ 12 min; TPP=20, 20 tokens a parameter: ≤ 60 min, QUICK=1
+# ≤ 15 min). `make shape [QUICK=1]`: the paper's best shape at toy scale: none, block and
+# full at 5 depths of one parameter count and one token budget, each mode's best depth with
+# a bootstrap over the seeds (dev/experiments/shape.sh, docs/shape.md; ≤ 45 min, QUICK=1
+# ≤ 10 min).
+.PHONY: plots compare ablate scaling shape
 plots:  ## PNG charts of --diagnostics runs: RUN="dir1 [dir2 ...]" [OUT=dir]; a pipeline's timeline: TRACE=file.csv
 	@dev/infra/ensure_deps.sh gnuplot
 	@test -n "$(RUN)$(TRACE)" || { echo 'usage: make plots RUN="dir1 [dir2 ...]" [OUT=dir], or make plots TRACE=trace.csv [OUT=dir] [STEP=n]' >&2; exit 1; }
@@ -243,13 +247,21 @@ ablate: all  ## the paper's ablation table at toy scale [TEXT=file] [OUT=dir]
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
 	TEXT="$(TEXT)" dev/experiments/ablate.sh $(OUT)
 
-scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = A·C^−α per mode, 4 sizes: compute multipliers [QUICK=1] [OPT=adamw] [DEVICE=cuda]
+scaling: all build/scaling_fit $(if $(filter cuda,$(DEVICE)),cuda)  ## loss = A·C^−α per mode, 4 sizes: compute multipliers [TPP=20] [QUICK=1] [OPT=adamw] [DEVICE=cuda]
 	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
-	QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
+	TPP="$(TPP)" QUICK="$(QUICK)" OPT="$(OPT)" DEVICE="$(DEVICE)" TEXT="$(TEXT)" dev/experiments/scaling.sh $(OUT)
 
-build/scaling_fit: dev/experiments/scaling_fit.c src/rng.h
+shape: all build/shape_fit  ## none, block, full at 5 depths of one size: each mode's best depth [QUICK=1] [TEXT=file] [OUT=dir]
+	@dev/infra/ensure_deps.sh gnuplot $(if $(TEXT),,fortunes)
+	QUICK="$(QUICK)" TEXT="$(TEXT)" dev/experiments/shape.sh $(OUT)
+
+build/scaling_fit: dev/experiments/scaling_fit.c dev/experiments/sweep_runs.c dev/experiments/sweep_runs.h src/rng.h
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $< -o $@ -lm
+	$(CC) $(CFLAGS) $(filter %.c,$^) -o $@ -lm
+
+build/shape_fit: dev/experiments/shape_fit.c dev/experiments/sweep_runs.c dev/experiments/sweep_runs.h src/rng.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(filter %.c,$^) -o $@ -lm
 
 ##@ Data parallel over MPI
 # ./train_mpi: the same train.c with distributed.c built by mpicc -DATTNRES_MPI (OpenMPI),

@@ -35,9 +35,9 @@ list_cases() {  # BINARY FILTER
 }
 
 # The CPU suite (./test_attnres): its command-line cases run ./train, ./check_state,
-# build/bench_sizes and build/scaling_fit, so those are built with it. The emulated CUDA
-# suite (./test_cuda_emu), slower to build, only when its sources hold the name.
-suites=("test_attnres:all test_attnres build/bench_sizes build/scaling_fit")
+# build/bench_sizes, build/scaling_fit and build/shape_fit, so those are built with it. The
+# emulated CUDA suite (./test_cuda_emu), slower to build, only when its sources hold the name.
+suites=("test_attnres:all test_attnres build/bench_sizes build/scaling_fit build/shape_fit")
 grep -qF -- "$name" tests/cuda_test_*.cpp && suites+=("test_cuda_emu:test_cuda_emu")
 filter=$(escape "$name")
 for suite in "${suites[@]}"; do

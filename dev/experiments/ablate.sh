@@ -69,12 +69,8 @@ done
 [ -x "$TRAIN" ] || { echo "error: $TRAIN not found: run make first" >&2; exit 1; }
 mkdir -p "$out"
 
-# The text: unset, every fortune of Debian's fortunes package (compare.sh's fortunes_text)
-if [ -z "${TEXT:-}" ]; then
-    TEXT=$out/fortunes.txt
-    fortunes_text "$TEXT"
-fi
-[ -f "$TEXT" ] || { echo "error: TEXT=$TEXT is not a file" >&2; exit 1; }
+# The text: TEXT, or unset every fortune of Debian's fortunes package (compare.sh's text_file)
+TEXT=$(text_file "$out")
 
 total=$(( $(wc -w <<< "$TASKS") * $(wc -w <<< "$ROWS") * $(wc -w <<< "$SEEDS") ))
 echo "ablate: $(wc -w <<< "$ROWS") rows x seeds $SEEDS x tasks $TASKS = $total runs, $JOBS at a" \

@@ -15,8 +15,9 @@
 #            two single-threaded runs use the cores best, and every run sees the same load
 #   TRAIN    the trainer (./train)
 #
-# dev/experiments/ablate.sh sources this file for the helpers below (runs in a pool, the per-seed
-# statistics); sourced, it defines them and returns before the experiment.
+# dev/experiments/ablate.sh, scaling.sh and shape.sh source this file for the helpers below
+# (runs in a pool, the text, the per-seed statistics); sourced, it defines them and returns
+# before the experiment.
 set -euo pipefail
 
 JOBS=${JOBS:-2}
@@ -81,6 +82,18 @@ fortunes_text() {
             }
             for (i = 1; i <= n; i++) printf "%s%s", (i > 1 ? "\n" : ""), text[i]
         }' > "$1"
+}
+
+# text_file OUT: the text a sweep trains on: TEXT, which must be a file, or, unset, every
+# fortune (fortunes_text) written into OUT/fortunes.txt; prints its path
+text_file() {
+    local text=${TEXT:-}
+    if [ -z "$text" ]; then
+        text=$1/fortunes.txt
+        fortunes_text "$text" || return 1
+    fi
+    [ -f "$text" ] || { echo "error: TEXT=$text is not a file" >&2; return 1; }
+    echo "$text"
 }
 
 # last_eval RUN COLUMN: eval.csv's COLUMN at the last evaluation (2: val loss, 4: exact match)

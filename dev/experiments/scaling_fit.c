@@ -4,12 +4,12 @@
 //
 // usage: build/scaling_fit RUNS.csv [FITS.csv]
 //   RUNS.csv  a header line, then one line a run: mode,size,seed,params,tokens,flops,val_loss
-//             (sizes in any order; every mode at every size, with the same seeds)
+//             (sweep_runs.h; sizes in any order)
 //   FITS.csv  written: mode,A,alpha,multiplier,multiplier_lo,multiplier_hi (A for C in
 //             PFLOP/s-days)
-// Prints the table (per size: the baseline's parameters, tokens and FLOPs, and each mode's
-// validation loss, mean ± sd over the seeds), each mode's A and α, and its compute
-// multiplier. Each mode is fitted at its own FLOPs (a mode may count more than the baseline).
+// Prints the table (per size: the baseline's parameters, tokens, tokens a parameter and
+// FLOPs, and each mode's validation loss, mean ± sd over the seeds), each mode's A and α,
+// and its compute multiplier. Each mode is fitted at its own FLOPs (a mode may count more than the baseline).
 //
 // The fit: least squares of ln loss = ln A − α ln C over every run of the mode (each seed a
 // point), with C in PFLOP/s-days (8.64e19 FLOPs) as in the paper, so that A is the loss the
@@ -23,74 +23,11 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include "../../src/rng.h"
+#include "sweep_runs.h"
 
-enum { MAX_MODES = 8, MAX_SIZES = 16, MAX_SEEDS = 8, RESAMPLES = 2000 };
+enum { RESAMPLES = 2000 };
 static const double PFLOP_S_DAY = 1e15 * 86400;  // FLOPs
-
-typedef struct {
-    char name[32];
-    double loss[MAX_SIZES][MAX_SEEDS];  // by size, seed
-    int n_seeds[MAX_SIZES];
-    double flops[MAX_SIZES];            // C of the mode's runs at each size
-} Mode;
-
-typedef struct {
-    int n_modes, n_sizes;
-    Mode modes[MAX_MODES];
-    char size_name[MAX_SIZES][32];
-    double params[MAX_SIZES], tokens[MAX_SIZES];  // the baseline's
-} Sweep;
-
-static void fail(const char* message, const char* detail) {
-    fprintf(stderr, "error: scaling_fit: %s%s\n", message, detail);
-    exit(1);
-}
-
-// the index of name in names[0 .. *n), appended when new
-static int find_or_add(char names[][32], int* n, int max, const char* name, const char* what) {
-    for (int i = 0; i < *n; i++) {
-        if (strcmp(names[i], name) == 0) { return i; }
-    }
-    if (*n == max) { fail("too many ", what); }
-    snprintf(names[*n], 32, "%s", name);
-    return (*n)++;
-}
-
-static void read_runs(Sweep* s, const char* path) {
-    FILE* f = fopen(path, "r");
-    if (f == NULL) { fail("cannot open ", path); }
-    char line[512], mode[32], size[32];
-    char mode_names[MAX_MODES][32];
-    int seed;
-    double params, tokens, flops, loss;
-    memset(s, 0, sizeof(*s));
-    if (fgets(line, sizeof(line), f) == NULL) { fail("empty file ", path); }
-    while (fgets(line, sizeof(line), f) != NULL) {
-        line[strcspn(line, "\r\n")] = '\0';
-        if (sscanf(line, "%31[^,],%31[^,],%d,%lf,%lf,%lf,%lf", mode, size, &seed, &params,
-                   &tokens, &flops, &loss) != 7 || !(flops > 0) || !(loss > 0)) {
-            fail("malformed line (want mode,size,seed,params,tokens,flops,val_loss with flops,"
-                 " loss > 0): ", line);
-        }
-        int m = find_or_add(mode_names, &s->n_modes, MAX_MODES, mode, "modes");
-        int z = find_or_add(s->size_name, &s->n_sizes, MAX_SIZES, size, "sizes");
-        snprintf(s->modes[m].name, sizeof(s->modes[m].name), "%s", mode);
-        if (m == 0) { s->params[z] = params; s->tokens[z] = tokens; }
-        Mode* md = &s->modes[m];
-        md->flops[z] = flops;
-        if (md->n_seeds[z] == MAX_SEEDS) { fail("too many seeds at size ", size); }
-        md->loss[z][md->n_seeds[z]++] = loss;
-    }
-    fclose(f);
-    if (s->n_modes < 2 || s->n_sizes < 2) { fail("need at least 2 modes and 2 sizes in ", path); }
-    for (int m = 0; m < s->n_modes; m++) {
-        for (int z = 0; z < s->n_sizes; z++) {
-            if (s->modes[m].n_seeds[z] == 0) { fail("a mode lacks a size: ", s->modes[m].name); }
-        }
-    }
-}
 
 // least squares of ln loss = ln A − α ln C over the losses given per size (n[z] of them, at
 // compute flops[z])
@@ -116,41 +53,17 @@ static double compute_multiplier(double A_base, double alpha_base, double A, dou
     return pow(A_base / loss, 1.0 / alpha_base) / C;
 }
 
-static int compare_doubles(const void* a, const void* b) {
-    double x = *(const double*)a, y = *(const double*)b;
-    return (x > y) - (x < y);
-}
-
 int main(int argc, char** argv) {
     if (argc < 2 || argc > 3) {
         fprintf(stderr, "usage: scaling_fit RUNS.csv [FITS.csv]\n");
         return 1;
     }
     static Sweep s;
-    read_runs(&s, argv[1]);
+    sweep_read(&s, argv[1], "scaling_fit");
     double C_max = 0;
     for (int z = 0; z < s.n_sizes; z++) { C_max = fmax(C_max, s.modes[0].flops[z] / PFLOP_S_DAY); }
 
-    printf("| size | params | tokens | FLOPs |");
-    for (int m = 0; m < s.n_modes; m++) { printf(" %s |", s.modes[m].name); }
-    printf("\n|---|---|---|---|");
-    for (int m = 0; m < s.n_modes; m++) { printf("---|"); }
-    printf("\n");
-    for (int z = 0; z < s.n_sizes; z++) {
-        printf("| %s | %.3g | %.3g | %.3g |", s.size_name[z], s.params[z], s.tokens[z],
-               s.modes[0].flops[z]);
-        for (int m = 0; m < s.n_modes; m++) {
-            const Mode* md = &s.modes[m];
-            double mean = 0, var = 0;
-            for (int k = 0; k < md->n_seeds[z]; k++) { mean += md->loss[z][k] / md->n_seeds[z]; }
-            for (int k = 0; k < md->n_seeds[z]; k++) {
-                var += (md->loss[z][k] - mean) * (md->loss[z][k] - mean);
-            }
-            double sd = md->n_seeds[z] > 1 ? sqrt(var / (md->n_seeds[z] - 1)) : 0;
-            printf(" %.4f ± %.4f |", mean, sd);
-        }
-        printf("\n");
-    }
+    sweep_print_table(&s, "size");
 
     double A[MAX_MODES], alpha[MAX_MODES];
     for (int m = 0; m < s.n_modes; m++) {
@@ -174,10 +87,10 @@ int main(int argc, char** argv) {
     }
 
     if (!(alpha[0] > 0)) {
-        fail("the baseline's loss does not fall with compute (alpha <= 0): no multiplier", "");
+        sweep_fail("the baseline's loss does not fall with compute (alpha <= 0): no multiplier", "");
     }
     FILE* fits = argc == 3 ? fopen(argv[2], "w") : NULL;
-    if (argc == 3 && fits == NULL) { fail("cannot write ", argv[2]); }
+    if (argc == 3 && fits == NULL) { sweep_fail("cannot write ", argv[2]); }
     if (fits != NULL) { fprintf(fits, "mode,A,alpha,multiplier,multiplier_lo,multiplier_hi\n"); }
     printf("\n| mode | fit loss = A · C^−α (C in PFLOP/s-days) | compute multiplier at C = %.3g"
            " FLOPs (95 %% bootstrap) |\n", C_max * PFLOP_S_DAY);
