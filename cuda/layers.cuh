@@ -149,8 +149,8 @@ void depth_mixing_backward_cuda(float* const* dsources, float* dcoefficients, co
 // The most floats of the workspace (common.cuh) one variant or mixing backward borrows.
 size_t depth_variants_workspace_floats_cuda(size_t n_sources, size_t N, size_t C, size_t heads);
 // The one call the model makes for an AttnRes sub-layer's input, as layers.h's
-// attnres_input_forward and attnres_input_backward: the default operator runs fused with its
-// norm (one kernel), a variant or a mixing runs and then rmsnorm_forward_cuda.
+// attnres_input_forward and attnres_input_backward: every operator, the default, a variant
+// or a mixing, runs fused with its norm (depth_variants.cu says which kernel each takes).
 void attnres_input_forward_cuda(float* xn, float* rstd, float* h, DepthSaved saved,
                                 const float* const* sources, DepthParams params,
                                 const float* weight, size_t n_sources, size_t N, size_t C,

@@ -232,14 +232,14 @@ void diagnostics_measure_layers(Diagnostics* dg, const Model* m) {
     dg->grad_norm[L2 + 1] = (float)sqrt(sum_squares(g->final_norm, d)
                                         + sum_squares(g->lm_head, V * d));
     dg->res_grad_norm[0] = 0.0f;  // the embedding has no depth attention
-    for (size_t l = 0; l <= (size_t)L2; l++) {  // row l of each residual tensor there is
+    for (size_t l = 0; l <= (size_t)L2; l++) {  // slice l of each residual tensor there is
         double sum = 0.0;
-        if (z->n_query_rows > 0) { sum += sum_squares(g->res_query + l * d, d); }
-        if (z->n_norm_rows > 0) { sum += sum_squares(g->res_norm + l * d, d); }
-        if (z->n_qproj_rows > 0) { sum += sum_squares(g->res_qproj + l * d * d, d * d); }
-        if (z->n_logit_rows > 0) { sum += sum_squares(g->res_logits + l * z->n_res, z->n_res); }
-        if (z->n_scalar_rows > 0) { sum += sum_squares(g->res_scalars + l * z->n_res, z->n_res); }
-        if (l < z->n_hc_rows) {  // mhc: sub-layer l's stream mixing
+        if (z->n_query_slices > 0) { sum += sum_squares(g->res_query + l * d, d); }
+        if (z->n_norm_slices > 0) { sum += sum_squares(g->res_norm + l * d, d); }
+        if (z->n_qproj_slices > 0) { sum += sum_squares(g->res_qproj + l * d * d, d * d); }
+        if (z->n_logit_slices > 0) { sum += sum_squares(g->res_logits + l * z->n_res, z->n_res); }
+        if (z->n_scalar_slices > 0) { sum += sum_squares(g->res_scalars + l * z->n_res, z->n_res); }
+        if (l < z->n_hc_slices) {  // mhc: sub-layer l's stream mixing
             size_t md = z->streams * d;
             sum += sum_squares(g->hc_norm + l * md, md)
                  + sum_squares(g->hc_proj + l * z->E * md, z->E * md)
@@ -258,7 +258,7 @@ static int source_column(const Diagnostics* dg, int l, size_t n, size_t i) {
     return (int)((size_t)l + 1 - n + i);
 }
 
-// hc_pre, hc_post, hc_h: the means over the last forward's B*T tokens of each sub-layer's
+// hc_pre, hc_post, hc_h: the means over the tokens of the forwards between _begin and _end of each sub-layer's
 // coefficients (its rows of hc_mix: a_pre, pi, a_post, H_res; layers.h)
 // The means are kept as running sums in double, added token by token in the order the
 // batches come: the means over the tokens of several forwards are the same bits as over one

@@ -8,11 +8,11 @@
 //   - grad_norm: L2 norm of the gradient of each group of weights, in depth order:
 //     [0] embedding (wte); [1+l] sub-layer l's own weights (attention of layer l/2:
 //     attn_norm, wq, wk, wv, wo; MLP: mlp_norm, wg, wu, wd); [2L+1] head (final_norm,
-//     lm_head). res_grad_norm[1+l] is that of the depth attention before sub-layer l (row l
+//     lm_head). res_grad_norm[1+l] is that of the depth attention before sub-layer l (slice l
 //     of each residual tensor the variant has: res_query, res_norm, res_qproj, res_logits or
-//     res_scalars), [2L+1] of the output aggregation (row 2L); 0 elsewhere and in none mode
+//     res_scalars), [2L+1] of the output aggregation (slice 2L); 0 elsewhere and in none mode
 //     (res_grad_norm[0] is 0: the embedding has no depth attention). In mhc mode
-//     res_grad_norm[1+l] is that of sub-layer l's stream mixing (row l of hc_norm, hc_proj,
+//     res_grad_norm[1+l] is that of sub-layer l's stream mixing (slice l of hc_norm, hc_proj,
 //     hc_bias, hc_scale), [2L+1] is 0 (the streams are summed, nothing learned). The squares of
 //     both arrays add up to the global norm squared.
 //   - alpha: the depth-attention weights the last forward used, averaged over its tokens,
@@ -61,7 +61,7 @@ typedef struct {
     float* hc_h;          // (2L, m, m) mean mixing matrices H; NULL outside mhc mode
     double* sums;         // the running sums behind those means (diagnostics_alpha_add)
     unsigned char* seen;  // (2L+1, n_cols): 1 where a source of that row was summed
-    size_t tokens;        // the tokens summed (static mixing: 1, its one row)
+    size_t tokens;        // the tokens summed (a mixing, static or DenseFormer: 1, its one row)
     FILE *train_csv, *eval_csv, *layers_csv, *alpha_csv;  // NULL without a directory
     FILE* mhc_csv;        // NULL without a directory, and outside mhc mode
     char* dir;            // that directory (NULL without one)

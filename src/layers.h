@@ -106,7 +106,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
 // The model's call for an AttnRes sub-layer's input (attnres_input_forward below) and the
 // fused forms take the depth attention's parameters, what its forward saves and its switches
 // as these structs. A field the config does not have is NULL (0 for a switch).
-// The parameters of one depth attention: its rows of the residual tensors (model.h,
+// The parameters of one depth attention: its slices of the residual tensors (model.h,
 // model_depth_params). The same struct holds their gradients.
 typedef struct {
     float* query;  // (C) the pseudo-query w (res_query)
@@ -255,7 +255,7 @@ void mhc_expand_backward(float* dx0, const float* dX, size_t N, size_t d, size_t
 // out (N, d) = sum_s X_s; backward: dX_s += dout for every s
 void mhc_reduce_forward(float* out, const float* X, size_t N, size_t d, size_t m);
 void mhc_reduce_backward(float* dX, const float* dout, size_t N, size_t d, size_t m);
-// A sub-layer's parameters (its rows of hc_norm, hc_proj, hc_bias and hc_scale, model.h); the
+// A sub-layer's parameters (its slices of hc_norm, hc_proj, hc_bias and hc_scale, model.h); the
 // same struct holds their gradients.
 typedef struct {
     float* norm;   // (m*d) the gain c of the streams' norm

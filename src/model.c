@@ -154,16 +154,16 @@ ModelDims model_dims(const ModelConfig* c) {
     z.n_res = z.S > 0 ? z.n_sub + 1 : 0;
     z.depth_heads = c->depth_heads > 1 ? (size_t)c->depth_heads : 1;
     size_t attention = c->mixing == 0 ? z.n_res : 0;
-    z.n_query_rows = attention;
-    z.n_norm_rows = c->key_norm_off ? 0 : attention;
-    z.n_qproj_rows = c->depth_query ? attention : 0;
-    z.n_logit_rows = c->mixing == 1 ? z.n_res : 0;
-    z.n_scalar_rows = c->mixing == 2 ? z.n_res : 0;
+    z.n_query_slices = attention;
+    z.n_norm_slices = c->key_norm_off ? 0 : attention;
+    z.n_qproj_slices = c->depth_query ? attention : 0;
+    z.n_logit_slices = c->mixing == 1 ? z.n_res : 0;
+    z.n_scalar_slices = c->mixing == 2 ? z.n_res : 0;
     z.streams = c->streams > 0 ? (size_t)c->streams : 0;
     z.R = z.streams > 0 ? mhc_permutation_table(NULL, z.streams) : 0;
     z.E = z.streams > 0 ? 2 * z.streams + z.R : 0;
     z.n_mix = z.streams > 0 ? MHC_MIX_WIDTH(z.streams) : 0;
-    z.n_hc_rows = z.streams > 0 ? z.n_sub : 0;
+    z.n_hc_slices = z.streams > 0 ? z.n_sub : 0;
     return z;
 }
 
@@ -373,9 +373,9 @@ static size_t point_range(Activations* a, const ModelConfig* c, size_t B, size_t
         s->partial  = attnres && sub && l % z.S == 0 ? s->f : take(&at, (sub || before) * attnres * N * d);
         s->depth.alpha      = take(&at, here * N * s->n_sources * z.depth_heads);
         s->depth.key_rstd   = take(&at, here * N * s->n_sources * z.depth_heads);
-        s->depth.last_xn    = take(&at, here * (z.n_qproj_rows > 0) * N * d);
-        s->depth.last_rstd  = take(&at, here * (z.n_qproj_rows > 0) * N);
-        s->depth.token_query = take(&at, here * (z.n_qproj_rows > 0) * N * d);
+        s->depth.last_xn    = take(&at, here * (z.n_qproj_slices > 0) * N * d);
+        s->depth.last_rstd  = take(&at, here * (z.n_qproj_slices > 0) * N);
+        s->depth.token_query = take(&at, here * (z.n_qproj_slices > 0) * N * d);
         // mhc: the streams entering l (slot 2L: after the last sub-layer); the final norm's
         // rstd is one a stream
         s->streams  = take(&at, (here || l == end) * N * z.streams * d);
@@ -414,8 +414,8 @@ static size_t point_range(Activations* a, const ModelConfig* c, size_t B, size_t
         size_t n = attnres && l < end && (l + 1) % z.S == 0 ? (l + 1) / z.S : 0;  // l ends block n
         a->sub[l].dpartial = n > 0 && a->dpartial != NULL ? a->dpartial + (n - 1) * N * d : NULL;
     }
-    a->dtoken_query = take(&at, b * (z.n_qproj_rows > 0) * N * d);
-    a->dlast_xn = take(&at, b * (z.n_qproj_rows > 0) * N * d);
+    a->dtoken_query = take(&at, b * (z.n_qproj_slices > 0) * N * d);
+    a->dlast_xn = take(&at, b * (z.n_qproj_slices > 0) * N * d);
     a->dstreams = take(&at, b * N * z.streams * d);
     a->dstreams_before = take(&at, b * N * z.streams * d);
     a->dhc_z   = take(&at, b * N * z.streams * d);
@@ -579,11 +579,11 @@ DepthParams model_depth_params(const Model* model, const ParameterTensors* t, si
     const ModelDims* z = &model->dims;
     DepthParams r = {NULL, NULL, NULL, NULL};
     l -= (size_t)model->sub_begin;  // its slice in the model's share (0 on the whole model)
-    if (z->n_query_rows > 0) { r.query = t->res_query + l * z->d; }
-    if (z->n_norm_rows > 0) { r.norm = t->res_norm + l * z->d; }
-    if (z->n_qproj_rows > 0) { r.qproj = t->res_qproj + l * z->d * z->d; }
-    if (z->n_logit_rows > 0) { r.mix = t->res_logits + l * z->n_res; }
-    if (z->n_scalar_rows > 0) { r.mix = t->res_scalars + l * z->n_res; }
+    if (z->n_query_slices > 0) { r.query = t->res_query + l * z->d; }
+    if (z->n_norm_slices > 0) { r.norm = t->res_norm + l * z->d; }
+    if (z->n_qproj_slices > 0) { r.qproj = t->res_qproj + l * z->d * z->d; }
+    if (z->n_logit_slices > 0) { r.mix = t->res_logits + l * z->n_res; }
+    if (z->n_scalar_slices > 0) { r.mix = t->res_scalars + l * z->n_res; }
     return r;
 }
 

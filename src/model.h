@@ -53,12 +53,13 @@ typedef struct {
     size_t n_blocks;  // 2L/S completed blocks at the end (0 in none mode)
     size_t n_res;     // depth attentions: 2L+1 in AttnRes, 0 in none
     size_t depth_heads;  // depth-attention heads (1 without --depth-heads)
-    // rows (0 or n_res) of each residual tensor, as the variant has them
-    size_t n_query_rows, n_norm_rows, n_qproj_rows, n_logit_rows, n_scalar_rows;
+    // slices (0 or n_res, one per depth attention) of each residual tensor, as the variant
+    // has them
+    size_t n_query_slices, n_norm_slices, n_qproj_slices, n_logit_slices, n_scalar_slices;
     // mHC-lite: streams m (0 in the other modes), R = m! permutations, E = 2m + R projected
-    // values a row, n_mix = MHC_MIX_WIDTH(m) coefficients a row (layers.h), n_hc_rows = 2L
-    // rows of each hc_ tensor (0 in the other modes)
-    size_t streams, R, E, n_mix, n_hc_rows;
+    // values a row, n_mix = MHC_MIX_WIDTH(m) coefficients a row (layers.h), n_hc_slices = 2L
+    // slices of each hc_ tensor (0 in the other modes)
+    size_t streams, R, E, n_mix, n_hc_slices;
 } ModelDims;
 ModelDims model_dims(const ModelConfig* c);
 
@@ -78,9 +79,9 @@ typedef enum {
 typedef enum { SPLIT_FIRST, SPLIT_LAYER, SPLIT_SUB, SPLIT_DEPTH, SPLIT_LAST } ParamSplit;
 //  A chunk of sub-layers [begin, end) (a pipeline stage's, src/pipeline.c; the whole model is
 //  [0, 2L)) holds: SPLIT_FIRST the whole tensor if it holds sub-layer 0 (the embedding),
-//  SPLIT_LAST if it holds the head (end = 2L); SPLIT_LAYER rows begin/2 .. end/2 of the L
-//  layers'; SPLIT_SUB rows begin .. end of 2L; SPLIT_DEPTH rows begin .. end of the 2L+1 depth
-//  attentions', with row 2L (the output aggregation) on the head's chunk.
+//  SPLIT_LAST if it holds the head (end = 2L); SPLIT_LAYER slices begin/2 .. end/2 of the L
+//  layers'; SPLIT_SUB slices begin .. end of 2L; SPLIT_DEPTH slices begin .. end of the 2L+1 depth
+//  attentions', with slice 2L (the output aggregation) on the head's chunk.
 #define PARAMETER_TENSORS(X)                                                    \
     /* name        size (floats)                             init            decay split */ \
     X(wte,         dims.V * dims.d,                          INIT_NORMAL,    1, SPLIT_FIRST) \
@@ -93,15 +94,15 @@ typedef enum { SPLIT_FIRST, SPLIT_LAYER, SPLIT_SUB, SPLIT_DEPTH, SPLIT_LAST } Pa
     X(wg,          dims.L * dims.F * dims.d,                 INIT_NORMAL,    1, SPLIT_LAYER) \
     X(wu,          dims.L * dims.F * dims.d,                 INIT_NORMAL,    1, SPLIT_LAYER) \
     X(wd,          dims.L * dims.d * dims.F,                 INIT_NORMAL_OUT, 1, SPLIT_LAYER) \
-    X(hc_norm,     dims.n_hc_rows * dims.streams * dims.d,   INIT_ONE,       0, SPLIT_SUB  ) \
-    X(hc_proj,     dims.n_hc_rows * dims.E * dims.streams * dims.d, INIT_ZERO, 0, SPLIT_SUB ) \
-    X(hc_bias,     dims.n_hc_rows * dims.E,                  INIT_HC_BIAS,   0, SPLIT_SUB  ) \
-    X(hc_scale,    dims.n_hc_rows * 3,                       INIT_HC_SCALE,  0, SPLIT_SUB  ) \
-    X(res_logits,  dims.n_logit_rows * dims.n_res,           INIT_ZERO,      0, SPLIT_DEPTH) \
-    X(res_scalars, dims.n_scalar_rows * dims.n_res,          INIT_ONE,       0, SPLIT_DEPTH) \
-    X(res_query,   dims.n_query_rows * dims.d,               INIT_ZERO,      0, SPLIT_DEPTH) \
-    X(res_norm,    dims.n_norm_rows * dims.d,                INIT_ONE,       0, SPLIT_DEPTH) \
-    X(res_qproj,   dims.n_qproj_rows * dims.d * dims.d,      INIT_ZERO,      0, SPLIT_DEPTH) \
+    X(hc_norm,     dims.n_hc_slices * dims.streams * dims.d, INIT_ONE,       0, SPLIT_SUB  ) \
+    X(hc_proj,     dims.n_hc_slices * dims.E * dims.streams * dims.d, INIT_ZERO, 0, SPLIT_SUB ) \
+    X(hc_bias,     dims.n_hc_slices * dims.E,                INIT_HC_BIAS,   0, SPLIT_SUB  ) \
+    X(hc_scale,    dims.n_hc_slices * 3,                     INIT_HC_SCALE,  0, SPLIT_SUB  ) \
+    X(res_logits,  dims.n_logit_slices * dims.n_res,         INIT_ZERO,      0, SPLIT_DEPTH) \
+    X(res_scalars, dims.n_scalar_slices * dims.n_res,        INIT_ONE,       0, SPLIT_DEPTH) \
+    X(res_query,   dims.n_query_slices * dims.d,             INIT_ZERO,      0, SPLIT_DEPTH) \
+    X(res_norm,    dims.n_norm_slices * dims.d,              INIT_ONE,       0, SPLIT_DEPTH) \
+    X(res_qproj,   dims.n_qproj_slices * dims.d * dims.d,    INIT_ZERO,      0, SPLIT_DEPTH) \
     X(final_norm,  dims.d,                                   INIT_ONE,       0, SPLIT_LAST ) \
     X(lm_head,     dims.V * dims.d,                          INIT_NORMAL,    1, SPLIT_LAST )
 
@@ -198,7 +199,8 @@ typedef struct {
 } Activations;
 
 // The size table: points every buffer of a (NULL: only counts) into one block of memory
-// sized for B x T and returns the floats it takes. Buffers start 64-byte aligned. a->sub must
+// sized for B x T and returns the floats it takes. Each buffer starts a multiple of 64 bytes
+// into the block (64-byte aligned where the block is: cudaMalloc's). a->sub must
 // hold 2L+1 entries. backward = 0 leaves the backward scratch out (decoding).
 size_t point_activations(Activations* a, const ModelConfig* c, size_t B, size_t T,
                          int backward, float* memory);

@@ -81,7 +81,8 @@ void pipeline_report(Pipeline* p, size_t whole_bytes, int steps);
 // line in err
 #define PIPELINE_TRACE_HEADER "step,stage,chunk,microbatch,kind,start_ms,end_ms"
 int pipeline_write_trace(Pipeline* p, const char* path, char* err, size_t err_len);
-// The floats this stage allocates for its chunks' parameters (params alone) and in all
+// What this stage allocates: its chunks' parameters in floats (pipeline_param_floats), and
+// everything in bytes (pipeline_memory_bytes)
 size_t pipeline_param_floats(const Pipeline* p);
 size_t pipeline_memory_bytes(const Pipeline* p);
 

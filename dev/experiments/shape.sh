@@ -35,7 +35,7 @@
 # and AttnRes adds 2d a sub-layer and one more pair (its pseudo-queries and key norms,
 # 2d(2L + 1), at most 1.2 % here). Steps: every depth trains on the same tokens, TPP times the
 # widest (most) parameters counting the embedding and lm_head, in steps of 1024 tokens. The
-# time budget sets TARGET: a run of the deepest full costs about 4x one of the shallowest
+# time budget sets TARGET: a run of the deepest full costs about 3x one of the shallowest
 # none (docs/shape.md has the timings).
 set -euo pipefail
 here=$(dirname "$0")

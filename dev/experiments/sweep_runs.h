@@ -30,7 +30,7 @@ void sweep_fail(const char* message, const char* detail);
 void sweep_read(Sweep* s, const char* path, const char* program);
 // the mean and the sample sd (0 for one value) of x[0 .. n)
 void mean_sd(const double* x, int n, double* mean, double* sd);
-// prints the table: a row per size, its parameters, tokens, tokens a parameter and FLOPs
+// prints the table: a line per size, its parameters, tokens, tokens a parameter and FLOPs
 // (the baseline's), then each mode's loss, mean ± sd over its seeds; size_heading heads the
 // first column
 void sweep_print_table(const Sweep* s, const char* size_heading);
