@@ -258,8 +258,8 @@ static int source_column(const Diagnostics* dg, int l, size_t n, size_t i) {
     return (int)((size_t)l + 1 - n + i);
 }
 
-// hc_pre, hc_post, hc_h: the means over the tokens of the forwards between _begin and _end of each sub-layer's
-// coefficients (its rows of hc_mix: a_pre, pi, a_post, H_res; layers.h)
+// hc_pre, hc_post, hc_h: the means over the tokens of the forwards between _begin and _end
+// of each sub-layer's coefficients (its rows of hc_mix: a_pre, pi, a_post, H_res; layers.h)
 // The means are kept as running sums in double, added token by token in the order the
 // batches come: the means over the tokens of several forwards are the same bits as over one
 // forward holding them all.
