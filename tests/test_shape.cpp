@@ -1,11 +1,12 @@
 // test_shape.cpp — make shape and make scaling's sweeps, run as a person runs them
 // (tests/cli.h): make shape's reading of the best depth (build/shape_fit) on losses with a
 // known best, its widths against the trainer's own parameter count, the size tables of make
-// scaling against their tokens a parameter, and a dry run of each sweep (two tiny sizes, a
+// scaling and every run's steps against their tokens a parameter, and a dry run of each sweep (two tiny sizes, a
 // few steps) that must write its table, CSVs and charts.
 #include "cli.h"
 
 #include <iomanip>
+#include <map>
 
 namespace {
 
@@ -155,6 +156,43 @@ TEST_CASE("make scaling's size tables: TPP=20 trains 20 tokens a parameter at ev
     Run bad = run_program(dir, "/usr/bin/env", {"TPP=7", "dev/experiments/scaling.sh", "--print-sizes"});
     CHECK(bad.exit_code == 1);
     CHECK_MESSAGE(contains(bad.err, "error: TPP=7 (valid: 2.6, 20)"), bad.err);
+}
+
+// dev/experiments/scaling.sh --print-steps: with TPP=20 every run trains at least 20 tokens a
+// parameter of its own (AttnRes and mHC-lite have more than the baseline, mHC-lite up to 1.8x):
+// ⌈20 · params / 1024⌉ by the trainer's count for each mode; by default the table's steps
+TEST_CASE("make scaling TPP=20 gives every mode 20 tokens a parameter of its own; the default the table's steps") {
+    TempDir dir;
+    for (const char* tpp : {"20", "2.6"}) {
+        CAPTURE(tpp);
+        std::string env = std::string("TPP=") + tpp;
+        Run sizes = run_program(dir, "/usr/bin/env", {env, "dev/experiments/scaling.sh", "--print-sizes"});
+        Run steps = run_program(dir, "/usr/bin/env", {env, "dev/experiments/scaling.sh", "--print-steps"});
+        check_success(sizes);
+        check_success(steps);
+        std::map<std::string, std::vector<std::string>> size_of;
+        for (const std::vector<std::string>& row : rows_of(sizes.out)) size_of[row[0]] = row;
+        std::vector<std::vector<std::string>> runs = rows_of(steps.out);
+        REQUIRE(runs.size() == 4 * 4);
+        for (const std::vector<std::string>& run : runs) {
+            REQUIRE(run.size() == 3);  // size mode steps
+            CAPTURE(run[0]);
+            CAPTURE(run[1]);
+            const std::vector<std::string>& size = size_of.at(run[0]);
+            long steps_run = std::stol(run[2]);
+            if (std::string(tpp) == "2.6") {
+                CHECK(run[2] == size[6]);
+                continue;
+            }
+            Args model = {"--d", size[1], "--L", size[2], "--H", size[3], "--G", size[4], "--F", size[5],
+                          "--mode", run[1]};
+            if (run[1] == "block") model.insert(model.end(), {"--block-size", "2"});
+            if (run[1] == "mhc") model.insert(model.end(), {"--streams", "4"});
+            long params = trainer_params(dir, model);
+            CHECK(steps_run == (20 * params + 1023) / 1024);
+            if (run[1] == "mhc") CHECK(steps_run > std::stol(size[6]));
+        }
+    }
 }
 
 // the dry runs: two tiny sizes (depths), 12 steps, 2 seeds, on a small text

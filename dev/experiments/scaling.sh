@@ -10,6 +10,7 @@
 #                                           [DEVICE=cuda] [TEXT=file] [OUT=dir];
 #                                           OUT = runs/scaling, runs/scaling_tpp20 for TPP=20)
 #        dev/experiments/scaling.sh --print-sizes   the size table alone (SIZES, below)
+#        dev/experiments/scaling.sh --print-steps   every run's steps: lines "size mode steps"
 # environment (defaults below):
 #   TPP         2.6 or 20: the size table, about 2.6 or 20 tokens a parameter (below)
 #   QUICK=1     a quarter of the steps at every size (TPP=2.6: the whole sweep, fit and chart
@@ -45,11 +46,14 @@ case "$OPT" in muon|adamw) ;; *) echo "error: OPT=$OPT (valid: muon, adamw)" >&2
 # `params`, the embedding and lm_head's 2 · 256 · d included):
 #   2.6  (the default) the steps grow with the parameters, about 2.6 tokens a parameter at
 #        every size (the paper's Table 2 grows tokens with N) within ≤ 45 min
-#   20   20 tokens a parameter at every size, steps = ⌈20 · params / 1024⌉. The FLOPs of a
-#        size grow as 120 · N², so the largest size sets the time: d72 (508 K parameters,
-#        9924 steps) takes about 70 % of the sweep, and QUICK's quarter of it must stay
-#        within 15 min, which d80 would not (docs/scaling.md has the timings). d24 at the
-#        bottom keeps the compute range at 64x (params 8x) for the fit.
+#   20   20 tokens a parameter at every size, steps = ⌈20 · params / 1024⌉, and every run
+#        of a mode with more parameters than the baseline (AttnRes's queries and norms,
+#        mHC-lite's streams: up to 1.8x at d24) trains ⌈20 · its own / 1024⌉ (run_steps), so
+#        that no run sees fewer than 20. The FLOPs of a size grow as 120 · N², so the
+#        largest size sets the time: d72 (508 K parameters, 9924 steps; mhc 661 K, 12905)
+#        takes about 70 % of the sweep, and QUICK's quarter of it must stay within 15 min,
+#        which d80 would not (docs/scaling.md has the timings). d24 at the bottom keeps the
+#        compute range at 64x (params 8x) for the fit.
 TPP=${TPP:-2.6}
 case "$DEVICE" in
     cpu)
@@ -80,11 +84,39 @@ if [ "${1:-}" = --print-sizes ]; then
     exit 0
 fi
 [ -x "$TRAIN" ] || { echo "error: $TRAIN not found: run make first (make cuda for DEVICE=cuda)" >&2; exit 1; }
+T=$(flag_value --seq-len "$SHAPE"); B=$(flag_value --batch "$SHAPE")
+
+# own_params MODE d L H G F: the model's parameters as the trainer counts them ("params N" of
+# its first line), from one step on a few bytes of text (this script itself)
+own_params() {
+    # shellcheck disable=SC2046  # the mode's flags are a list
+    "$TRAIN" --task text --text "$0" --seq-len 16 --batch 1 --steps 1 --warmup 0 \
+        --eval-examples 4 --threads 1 --d "$2" --L "$3" --H "$4" --G "$5" --F "$6" \
+        $(mode_flags "$1" "$3") | sed -n '1s/.*| params \([0-9]*\) .*/\1/p'
+}
+
+# run_steps MODE d L H G F STEPS: the steps of MODE's runs at a size whose table gives STEPS
+# (the baseline's): with TPP=20 at least ⌈20 · its own parameters / (B · T)⌉; QUICK's quarter
+run_steps() {
+    local steps=$7 own
+    if [ "$TPP" = 20 ]; then
+        own=$(own_params "$@")
+        [ -n "$own" ] || { echo "error: no parameter count from $TRAIN for $1 d=$2" >&2; return 1; }
+        own=$(( (20 * own + B * T - 1) / (B * T) ))
+        steps=$(( own > steps ? own : steps ))
+    fi
+    quarter "$steps"
+}
+if [ "${1:-}" = --print-steps ]; then  # every run's steps: lines "size mode steps"
+    while read -r name d L H G F steps; do
+        for mode in $MODES; do echo "$name $mode $(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")"; done
+    done <<< "$SIZES"
+    exit 0
+fi
 out=${1:-runs/scaling$([ "$TPP" = 2.6 ] || echo "_tpp$TPP")}
 mkdir -p "$out"
 TEXT=$(text_file "$out")
 
-T=$(flag_value --seq-len "$SHAPE"); B=$(flag_value --batch "$SHAPE")
 n_runs=$(( $(wc -l <<< "$SIZES") * $(wc -w <<< "$MODES") * $(wc -w <<< "$SEEDS") ))
 echo "scaling: $(wc -l <<< "$SIZES") sizes x modes $MODES x seeds $SEEDS = $n_runs runs on $DEVICE," \
      "$OPT + wsd, about $TPP tokens a parameter$([ "${QUICK:-0}" = 1 ] && echo \
@@ -102,7 +134,8 @@ train_size_mode() {
 while read -r name d L H G F steps; do
     for seed in $SEEDS; do
         for mode in $MODES; do
-            pool_run train_size_mode "$name" "$d" "$L" "$H" "$G" "$F" "$(quarter "$steps")" "$mode" "$seed"
+            pool_run train_size_mode "$name" "$d" "$L" "$H" "$G" "$F" \
+                "$(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")" "$mode" "$seed"
         done
     done
 done < <(tac <<< "$SIZES")
@@ -116,7 +149,7 @@ echo "$header" > "$out/runs.csv"
 echo "$header" > "$out/runs_own.csv"
 for mode in $MODES; do
     while read -r name d L H G F steps; do
-        steps=$(quarter "$steps")
+        steps=$(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")
         read -r shared own < <(flops "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")
         for seed in $SEEDS; do
             run="$out/$name/${mode}_seed$seed"
@@ -134,8 +167,9 @@ echo "C: every mode also charged its own residual arithmetic (the FLOPs column: 
 build/scaling_fit "$out/runs_own.csv" "$out/fits_own.csv" | tail -n +"$(( $(wc -l <<< "$SIZES") + 3 ))" \
     | tee "$out/table_own.md"
 echo "(validation loss: mean ± sd over seeds $SEEDS; params: the baseline's, every parameter"
-echo " (embedding and lm_head included); tokens and FLOPs of training, C as in"
-echo " dev/experiments/recipe.sh's flops. The paper (Table 2, its"
+echo " (embedding and lm_head included); tokens and FLOPs: the baseline's training, C as in"
+echo " dev/experiments/recipe.sh's flops; tokens/param: the fewest of any mode, each counted"
+echo " with its own parameters. The paper (Table 2, its"
 echo " summary in docs/scaling.md): baseline 1.891·C^−0.057, Block AttnRes 1.870·C^−0.058,"
 echo " Full AttnRes 1.865·C^−0.057 (C in PFLOP/s-days), Block matching the baseline at 1.25×"
 echo " its compute)"

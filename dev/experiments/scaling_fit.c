@@ -7,9 +7,10 @@
 //             (sweep_runs.h; sizes in any order)
 //   FITS.csv  written: mode,A,alpha,multiplier,multiplier_lo,multiplier_hi (A for C in
 //             PFLOP/s-days)
-// Prints the table (per size: the baseline's parameters, tokens, tokens a parameter and
-// FLOPs, and each mode's validation loss, mean ± sd over the seeds), each mode's A and α,
-// and its compute multiplier. Each mode is fitted at its own FLOPs (a mode may count more than the baseline).
+// Prints the table (per size: the baseline's parameters and tokens, the fewest tokens a
+// parameter of any mode, the baseline's FLOPs, and each mode's validation loss, mean ± sd over
+// the seeds), each mode's A and α, and its compute multiplier. Each mode is fitted at its own
+// FLOPs (a mode may count more than the baseline, or train more tokens).
 //
 // The fit: least squares of ln loss = ln A − α ln C over every run of the mode (each seed a
 // point), with C in PFLOP/s-days (8.64e19 FLOPs) as in the paper, so that A is the loss the

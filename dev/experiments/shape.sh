@@ -135,6 +135,7 @@ done
 make -s build/shape_fit
 build/shape_fit "$out/runs.csv" "$out/best.csv" | tee "$out/table.md"
 echo "(validation loss: mean ± sd over seeds $SEEDS; params: the baseline's non-embedding count;"
+echo " tokens/param: the fewest of any mode, each counted with its own non-embedding parameters;"
 echo " FLOPs: the shared matmuls of training, recipe.sh's flops. The paper: the baseline is best"
 echo " shallower and wider, AttnRes deeper and narrower)"
 

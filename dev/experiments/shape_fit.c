@@ -9,8 +9,8 @@
 //             the order of the file; the first mode is the baseline
 //   BEST.csv  written: mode,L,mean,sd,share_best (a line per mode and depth: the loss over
 //             the seeds, and the share of the bootstrap resamples in which that depth is best)
-// Prints the table (per depth: the baseline's parameters, tokens, tokens a parameter and
-// FLOPs, each mode's loss, mean ± sd over the seeds), then per mode the best depth (the
+// Prints the table (per depth: the baseline's parameters and tokens, the fewest tokens a
+// parameter of any mode, the baseline's FLOPs, each mode's loss, mean ± sd over the seeds), then per mode the best depth (the
 // lowest mean), how often each depth is best, how often the mode's best depth is deeper
 // than the baseline's, and the loss difference of each pair of neighbouring depths.
 //

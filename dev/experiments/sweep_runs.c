@@ -44,9 +44,10 @@ void sweep_read(Sweep* s, const char* path, const char* program) {
         int m = find_or_add(mode_names, &s->n_modes, MAX_MODES, mode, "modes");
         int z = find_or_add(s->size_name, &s->n_sizes, MAX_SIZES, size, "sizes");
         snprintf(s->modes[m].name, sizeof(s->modes[m].name), "%s", mode);
-        if (m == 0) { s->params[z] = params; s->tokens[z] = tokens; }
         Mode* md = &s->modes[m];
         md->flops[z] = flops;
+        md->params[z] = params;
+        md->tokens[z] = tokens;
         if (md->n_seeds[z] == MAX_SEEDS) { sweep_fail("too many seeds at size ", size); }
         md->loss[z][md->n_seeds[z]++] = loss;
     }
@@ -74,8 +75,13 @@ void sweep_print_table(const Sweep* s, const char* size_heading) {
     for (int m = 0; m < s->n_modes; m++) { printf("---|"); }
     printf("\n");
     for (int z = 0; z < s->n_sizes; z++) {
-        printf("| %s | %.3g | %.3g | %.1f | %.3g |", s->size_name[z], s->params[z], s->tokens[z],
-               s->tokens[z] / s->params[z], s->modes[0].flops[z]);
+        const Mode* base = &s->modes[0];
+        double fewest = base->tokens[z] / base->params[z];
+        for (int m = 1; m < s->n_modes; m++) {
+            fewest = fmin(fewest, s->modes[m].tokens[z] / s->modes[m].params[z]);
+        }
+        printf("| %s | %.3g | %.3g | %.1f | %.3g |", s->size_name[z], base->params[z],
+               base->tokens[z], fewest, base->flops[z]);
         for (int m = 0; m < s->n_modes; m++) {
             double mean, sd;
             mean_sd(s->modes[m].loss[z], s->modes[m].n_seeds[z], &mean, &sd);

@@ -14,13 +14,13 @@ typedef struct {
     double loss[MAX_SIZES][MAX_SEEDS];  // by size, seed
     int n_seeds[MAX_SIZES];
     double flops[MAX_SIZES];            // C of the mode's runs at each size
+    double params[MAX_SIZES], tokens[MAX_SIZES];  // of the mode's runs at each size
 } Mode;
 
 typedef struct {
     int n_modes, n_sizes;
     Mode modes[MAX_MODES];
     char size_name[MAX_SIZES][32];
-    double params[MAX_SIZES], tokens[MAX_SIZES];  // the baseline's
 } Sweep;
 
 // prints "error: PROGRAM: message detail" (PROGRAM as given to sweep_read) and exits 1
@@ -30,9 +30,9 @@ void sweep_fail(const char* message, const char* detail);
 void sweep_read(Sweep* s, const char* path, const char* program);
 // the mean and the sample sd (0 for one value) of x[0 .. n)
 void mean_sd(const double* x, int n, double* mean, double* sd);
-// prints the table: a line per size, its parameters, tokens, tokens a parameter and FLOPs
-// (the baseline's), then each mode's loss, mean ± sd over its seeds; size_heading heads the
-// first column
+// prints the table: a line per size, the baseline's parameters and tokens, the fewest tokens a
+// parameter of any mode's runs (each counted with its own parameters) and the baseline's
+// FLOPs, then each mode's loss, mean ± sd over its seeds; size_heading heads the first column
 void sweep_print_table(const Sweep* s, const char* size_heading);
 int compare_doubles(const void* a, const void* b);  // for qsort, ascending
 
