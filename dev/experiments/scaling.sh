@@ -17,12 +17,13 @@
 #               in ≤ 12 min on 2 cores, the full sweep ≤ 45 min; TPP=20: ≤ 15 and ≤ 60 min)
 #   OPT         muon (the paper's recipe) or adamw: the optimiser of every run
 #   DEVICE      cpu (./train, JOBS runs at a time on THREADS threads each) or cuda
-#               (./train_cuda, one run at a time, the larger SIZES_CUDA)
-#   TEXT        the text; unset: Debian's fortunes (compare.sh's fortunes_text), 2.5 MB
+#               (./train_cuda, one run at a time, the larger sizes of the cuda table)
+#   TEXT        the text; unset: Debian's fortunes (compare.sh's fortunes_text), 2.6 MB
 #   SEEDS, MODES, SIZES   what to train (SIZES: lines "name d L H G F steps")
 #   JOBS, THREADS, TRAIN  as in dev/experiments/compare.sh
 # Runs: OUT/<size>/<mode>_seed<k>/ (run.log and the --diagnostics CSVs); OUT/runs.csv (one
-# line a run, scaling_fit's input), OUT/fits.csv, OUT/table.md, OUT/scaling.png.
+# line a run, scaling_fit's input), OUT/fits.csv, OUT/table.md, OUT/scaling.png, and the
+# same with each mode's own arithmetic charged: OUT/runs_own.csv, fits_own.csv, table_own.md.
 #
 # Compute C counts the matmul FLOPs the four modes share (recipe.sh's flops: training = 3 ×
 # forward; the forward's matrices, lm_head and attention scores). The residual modes' own
@@ -41,9 +42,9 @@ SEEDS=${SEEDS:-"1 2"}
 MODES=${MODES:-"none block full mhc"}
 case "$OPT" in muon|adamw) ;; *) echo "error: OPT=$OPT (valid: muon, adamw)" >&2; exit 1 ;; esac
 # Sizes (lines "name d L H G F steps"): L = 8 layers (16 sub-layers, so block mode's S = 2
-# gives the paper's 8 blocks) and the width growing; F ≈ 2.75 d; 1024 tokens a step. TPP
-# picks the tokens a parameter, counting every parameter of the baseline (the trainer's
-# `params`, the embedding and lm_head's 2 · 256 · d included):
+# gives the paper's 8 blocks) and the width growing; F ≈ 2.75 d; on the CPU 1024 tokens a
+# step (SHAPE). TPP picks the tokens a parameter, counting every parameter of the baseline
+# (the trainer's `params`, the embedding and lm_head's 2 · 256 · d included):
 #   2.6  (the default) the steps grow with the parameters, about 2.6 tokens a parameter at
 #        every size (the paper's Table 2 grows tokens with N) within ≤ 45 min
 #   20   20 tokens a parameter at every size, steps = ⌈20 · params / 1024⌉, and every run
@@ -53,7 +54,7 @@ case "$OPT" in muon|adamw) ;; *) echo "error: OPT=$OPT (valid: muon, adamw)" >&2
 #        largest size sets the time: d72 (508 K parameters, 9924 steps; mhc 661 K, 12905)
 #        takes about 70 % of the sweep, and QUICK's quarter of it must stay within 15 min,
 #        which d80 would not (docs/scaling.md has the timings). d24 at the bottom keeps the
-#        compute range at 64x (params 8x) for the fit.
+#        compute range at 61x (params 8x) for the fit.
 TPP=${TPP:-2.6}
 case "$DEVICE" in
     cpu)
@@ -87,7 +88,7 @@ fi
 T=$(flag_value --seq-len "$SHAPE"); B=$(flag_value --batch "$SHAPE")
 
 # own_params MODE d L H G F: the model's parameters as the trainer counts them ("params N" of
-# its first line), from one step on a few bytes of text (this script itself)
+# its first line), from one step on a small text (this script itself)
 own_params() {
     # shellcheck disable=SC2046  # the mode's flags are a list
     "$TRAIN" --task text --text "$0" --seq-len 16 --batch 1 --steps 1 --warmup 0 \

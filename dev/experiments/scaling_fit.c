@@ -14,10 +14,11 @@
 //
 // The fit: least squares of ln loss = ln A − α ln C over every run of the mode (each seed a
 // point), with C in PFLOP/s-days (8.64e19 FLOPs) as in the paper, so that A is the loss the
-// fit extrapolates to one PFLOP/s-day (α and the multipliers do not depend on the unit). The compute multiplier of mode M at compute C is the compute the baseline (the
-// first mode in the file) needs to reach M's fitted loss at C, over C:
+// fit extrapolates to one PFLOP/s-day (α and the multipliers do not depend on the unit).
+// The compute multiplier of mode M at compute C is the compute the baseline (the first mode
+// in the file) needs to reach M's fitted loss at C, over C:
 //   C_base = (A_base / (A_M C^−α_M))^(1/α_base),  multiplier = C_base / C,
-// taken at the largest C of the sweep. Above 1: M reaches that loss with less compute.
+// taken at the baseline's largest C. Above 1: M reaches that loss with less compute.
 // The interval: 2000 bootstrap resamples; each redraws, for every (mode, size), its seeds
 // with replacement and refits every mode; the 2.5th and 97.5th percentiles of the
 // multiplier. With 2 seeds a cell has 3 distinct draws, so the interval is coarse.

@@ -20,7 +20,7 @@
 #   DEPTHS    the depths L, shallow to deep ("2 4 8 12 16")
 #   STEPS     the steps of every run (default: from TPP, below)
 #   OPT       muon (the paper's recipe) or adamw
-#   TEXT      the text; unset: Debian's fortunes (compare.sh's fortunes_text), 2.5 MB
+#   TEXT      the text; unset: Debian's fortunes (compare.sh's fortunes_text), 2.6 MB
 #   MODES, SEEDS   what to train ("none block full", "1 2"; the first mode is the baseline)
 #   JOBS, THREADS, TRAIN   as in dev/experiments/compare.sh
 # Runs: OUT/L<L>/<mode>_seed<k>/ (run.log and the --diagnostics CSVs); OUT/runs.csv (one line

@@ -5,7 +5,7 @@
 #   dev/infra/ensure_deps.sh mpi       what `make train-mpi` and `make check`'s data-parallel
 #                                tests need (OpenMPI: mpicc, mpirun)
 #   dev/infra/ensure_deps.sh fortunes  the English text `make ablate` trains on (fortunes:
-#                                /usr/share/games/fortunes, ~2.5 MB)
+#                                /usr/share/games/fortunes, ~2.6 MB)
 #   dev/infra/ensure_deps.sh blas      the BLAS `make bench-sizes` runs PyTorch on (OpenBLAS's
 #                                OpenMP build, libopenblas0-openmp)
 # As root it installs what is missing (apt-get update, then apt-get install -y ...);
