@@ -222,6 +222,8 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
     }
 }
 
+// forward was: out_t = sum_{t' <= t} a_t' v_t', a = softmax_t'(q_t . k_t' scale), and
+// lse_t = log sum_{t' <= t} e^{q_t . k_t' scale}.
 // The backward (the header's derivation). Per (b, g), the query heads that share key/value
 // head g run in the same thread, one after another, so dk and dv need no atomics and sum in
 // a fixed order. Per head, per block of QUERY_BLOCK queries and per key tile (TILE_COLS keys,

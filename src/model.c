@@ -257,9 +257,9 @@ void model_init_params(Model* model, uint64_t seed) {
 // them): b_n and the partial[l-1] that a sub-layer l of block n reads both add into db_n. One
 // buffer is enough because the backward walks l downwards: when it reaches sub-layer l, every
 // reader of partial[l] is done, so db_n (n = 1 + l/S) holds d partial[l] = d f_l in full
-// (sublayer_backward reads it there); partial[l] = partial[l-1] + f_l hands that same
-// gradient to partial[l-1], so the buffer simply becomes partial[l-1]'s, and sub-layer l's
-// depth attention adds its share on top.
+// (attention_sublayer_backward or mlp_sublayer_backward reads it there); partial[l] =
+// partial[l-1] + f_l hands that same gradient to partial[l-1], so the buffer simply becomes
+// partial[l-1]'s, and sub-layer l's depth attention adds its share on top.
 // L = 2, S = 2 (n_blocks = 2: block 1 = sub-layers 0, 1 with b_1 = partial[1], block 2 =
 // sub-layers 2, 3 with b_2 = partial[3]):
 //   sub-layer     l   sources (in order)            its depth attention adds into   f_l's grad
