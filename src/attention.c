@@ -229,9 +229,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 // a fixed order. Per head, per block of QUERY_BLOCK queries and per key tile (TILE_COLS keys,
 // up to the block's last query): for each tile of TILE_ROWS queries in the block that sees
 // the keys, S = Q K^T, A = e^{S scale - lse}, dA = dO V^T, dS = A * (dA - D) * scale with
-// D = rowsum(dO * O), and dQ += dS K; then, over all of the block's queries at once,
-// dK += dS^T Q and dV += A^T dO. The block makes those two products' sums QUERY_BLOCK long
-// instead of TILE_ROWS, so the register tile loads and stores its accumulators a quarter as
+// D = rowsum(dO * O), and dQ += dS K; then, at once over the block's queries that see the
+// key tile (from `first` on), dK += dS^T Q and dV += A^T dO. The block makes those two
+// products' sums up to QUERY_BLOCK long instead of TILE_ROWS, so the register tile loads and stores its accumulators a quarter as
 // often; A and dS of a block and a key tile are QUERY_BLOCK x TILE_COLS floats each.
 #define QUERY_BLOCK (4 * TILE_ROWS)
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
