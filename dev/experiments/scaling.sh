@@ -108,9 +108,16 @@ run_steps() {
     fi
     quarter "$steps"
 }
+# steps_of["SIZE MODE"]: every run's steps, counted once (with TPP=20 each asks the trainer)
+declare -A steps_of
+while read -r name d L H G F steps; do
+    for mode in $MODES; do
+        steps_of["$name $mode"]=$(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps") || exit 1
+    done
+done <<< "$SIZES"
 if [ "${1:-}" = --print-steps ]; then  # every run's steps: lines "size mode steps"
-    while read -r name d L H G F steps; do
-        for mode in $MODES; do echo "$name $mode $(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")"; done
+    while read -r name _; do
+        for mode in $MODES; do echo "$name $mode ${steps_of["$name $mode"]}"; done
     done <<< "$SIZES"
     exit 0
 fi
@@ -132,11 +139,11 @@ train_size_mode() {
         "$(last_eval "$run" 2)" "$(grep -o 'time [0-9.]* s' "$run/run.log")" $(( $(date +%s) - start ))
 }
 # the largest size first, so that the pool's last runs are short
-while read -r name d L H G F steps; do
+while read -r name d L H G F _; do
     for seed in $SEEDS; do
         for mode in $MODES; do
-            pool_run train_size_mode "$name" "$d" "$L" "$H" "$G" "$F" \
-                "$(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")" "$mode" "$seed"
+            pool_run train_size_mode "$name" "$d" "$L" "$H" "$G" "$F" "${steps_of["$name $mode"]}" \
+                "$mode" "$seed"
         done
     done
 done < <(tac <<< "$SIZES")
@@ -149,8 +156,8 @@ header="mode,size,seed,params,tokens,flops,val_loss"
 echo "$header" > "$out/runs.csv"
 echo "$header" > "$out/runs_own.csv"
 for mode in $MODES; do
-    while read -r name d L H G F steps; do
-        steps=$(run_steps "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")
+    while read -r name d L H G F _; do
+        steps=${steps_of["$name $mode"]}
         read -r shared own < <(flops "$mode" "$d" "$L" "$H" "$G" "$F" "$steps")
         for seed in $SEEDS; do
             run="$out/$name/${mode}_seed$seed"
